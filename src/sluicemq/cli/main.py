@@ -1,0 +1,24 @@
+"""`sluice` entry point: one click group, one module per command family."""
+
+from __future__ import annotations
+
+import click
+
+from sluicemq import __version__
+
+
+@click.group()
+@click.version_option(__version__, prog_name="sluice")
+def cli() -> None:
+    """SluiceMQ: a STOMP broker for data of any size."""
+
+
+def _register() -> None:
+    from sluicemq.cli import broker_cmd, messaging
+
+    cli.add_command(broker_cmd.broker)
+    for command in messaging.COMMANDS:
+        cli.add_command(command)
+
+
+_register()

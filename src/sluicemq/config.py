@@ -1,0 +1,141 @@
+"""Typed broker settings and TOML loading; every default is documented here, in one place."""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 61613
+DEFAULT_URL = f"stomp://{DEFAULT_HOST}:{DEFAULT_PORT}"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Protocol limits that bound what one peer can make the broker hold."""
+
+    max_frame_bytes: int = 64 << 20  # whole frame, headers + body
+    max_headers: int = 1000  # header lines per frame
+    max_header_line: int = 8192  # bytes per header line (and per command line)
+    heartbeat_ms: int = 10_000  # what the broker offers and wants (cx, cy upper bound)
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Per-destination behaviour; `[[policy]]` entries in TOML override it by pattern."""
+
+    max_redeliveries: int = 6  # deliveries beyond this move the message to DLQ.<name>
+    dlq_prefix: str = "DLQ."
+    default_prefetch: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyEntry:
+    """A `[[policy]]` table: `queue = "orders.>"` or `topic = "*"` plus overridden fields."""
+
+    kind: str  # "queue" | "topic"
+    pattern: str
+    overrides: dict[str, Any]
+
+    def matches(self, kind: str, name: str) -> bool:
+        return kind == self.kind and match_destination(self.pattern, name)
+
+
+def match_destination(pattern: str, name: str) -> bool:
+    """ActiveMQ wildcards on dot-separated names: `*` one segment, `>` the rest."""
+    p_parts = pattern.split(".")
+    n_parts = name.split(".")
+    for i, p in enumerate(p_parts):
+        if p == ">":
+            return True
+        if i >= len(n_parts):
+            return False
+        if p != "*" and not fnmatch.fnmatchcase(n_parts[i], p):
+            return False
+    return len(p_parts) == len(n_parts)
+
+
+@dataclass(frozen=True, slots=True)
+class JournalSettings:
+    """How the journal lays out and syncs its segments."""
+
+    segment_bytes: int = 64 << 20
+    preallocate: bool = True  # zero-fill segments ahead so fdatasync has no metadata to flush
+    sync: bool = True  # False only for throwaway benchmarks: receipts would lie
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Everything `sluice broker` needs; built from CLI flags over an optional TOML file."""
+
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    data_dir: Path = Path("sluice-data")
+    limits: Limits = field(default_factory=Limits)
+    journal: JournalSettings = field(default_factory=JournalSettings)
+    policy: Policy = field(default_factory=Policy)
+    policies: tuple[PolicyEntry, ...] = ()
+
+    def policy_for(self, kind: str, name: str) -> Policy:
+        """The default policy with every matching `[[policy]]` entry applied in file order."""
+        result = self.policy
+        for entry in self.policies:
+            if entry.matches(kind, name):
+                result = replace(result, **entry.overrides)
+        return result
+
+    @classmethod
+    def load(cls, path: Path | None = None, **overrides: Any) -> BrokerConfig:
+        """Read a TOML file (if given) and apply non-None keyword overrides (CLI flags)."""
+        data: dict[str, Any] = {}
+        if path is not None:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+        cfg = _from_toml(data)
+        clean = {k: v for k, v in overrides.items() if v is not None}
+        if "data_dir" in clean:
+            clean["data_dir"] = Path(clean["data_dir"])
+        return replace(cfg, **clean)
+
+
+def _section(kind: type, raw: dict[str, Any], where: str) -> Any:
+    names = {f.name for f in fields(kind)}
+    values = {k.replace("-", "_"): v for k, v in raw.items()}
+    unknown = set(values) - names
+    if unknown:
+        raise ValueError(f"unknown setting(s) in [{where}]: {', '.join(sorted(unknown))}")
+    return kind(**values)
+
+
+def _from_toml(data: dict[str, Any]) -> BrokerConfig:
+    broker = data.get("broker", {})
+    kwargs: dict[str, Any] = {}
+    for key in ("host", "port"):
+        if key in broker:
+            kwargs[key] = broker[key]
+    if "data-dir" in broker or "data_dir" in broker:
+        kwargs["data_dir"] = Path(broker.get("data-dir", broker.get("data_dir")))
+    if "limits" in data:
+        kwargs["limits"] = _section(Limits, data["limits"], "limits")
+    if "journal" in data:
+        kwargs["journal"] = _section(JournalSettings, data["journal"], "journal")
+    if "defaults" in data:
+        kwargs["policy"] = _section(Policy, data["defaults"], "defaults")
+    entries = []
+    policy_names = {f.name for f in fields(Policy)}
+    for raw in data.get("policy", []):
+        raw = {k.replace("-", "_"): v for k, v in raw.items()}
+        kinds = [k for k in ("queue", "topic") if k in raw]
+        if len(kinds) != 1:
+            raise ValueError("each [[policy]] needs exactly one of queue = … or topic = …")
+        kind = kinds[0]
+        pattern = raw.pop(kind)
+        unknown = set(raw) - policy_names
+        if unknown:
+            raise ValueError(f"unknown policy setting(s): {', '.join(sorted(unknown))}")
+        entries.append(PolicyEntry(kind, pattern, raw))
+    kwargs["policies"] = tuple(entries)
+    return BrokerConfig(**kwargs)

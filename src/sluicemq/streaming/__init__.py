@@ -1,0 +1,1 @@
+"""streaming layer."""

@@ -1,0 +1,117 @@
+"""Shared fixtures: a real `sluice broker` process on an ephemeral loopback port."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+LISTEN_RE = re.compile(r"listening on stomp://([\d.]+):(\d+)")
+
+
+class BrokerProcess:
+    """A broker subprocess that can be stopped, killed (-9) and restarted on the same data dir."""
+
+    def __init__(self, data_dir: Path, extra_args: list[str] | None = None,
+                 config_text: str | None = None) -> None:
+        self.data_dir = data_dir
+        self.extra_args = list(extra_args or [])
+        self.config_path: Path | None = None
+        if config_text is not None:
+            self.config_path = data_dir.parent / f"{data_dir.name}.toml"
+            self.config_path.write_text(config_text)
+        self.proc: subprocess.Popen[str] | None = None
+        self.host = "127.0.0.1"
+        self.port = 0
+        self.output: list[str] = []
+
+    @property
+    def url(self) -> str:
+        return f"stomp://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> BrokerProcess:
+        args = [sys.executable, "-m", "sluicemq", "broker", "--host", "127.0.0.1",
+                "--port", str(self.port), "--data-dir", str(self.data_dir), *self.extra_args]
+        if self.config_path is not None:
+            args += ["--config", str(self.config_path)]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, env=env)
+        found = threading.Event()
+
+        def pump(proc: subprocess.Popen[str]) -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                self.output.append(line)
+                m = LISTEN_RE.search(line)
+                if m and not found.is_set():
+                    self.host, self.port = m.group(1), int(m.group(2))
+                    found.set()
+
+        threading.Thread(target=pump, args=(self.proc,), daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not found.wait(0.05):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("broker did not start:\n" + "".join(self.output))
+        return self
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """Graceful stop (SIGTERM); returns the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """kill -9: no flush, no goodbye."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def restart(self) -> BrokerProcess:
+        """Start again on the same data dir and port (port reuse keeps client URLs valid)."""
+        return self.start()
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def log(self) -> str:
+        return "".join(self.output)
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator:
+    """Make brokers with custom args/config; all are killed at teardown."""
+    made: list[BrokerProcess] = []
+
+    def make(extra_args: list[str] | None = None, config_text: str | None = None,
+             name: str = "data") -> BrokerProcess:
+        b = BrokerProcess(tmp_path / name, extra_args, config_text)
+        made.append(b)
+        return b.start()
+
+    yield make
+    for b in made:
+        b.kill()
+
+
+@pytest.fixture
+def broker(broker_factory) -> BrokerProcess:
+    """A fresh broker with its own data dir."""
+    return broker_factory()
