@@ -1,0 +1,383 @@
+"""The asyncio client: the shared `ClientMachine` driven by a reader task and a heart-beat task.
+
+Frames are built and written in one synchronous step, so their order on the wire is the
+order of the calls and a receipt waiter always exists before its frame leaves; `drain()`
+afterwards applies the socket's back-pressure to producers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from types import TracebackType
+
+from sluicemq.client.machine import (
+    ClientMachine,
+    Connected,
+    ErrorReceived,
+    Event,
+    MessageReceived,
+    Outgoing,
+    ReceiptReceived,
+)
+from sluicemq.client.message import AsyncMessage, TransactionRef, _Received, transaction_id
+from sluicemq.client.url import parse_url
+from sluicemq.config import DEFAULT_URL
+from sluicemq.errors import ClientError, SluiceError
+
+READ_CHUNK = 1 << 20
+_END = object()  # queued to a subscription when it ends cleanly
+
+
+class AsyncSubscription:
+    """Messages of one SUBSCRIBE; `async for` them or `await get()`."""
+
+    def __init__(self, client: AsyncClient, sub_id: str, destination: str) -> None:
+        self.client = client
+        self.id = sub_id
+        self.destination = destination
+        self.active = True
+        self._queue: asyncio.Queue[object] = asyncio.Queue()
+
+    async def get(self, timeout: float | None = None) -> AsyncMessage | None:
+        """The next message, or None on timeout or once the subscription has ended."""
+        try:
+            item = await asyncio.wait_for(self._queue.get(), timeout)
+        except TimeoutError:
+            return None
+        if isinstance(item, AsyncMessage):
+            return item
+        self._queue.put_nowait(item)  # end or error is sticky: every later get() sees it too
+        if isinstance(item, ClientError):
+            raise item
+        return None
+
+    def __aiter__(self) -> AsyncSubscription:
+        return self
+
+    async def __anext__(self) -> AsyncMessage:
+        message = await self.get()
+        if message is None:
+            raise StopAsyncIteration
+        return message
+
+    async def unsubscribe(self, durable: bool = False) -> None:
+        """Stop deliveries; `durable` also deletes a durable subscription on the broker."""
+        if not self.active:
+            return
+        self.active = False
+        try:
+            await self.client._call(lambda m: m.unsubscribe(self.id, durable=durable))
+        finally:
+            self.client._subscriptions.pop(self.id, None)
+            self._queue.put_nowait(_END)
+
+    async def __aenter__(self) -> AsyncSubscription:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.active and self.client.is_open:
+            await self.unsubscribe()
+
+
+class AsyncTransaction:
+    """A STOMP transaction, begun by `async with` (or `begin()`); commit on a clean exit."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+        self.id = ""
+        self.finished = False
+
+    async def begin(self) -> AsyncTransaction:
+        out = await self.client._call(lambda m: m.begin())
+        assert out.ident is not None
+        self.id = out.ident
+        return self
+
+    async def send(self, destination: str, body: bytes | str = b"",
+                   headers: dict[str, str] | None = None, *, persistent: bool = True,
+                   receipt: bool = False) -> None:
+        """Send inside the transaction; no receipt by default since COMMIT's receipt covers it."""
+        await self.client.send(destination, body, headers, persistent=persistent,
+                               receipt=receipt, transaction=self.id)
+
+    async def ack(self, message: AsyncMessage) -> None:
+        await message.ack(self.id)
+
+    async def nack(self, message: AsyncMessage) -> None:
+        await message.nack(self.id)
+
+    async def commit(self) -> None:
+        await self._finish(lambda m: m.commit(self.id))
+
+    async def abort(self) -> None:
+        await self._finish(lambda m: m.abort(self.id))
+
+    async def _finish(self, build: Callable[[ClientMachine], Outgoing]) -> None:
+        if not self.id:
+            raise ClientError("transaction was never begun")
+        if self.finished:
+            raise ClientError(f"transaction {self.id} already finished")
+        self.finished = True
+        await self.client._call(build)
+
+    async def __aenter__(self) -> AsyncTransaction:
+        return await self.begin()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        if self.finished:
+            return
+        if exc_type is None:
+            await self.commit()
+        else:
+            with contextlib.suppress(ClientError):  # never mask the error that got us here
+                await self.abort()
+
+
+class AsyncClient:
+    """An asyncio STOMP client; create it with `await AsyncClient.connect(url, ...)`."""
+
+    def __init__(self, machine: ClientMachine, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter, timeout: float) -> None:
+        self.timeout = timeout
+        self._machine = machine
+        self._reader = reader
+        self._writer = writer
+        self._receipts: dict[str, asyncio.Future[None]] = {}
+        self._subscriptions: dict[str, AsyncSubscription] = {}
+        self._connected: asyncio.Future[Connected] = asyncio.get_running_loop().create_future()
+        self._failure: ClientError | None = None
+        self._closing = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str = DEFAULT_URL,
+        *,
+        login: str | None = None,
+        passcode: str | None = None,
+        client_id: str | None = None,
+        heartbeat: tuple[int, int] = (10_000, 10_000),
+        version: str = "1.2",
+        timeout: float = 30.0,
+        host: str | None = None,
+    ) -> AsyncClient:
+        """Open the socket, exchange CONNECT/CONNECTED and return a ready client."""
+        scheme, address, port = parse_url(url)
+        if scheme == "stomps":
+            raise ClientError("stomps:// (TLS) is not supported yet")
+        machine = ClientMachine(host=host or address, login=login, passcode=passcode,
+                                client_id=client_id, heartbeat=heartbeat, version=version)
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(address, port, limit=READ_CHUNK), timeout)
+        except (OSError, TimeoutError) as exc:
+            raise ClientError(f"cannot connect to {address}:{port}: {exc or 'timed out'}") from exc
+        client = cls(machine, reader, writer, timeout)
+        writer.write(machine.connect())
+        client._tasks.append(asyncio.create_task(client._read_loop()))
+        try:
+            client.connected = await asyncio.wait_for(asyncio.shield(client._connected), timeout)
+        except TimeoutError:
+            client._fail(ClientError(f"no CONNECTED from {address}:{port} within {timeout}s"))
+            raise client._failure from None  # type: ignore[misc]
+        except ClientError:
+            client._fail(ClientError("connection refused by the broker"))
+            raise
+        client._tasks.append(asyncio.create_task(client._heartbeat_loop()))
+        return client
+
+    # ---------------------------------------------------------------- public API
+
+    @property
+    def version(self) -> str:
+        """The negotiated STOMP version."""
+        return self.connected.version
+
+    @property
+    def is_open(self) -> bool:
+        return self._failure is None and not self._closing
+
+    async def send(self, destination: str, body: bytes | str = b"",
+                   headers: dict[str, str] | None = None, *, persistent: bool = True,
+                   receipt: bool = True, transaction: TransactionRef | None = None) -> None:
+        """Send; with `receipt` (the default) returns only once the broker has stored it."""
+        tx = transaction_id(transaction)
+        await self._call(lambda m: m.send(destination, body, headers, persistent=persistent,
+                                          receipt=receipt, transaction=tx))
+
+    def send_async(self, destination: str, body: bytes | str = b"",
+                   headers: dict[str, str] | None = None, *, persistent: bool = True,
+                   receipt: bool = True, transaction: TransactionRef | None = None,
+                   ) -> asyncio.Future[None]:
+        """Write the SEND now and return a future of its receipt, to pipeline many sends.
+
+        Nothing waits for the socket to drain here; await `drain()` now and then when
+        producing large volumes so memory stays bounded.
+        """
+        tx = transaction_id(transaction)
+        _, future = self._submit(lambda m: m.send(destination, body, headers,
+                                                  persistent=persistent, receipt=receipt,
+                                                  transaction=tx))
+        return future
+
+    async def drain(self) -> None:
+        """Wait until the socket buffer has room again."""
+        try:
+            await self._writer.drain()
+        except OSError as exc:
+            self._fail(ClientError(f"connection lost while sending: {exc}"))
+            raise self._failure from exc  # type: ignore[misc]
+
+    async def subscribe(self, destination: str, *, ack: str = "auto",
+                        prefetch: int | None = None, selector: str | None = None,
+                        headers: dict[str, str] | None = None, durable_name: str | None = None,
+                        exclusive: bool = False, id: str | None = None) -> AsyncSubscription:
+        """Subscribe and wait for the receipt, so the subscription is live on return."""
+        out, future = self._submit(lambda m: m.subscribe(
+            destination, ack=ack, prefetch=prefetch, selector=selector, headers=headers,
+            durable_name=durable_name, exclusive=exclusive, id=id))
+        assert out.ident is not None
+        sub = AsyncSubscription(self, out.ident, destination)
+        self._subscriptions[out.ident] = sub  # before the reader can run: no MESSAGE is lost
+        try:
+            await self._settle(future)
+        except ClientError:
+            self._subscriptions.pop(out.ident, None)
+            raise
+        return sub
+
+    def transaction(self) -> AsyncTransaction:
+        return AsyncTransaction(self)
+
+    async def disconnect(self) -> None:
+        """Polite close: DISCONNECT, wait for its receipt, then close the socket."""
+        if self._closing:
+            return
+        self._closing = True
+        try:
+            if self._failure is None:
+                await self._call(lambda m: m.disconnect())
+        except ClientError:
+            pass
+        finally:
+            self._fail(ClientError("client disconnected"))
+            for task in self._tasks:
+                task.cancel()
+            with contextlib.suppress(OSError, asyncio.CancelledError):
+                await self._writer.wait_closed()
+
+    close = disconnect
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.disconnect()
+
+    # ---------------------------------------------------------------- plumbing
+
+    def _submit(self, build: Callable[[ClientMachine], Outgoing],
+                ) -> tuple[Outgoing, asyncio.Future[None]]:
+        if self._failure is not None:
+            raise self._failure
+        out = build(self._machine)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if out.receipt is not None:
+            self._receipts[out.receipt] = future
+        else:
+            future.set_result(None)
+        if out.data:
+            self._writer.write(out.data)
+        return out, future
+
+    async def _call(self, build: Callable[[ClientMachine], Outgoing]) -> Outgoing:
+        out, future = self._submit(build)
+        await self._settle(future)
+        return out
+
+    async def _settle(self, future: asyncio.Future[None]) -> None:
+        await self.drain()
+        try:
+            await asyncio.wait_for(asyncio.shield(future), self.timeout)
+        except TimeoutError:
+            raise ClientError("no receipt from the broker in time") from None
+
+    async def _acknowledge(self, command: str, message: _Received, tx: str | None) -> None:
+        if command == "ACK":
+            self._submit(lambda m: m.ack(message.ack_id, message.subscription, transaction=tx))
+        else:
+            self._submit(lambda m: m.nack(message.ack_id, message.subscription, transaction=tx))
+        await self.drain()
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                data = await self._reader.read(READ_CHUNK)
+                if not data:
+                    raise ClientError("connection closed by the broker")
+                for event in self._machine.receive_data(data):
+                    self._route(event)
+        except (OSError, SluiceError) as exc:
+            self._fail(exc if isinstance(exc, ClientError) else ClientError(str(exc)))
+
+    async def _heartbeat_loop(self) -> None:
+        while self._failure is None:
+            check = self._machine.heartbeat()
+            if check.dead:
+                self._fail(ClientError("broker stopped sending heart-beats; connection is dead"))
+                return
+            if check.data:
+                self._writer.write(check.data)
+            if check.wait is None:
+                return
+            await asyncio.sleep(check.wait)
+
+    def _route(self, event: Event) -> None:
+        if isinstance(event, MessageReceived):
+            sub = self._subscriptions.get(event.subscription)
+            if sub is not None:
+                sub._queue.put_nowait(AsyncMessage(event.frame, event.subscription,
+                                                   event.ack_id, event.ack_mode,
+                                                   self._acknowledge))
+        elif isinstance(event, ReceiptReceived):
+            _resolve(self._receipts.pop(event.receipt_id, None), None)
+        elif isinstance(event, ErrorReceived):
+            if event.receipt_id is not None and event.receipt_id in self._receipts:
+                _resolve(self._receipts.pop(event.receipt_id), event.error)
+            else:
+                self._fail(event.error)
+        else:
+            _resolve(self._connected, event)
+
+    def _fail(self, error: ClientError) -> None:
+        """The connection is over: every waiter and every subscription learns why."""
+        if self._failure is not None:
+            return
+        clean = self._closing
+        self._failure = ClientError("client disconnected") if clean else error
+        self._machine.connection_lost()
+        for future in [*self._receipts.values(), self._connected]:
+            _resolve(future, self._failure)
+        self._receipts.clear()
+        for sub in self._subscriptions.values():
+            sub.active = False
+            sub._queue.put_nowait(_END if clean else error)
+        self._subscriptions.clear()
+        self._writer.close()
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current:
+                task.cancel()
+
+
+def _resolve(future: asyncio.Future | None, outcome: object) -> None:
+    if future is None or future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)

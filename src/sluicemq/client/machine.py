@@ -1,0 +1,414 @@
+"""The client side of STOMP as a sans-IO state machine: bytes in, events out, frames built.
+
+Both front ends (blocking `Client`, asyncio `AsyncClient`) drive one `ClientMachine`; all
+protocol decisions live here so they are tested without sockets and never diverge: version
+negotiation, receipts, the ACK header dialect of each version, heart-beat timing and how
+ERROR frames map onto the calls that caused them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from sluicemq.config import Limits
+from sluicemq.errors import ClientError
+from sluicemq.protocol.codec import FrameParser, encode_frame
+from sluicemq.protocol.frames import Frame
+from sluicemq.protocol.heartbeat import parse_heart_beat
+
+VERSIONS = ("1.0", "1.1", "1.2")
+ACK_MODES = frozenset({"auto", "client", "client-individual"})
+TEXT_CONTENT_TYPE = "text/plain;charset=utf-8"
+
+# An EOL goes out once this fraction of the promised interval has passed idle, so that
+# scheduling jitter on a busy machine never makes us miss the broker's deadline.
+SEND_EARLY = 0.8
+# The broker is declared dead after this many of its promised intervals pass in silence.
+RECEIVE_GRACE = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Connected:
+    """CONNECTED arrived; intervals are in seconds (0.0 means that direction is off)."""
+
+    version: str
+    server: str | None
+    session: str | None
+    send_interval: float
+    receive_interval: float
+
+
+@dataclass(frozen=True, slots=True)
+class MessageReceived:
+    """A MESSAGE for one of our live subscriptions, with the id the broker wants acked."""
+
+    frame: Frame
+    subscription: str
+    ack_id: str
+    ack_mode: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptReceived:
+    """The broker processed the frame that carried `receipt_id`."""
+
+    receipt_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorReceived:
+    """An ERROR frame. `receipt_id` names the call it answers; None means the whole connection."""
+
+    error: ClientError
+    receipt_id: str | None
+
+
+Event = Connected | MessageReceived | ReceiptReceived | ErrorReceived
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """Bytes to write, the receipt id to wait for (if any) and the id the call created."""
+
+    data: bytes
+    receipt: str | None = None
+    ident: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatCheck:
+    """What a front end must do now: write `data` (an EOL or nothing), give up if `dead`,
+    and call again within `wait` seconds (None: heart-beating is off, no timer needed)."""
+
+    data: bytes
+    dead: bool
+    wait: float | None
+
+
+@dataclass(slots=True)
+class SubscriptionState:
+    """What the machine must remember to route MESSAGE frames and build ACK/UNSUBSCRIBE."""
+
+    id: str
+    destination: str
+    ack_mode: str
+    durable_name: str | None
+
+
+class ClientMachine:
+    """Protocol state of one client connection; never touches a socket or a timer.
+
+    `clock` is injectable so heart-beat behaviour is testable with a fake time source.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        login: str | None = None,
+        passcode: str | None = None,
+        client_id: str | None = None,
+        heartbeat: tuple[int, int] = (10_000, 10_000),
+        version: str = "1.2",
+        limits: Limits | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if version not in VERSIONS:
+            raise ValueError(f"unsupported STOMP version {version!r} (choose from {VERSIONS})")
+        if min(heartbeat) < 0:
+            raise ValueError("heart-beat intervals must be >= 0")
+        limits = limits or Limits()
+        self.host = host
+        self.login = login
+        self.passcode = passcode
+        self.client_id = client_id
+        self.heartbeat_offer = heartbeat
+        self.accepted = VERSIONS[: VERSIONS.index(version) + 1]
+        self.state = "new"  # new -> connecting -> connected -> disconnecting -> closed
+        self.version: str | None = None
+        self.server: str | None = None
+        self.session: str | None = None
+        self.send_interval = 0.0
+        self.receive_interval = 0.0
+        self.subscriptions: dict[str, SubscriptionState] = {}
+        self.pending_receipts: set[str] = set()
+        self._parser = FrameParser(
+            version=version,
+            max_frame_bytes=limits.max_frame_bytes,
+            max_headers=limits.max_headers,
+            max_header_line=limits.max_header_line,
+        )
+        self._clock = clock
+        self._ids = itertools.count(1)
+        self._disconnect_receipt: str | None = None
+        now = clock()
+        self._last_sent = now
+        self._last_received = now
+
+    # ---------------------------------------------------------------- outgoing frames
+
+    def connect(self) -> bytes:
+        """The CONNECT frame; call once, first."""
+        if self.state != "new":
+            raise ClientError("connect() called twice")
+        self.state = "connecting"
+        headers = {"accept-version": ",".join(self.accepted), "host": self.host}
+        if self.accepted[-1] != "1.0":
+            headers["heart-beat"] = f"{self.heartbeat_offer[0]},{self.heartbeat_offer[1]}"
+        if self.login is not None:
+            headers["login"] = self.login
+        if self.passcode is not None:
+            headers["passcode"] = self.passcode
+        if self.client_id is not None:
+            headers["client-id"] = self.client_id
+        return self._encode(Frame("CONNECT", headers))
+
+    def send(
+        self,
+        destination: str,
+        body: bytes | str = b"",
+        headers: Mapping[str, str] | None = None,
+        *,
+        persistent: bool = True,
+        receipt: bool = True,
+        transaction: str | None = None,
+    ) -> Outgoing:
+        """A SEND; `persistent` maps to ActiveMQ's `persistent` header, which defaults to off."""
+        out = dict(headers or {})
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+            out.setdefault("content-type", TEXT_CONTENT_TYPE)
+        out["destination"] = destination
+        out.setdefault("persistent", "true" if persistent else "false")
+        if transaction is not None:
+            out["transaction"] = transaction
+        return self._outgoing(Frame("SEND", out, body), receipt)
+
+    def subscribe(
+        self,
+        destination: str,
+        *,
+        ack: str = "auto",
+        prefetch: int | None = None,
+        selector: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        durable_name: str | None = None,
+        exclusive: bool = False,
+        id: str | None = None,
+        receipt: bool = True,
+    ) -> Outgoing:
+        """A SUBSCRIBE with ActiveMQ's extension headers; `ident` is the subscription id."""
+        self._require_connected()
+        if ack not in ACK_MODES:
+            raise ValueError(f"ack mode must be one of {sorted(ACK_MODES)}, not {ack!r}")
+        if durable_name is not None and self.client_id is None:
+            raise ValueError("a durable subscription needs the client to connect with client_id")
+        sub_id = id if id is not None else f"sub-{next(self._ids)}"
+        if sub_id in self.subscriptions:
+            raise ValueError(f"subscription id {sub_id!r} is already in use")
+        out = dict(headers or {})
+        out.update({"destination": destination, "id": sub_id, "ack": ack})
+        if prefetch is not None:
+            out["activemq.prefetchSize"] = str(prefetch)
+        if selector is not None:
+            out["selector"] = selector
+        if durable_name is not None:
+            out["activemq.subscriptionName"] = durable_name
+        if exclusive:
+            out["activemq.exclusive"] = "true"
+        self.subscriptions[sub_id] = SubscriptionState(sub_id, destination, ack, durable_name)
+        result = self._outgoing(Frame("SUBSCRIBE", out), receipt)
+        return Outgoing(result.data, result.receipt, sub_id)
+
+    def unsubscribe(self, sub_id: str, *, durable: bool = False, receipt: bool = True) -> Outgoing:
+        """An UNSUBSCRIBE; `durable` also asks the broker to forget a durable subscription."""
+        sub = self.subscriptions.pop(sub_id, None)
+        if sub is None:
+            raise ValueError(f"no subscription with id {sub_id!r}")
+        headers = {"id": sub_id, "destination": sub.destination}
+        if durable:
+            if sub.durable_name is None:
+                raise ValueError(f"subscription {sub_id!r} is not durable")
+            headers["activemq.subscriptionName"] = sub.durable_name
+        return self._outgoing(Frame("UNSUBSCRIBE", headers), receipt)
+
+    def ack(
+        self, ack_id: str, subscription: str, *, transaction: str | None = None,
+        receipt: bool = False,
+    ) -> Outgoing:
+        """An ACK in the dialect of the negotiated version; empty for `auto` subscriptions."""
+        return self._acknowledge("ACK", ack_id, subscription, transaction, receipt)
+
+    def nack(
+        self, ack_id: str, subscription: str, *, transaction: str | None = None,
+        receipt: bool = False,
+    ) -> Outgoing:
+        """A NACK (STOMP 1.1+); empty for `auto` subscriptions, where there is nothing to refuse."""
+        if self.version == "1.0":
+            raise ClientError("NACK does not exist in STOMP 1.0")
+        return self._acknowledge("NACK", ack_id, subscription, transaction, receipt)
+
+    def begin(self, transaction: str | None = None, *, receipt: bool = True) -> Outgoing:
+        """A BEGIN; `ident` is the transaction id (generated unless given)."""
+        tx = transaction if transaction is not None else f"tx-{next(self._ids)}"
+        result = self._outgoing(Frame("BEGIN", {"transaction": tx}), receipt)
+        return Outgoing(result.data, result.receipt, tx)
+
+    def commit(self, transaction: str, *, receipt: bool = True) -> Outgoing:
+        return self._outgoing(Frame("COMMIT", {"transaction": transaction}), receipt)
+
+    def abort(self, transaction: str, *, receipt: bool = True) -> Outgoing:
+        return self._outgoing(Frame("ABORT", {"transaction": transaction}), receipt)
+
+    def disconnect(self) -> Outgoing:
+        """A DISCONNECT with a receipt: once it arrives, everything sent before was processed."""
+        result = self._outgoing(Frame("DISCONNECT"), True)
+        self.state = "disconnecting"
+        self._disconnect_receipt = result.receipt
+        return result
+
+    # ---------------------------------------------------------------- incoming bytes
+
+    def receive_data(self, data: bytes) -> list[Event]:
+        """Feed bytes read from the socket; returns what they meant, in order.
+
+        Raises ProtocolError on malformed input and ClientError on an impossible CONNECTED.
+        """
+        if data:
+            self._last_received = self._clock()
+        events: list[Event] = []
+        for frame in self._parser.feed(data):
+            event = self._handle(frame)
+            if event is not None:
+                events.append(event)
+        return events
+
+    def connection_lost(self) -> None:
+        """The transport closed; nothing more can be sent or awaited."""
+        self.state = "closed"
+        self.pending_receipts.clear()
+
+    def heartbeat(self) -> HeartbeatCheck:
+        """Decide whether an EOL is due, whether the broker went silent, and when to ask again."""
+        if self.state not in ("connected", "disconnecting"):
+            return HeartbeatCheck(b"", False, None)
+        now = self._clock()
+        waits: list[float] = []
+        data = b""
+        dead = False
+        if self.send_interval:
+            due = self._last_sent + self.send_interval * SEND_EARLY
+            if now >= due:
+                data = b"\n"
+                self._last_sent = now
+                due = now + self.send_interval * SEND_EARLY
+            waits.append(due - now)
+        if self.receive_interval:
+            deadline = self._last_received + self.receive_interval * RECEIVE_GRACE
+            dead = now >= deadline
+            waits.append(max(deadline - now, 0.0))
+        return HeartbeatCheck(data, dead, min(waits) if waits else None)
+
+    # ---------------------------------------------------------------- internals
+
+    def _handle(self, frame: Frame) -> Event | None:
+        command = frame.command
+        if command == "MESSAGE":
+            return self._message(frame)
+        if command == "RECEIPT":
+            receipt_id = frame.headers.get("receipt-id", "")
+            if receipt_id not in self.pending_receipts:
+                return None
+            self.pending_receipts.discard(receipt_id)
+            if receipt_id == self._disconnect_receipt:
+                self.state = "closed"
+            return ReceiptReceived(receipt_id)
+        if command == "ERROR":
+            return self._error(frame)
+        if command == "CONNECTED":
+            return self._connected(frame)
+        raise ClientError(f"unexpected {command} frame from the broker")
+
+    def _connected(self, frame: Frame) -> Connected:
+        if self.state != "connecting":
+            raise ClientError("unexpected CONNECTED frame")
+        version = frame.headers.get("version", "1.0")
+        if version not in self.accepted:
+            raise ClientError(f"broker chose STOMP {version}, we accept {','.join(self.accepted)}")
+        self.state = "connected"
+        self.version = version
+        self._parser.version = version
+        self.server = frame.headers.get("server")
+        self.session = frame.headers.get("session")
+        sx, sy = (0, 0)
+        if version != "1.0" and "heart-beat" in frame.headers:
+            sx, sy = parse_heart_beat(frame.headers["heart-beat"])
+        cx, cy = self.heartbeat_offer
+        self.send_interval = max(cx, sy) / 1000 if cx and sy else 0.0
+        self.receive_interval = max(cy, sx) / 1000 if cy and sx else 0.0
+        now = self._clock()
+        self._last_sent = self._last_received = now
+        return Connected(version, self.server, self.session,
+                         self.send_interval, self.receive_interval)
+
+    def _message(self, frame: Frame) -> MessageReceived | None:
+        headers = frame.headers
+        sub_id = headers.get("subscription")
+        if sub_id is None:
+            # STOMP 1.0 brokers may omit it: route by destination instead.
+            destination = headers.get("destination")
+            sub_id = next((s.id for s in self.subscriptions.values()
+                           if s.destination == destination), None)
+        sub = self.subscriptions.get(sub_id) if sub_id is not None else None
+        if sub is None:
+            return None  # in flight when we unsubscribed; the broker redelivers if unacked
+        message_id = headers.get("message-id", "")
+        ack_id = headers.get("ack", message_id) if self.version == "1.2" else message_id
+        return MessageReceived(frame, sub.id, ack_id, sub.ack_mode)
+
+    def _error(self, frame: Frame) -> ErrorReceived:
+        message = frame.headers.get("message") or frame.body.decode("utf-8", "replace").strip()
+        error = ClientError(message or "broker sent ERROR", dict(frame.headers), frame.body)
+        receipt_id = frame.headers.get("receipt-id")
+        if receipt_id is not None and receipt_id in self.pending_receipts:
+            self.pending_receipts.discard(receipt_id)
+            return ErrorReceived(error, receipt_id)
+        return ErrorReceived(error, None)
+
+    def _acknowledge(
+        self, command: str, ack_id: str, subscription: str, transaction: str | None,
+        receipt: bool,
+    ) -> Outgoing:
+        self._require_connected()
+        sub = self.subscriptions.get(subscription)
+        if sub is not None and sub.ack_mode == "auto":
+            return Outgoing(b"")
+        if self.version == "1.2":
+            headers = {"id": ack_id}
+        elif self.version == "1.1":
+            headers = {"message-id": ack_id, "subscription": subscription}
+        else:
+            headers = {"message-id": ack_id}
+        if transaction is not None:
+            headers["transaction"] = transaction
+        return self._outgoing(Frame(command, headers), receipt)
+
+    def _outgoing(self, frame: Frame, receipt: bool) -> Outgoing:
+        self._require_connected()
+        receipt_id = None
+        if receipt:
+            receipt_id = f"r-{next(self._ids)}"
+            frame.headers["receipt"] = receipt_id
+            self.pending_receipts.add(receipt_id)
+        return Outgoing(self._encode(frame), receipt_id)
+
+    def _encode(self, frame: Frame) -> bytes:
+        self._last_sent = self._clock()
+        return encode_frame(frame, self.version or self.accepted[-1])
+
+    def _require_connected(self) -> None:
+        if self.state != "connected":
+            raise ClientError(f"not connected (connection is {self.state})")

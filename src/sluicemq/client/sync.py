@@ -1,0 +1,418 @@
+"""The blocking client: a socket, a reader thread and the shared `ClientMachine`.
+
+Two locks keep it thread-safe without deadlocks under back-pressure: `_state` guards the
+machine and the waiter tables and is only ever held briefly; `_write` serialises whole
+frames onto the socket. The reader thread never waits for `_write` (heart-beats are skipped
+while another thread is writing, which already proves liveness), so a producer blocked on a
+full socket can never stop us from reading what the broker sends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import select
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from types import TracebackType
+
+from sluicemq.client.machine import (
+    ClientMachine,
+    Connected,
+    ErrorReceived,
+    Event,
+    MessageReceived,
+    Outgoing,
+    ReceiptReceived,
+)
+from sluicemq.client.message import Message, TransactionRef, _Received, transaction_id
+from sluicemq.client.url import parse_url
+from sluicemq.config import DEFAULT_URL
+from sluicemq.errors import ClientError, SluiceError
+
+READ_CHUNK = 1 << 20
+_END = object()  # queued to a subscription when it ends cleanly
+
+
+class Subscription:
+    """Messages of one SUBSCRIBE, queued by the reader thread; iterate or `get()` them."""
+
+    def __init__(self, client: Client, sub_id: str, destination: str) -> None:
+        self.client = client
+        self.id = sub_id
+        self.destination = destination
+        self.active = True
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+
+    def get(self, timeout: float | None = None) -> Message | None:
+        """The next message, or None on timeout or once the subscription has ended."""
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if isinstance(item, Message):
+            return item
+        self._queue.put(item)  # end or error is sticky: every later get() sees it too
+        if isinstance(item, ClientError):
+            raise item
+        return None
+
+    def __iter__(self) -> Iterator[Message]:
+        while (message := self.get()) is not None:
+            yield message
+
+    def unsubscribe(self, durable: bool = False) -> None:
+        """Stop deliveries; `durable` also deletes a durable subscription on the broker."""
+        if not self.active:
+            return
+        self.active = False
+        try:
+            self.client._call(lambda m: m.unsubscribe(self.id, durable=durable))
+        finally:
+            self.client._forget(self.id)
+            self._queue.put(_END)
+
+    def _deliver(self, item: object) -> None:
+        self._queue.put(item)
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.active and self.client.is_open:
+            self.unsubscribe()
+
+
+class Transaction:
+    """A STOMP transaction: begun on creation, committed on a clean `with` exit, else aborted."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        out = client._call(lambda m: m.begin())
+        assert out.ident is not None
+        self.id = out.ident
+        self.finished = False
+
+    def send(self, destination: str, body: bytes | str = b"",
+             headers: dict[str, str] | None = None, *, persistent: bool = True,
+             receipt: bool = False) -> None:
+        """Send inside the transaction; no receipt by default since COMMIT's receipt covers it."""
+        self.client.send(destination, body, headers, persistent=persistent, receipt=receipt,
+                         transaction=self.id)
+
+    def ack(self, message: Message) -> None:
+        message.ack(self.id)
+
+    def nack(self, message: Message) -> None:
+        message.nack(self.id)
+
+    def commit(self) -> None:
+        self._finish(lambda m: m.commit(self.id))
+
+    def abort(self) -> None:
+        self._finish(lambda m: m.abort(self.id))
+
+    def _finish(self, build: Callable[[ClientMachine], Outgoing]) -> None:
+        if self.finished:
+            raise ClientError(f"transaction {self.id} already finished")
+        self.finished = True
+        self.client._call(build)
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self.finished:
+            return
+        if exc_type is None:
+            self.commit()
+        else:
+            with contextlib.suppress(ClientError):  # never mask the error that got us here
+                self.abort()
+
+
+class Client:
+    """A blocking STOMP client; `send` may be called from several threads at once."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        login: str | None = None,
+        passcode: str | None = None,
+        client_id: str | None = None,
+        heartbeat: tuple[int, int] = (10_000, 10_000),
+        version: str = "1.2",
+        timeout: float = 30.0,
+        host: str | None = None,
+    ) -> None:
+        scheme, address, port = parse_url(url)
+        if scheme == "stomps":
+            raise ClientError("stomps:// (TLS) is not supported yet")
+        self.url = url
+        self.timeout = timeout
+        self._machine = ClientMachine(host=host or address, login=login, passcode=passcode,
+                                      client_id=client_id, heartbeat=heartbeat, version=version)
+        self._state = threading.Lock()
+        self._write = threading.Lock()
+        self._receipts: dict[str, Future[None]] = {}
+        self._subscriptions: dict[str, Subscription] = {}
+        self._connected: Future[Connected] = Future()
+        self._failure: ClientError | None = None
+        self._closing = False
+        try:
+            self._sock = socket.create_connection((address, port), timeout=timeout)
+        except OSError as exc:
+            raise ClientError(f"cannot connect to {address}:{port}: {exc}") from exc
+        self._sock.settimeout(None)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock.sendall(self._machine.connect())
+        self._reader = threading.Thread(target=self._read_loop, name="sluice-client-reader",
+                                        daemon=True)
+        self._reader.start()
+        try:
+            self.connected = self._connected.result(timeout)
+        except FutureTimeout:
+            self._fail(ClientError(f"no CONNECTED from {address}:{port} within {timeout}s"))
+            raise self._failure from None  # type: ignore[misc]
+        except ClientError:
+            self._close_socket()
+            raise
+
+    # ---------------------------------------------------------------- public API
+
+    @property
+    def version(self) -> str:
+        """The negotiated STOMP version."""
+        return self.connected.version
+
+    @property
+    def is_open(self) -> bool:
+        return self._failure is None and not self._closing
+
+    def send(self, destination: str, body: bytes | str = b"",
+             headers: dict[str, str] | None = None, *, persistent: bool = True,
+             receipt: bool = True, transaction: TransactionRef | None = None) -> None:
+        """Send; with `receipt` (the default) returns only once the broker has stored it."""
+        self.send_async(destination, body, headers, persistent=persistent, receipt=receipt,
+                        transaction=transaction).result()
+
+    def send_async(self, destination: str, body: bytes | str = b"",
+                   headers: dict[str, str] | None = None, *, persistent: bool = True,
+                   receipt: bool = True, transaction: TransactionRef | None = None,
+                   ) -> Receipt:
+        """Write the SEND now and return a future of its receipt, to pipeline many sends."""
+        tx = transaction_id(transaction)
+        _, receipt_handle = self._submit(lambda m: m.send(
+            destination, body, headers, persistent=persistent, receipt=receipt, transaction=tx))
+        return receipt_handle
+
+    def subscribe(self, destination: str, *, ack: str = "auto", prefetch: int | None = None,
+                  selector: str | None = None, headers: dict[str, str] | None = None,
+                  durable_name: str | None = None, exclusive: bool = False,
+                  id: str | None = None) -> Subscription:
+        """Subscribe and wait for the receipt, so the subscription is live on return."""
+        holder: list[Subscription] = []
+
+        def build(m: ClientMachine) -> Outgoing:
+            out = m.subscribe(destination, ack=ack, prefetch=prefetch, selector=selector,
+                              headers=headers, durable_name=durable_name, exclusive=exclusive,
+                              id=id)
+            assert out.ident is not None
+            sub = Subscription(self, out.ident, destination)
+            self._subscriptions[out.ident] = sub  # registered before any MESSAGE can arrive
+            holder.append(sub)
+            return out
+
+        try:
+            self._call(build)
+        except ClientError:
+            if holder:
+                self._forget(holder[0].id)
+            raise
+        return holder[0]
+
+    def transaction(self) -> Transaction:
+        return Transaction(self)
+
+    def disconnect(self) -> None:
+        """Polite close: DISCONNECT, wait for its receipt, then close the socket."""
+        if self._closing:
+            return
+        try:
+            if self._failure is None:
+                self._closing = True
+                self._call(lambda m: m.disconnect())
+        except ClientError:
+            pass
+        finally:
+            self._closing = True
+            self._close_socket()
+            self._end_subscriptions(_END)
+
+    close = disconnect
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.disconnect()
+
+    # ---------------------------------------------------------------- plumbing
+
+    def _call(self, build: Callable[[ClientMachine], Outgoing]) -> Outgoing:
+        """Send a frame and wait for its receipt (if it asked for one)."""
+        out, receipt = self._submit(build)
+        receipt.result()
+        return out
+
+    def _submit(self, build: Callable[[ClientMachine], Outgoing]) -> tuple[Outgoing, Receipt]:
+        """Build a frame under the state lock, register its receipt waiter, then write it.
+
+        Registration precedes the write so the reader can never see a receipt nobody awaits.
+        """
+        future: Future[None] = Future()
+        with self._write:
+            with self._state:
+                if self._failure is not None:
+                    raise self._failure
+                out = build(self._machine)
+                if out.receipt is not None:
+                    self._receipts[out.receipt] = future
+                else:
+                    future.set_result(None)
+            if out.data:
+                try:
+                    self._sock.sendall(out.data)
+                except OSError as exc:
+                    self._fail(ClientError(f"connection lost while sending: {exc}"))
+                    raise self._failure from exc  # type: ignore[misc]
+        return out, Receipt(future, self.timeout)
+
+    def _acknowledge(self, command: str, message: _Received, tx: str | None) -> None:
+        if command == "ACK":
+            self._submit(lambda m: m.ack(message.ack_id, message.subscription, transaction=tx))
+        else:
+            self._submit(lambda m: m.nack(message.ack_id, message.subscription, transaction=tx))
+
+    def _forget(self, sub_id: str) -> None:
+        with self._state:
+            self._subscriptions.pop(sub_id, None)
+
+    def _read_loop(self) -> None:
+        poller = select.poll()
+        poller.register(self._sock, select.POLLIN)
+        try:
+            while True:
+                with self._state:
+                    check = self._machine.heartbeat()
+                if check.dead:
+                    raise ClientError("broker stopped sending heart-beats; connection is dead")
+                if check.data and self._write.acquire(blocking=False):
+                    try:
+                        self._sock.sendall(check.data)
+                    finally:
+                        self._write.release()
+                timeout_ms = None if check.wait is None else max(1, int(check.wait * 1000) + 1)
+                if not poller.poll(timeout_ms):
+                    continue
+                data = self._sock.recv(READ_CHUNK)
+                if not data:
+                    raise ClientError("connection closed by the broker")
+                with self._state:
+                    events = self._machine.receive_data(data)
+                    actions = [self._route(event) for event in events]
+                for action in actions:
+                    action()
+        except (OSError, SluiceError) as exc:
+            error = exc if isinstance(exc, ClientError) else ClientError(str(exc))
+            self._fail(error)
+
+    def _route(self, event: Event) -> Callable[[], None]:
+        """Decide under the state lock what an event means; the returned action runs outside
+        it, because resolving a future may run user callbacks that call back into us."""
+        if isinstance(event, MessageReceived):
+            sub = self._subscriptions.get(event.subscription)
+            if sub is None:
+                return _nothing
+            message = Message(event.frame, event.subscription, event.ack_id, event.ack_mode,
+                              self._acknowledge)
+            return lambda: sub._deliver(message)
+        if isinstance(event, ReceiptReceived):
+            future = self._receipts.pop(event.receipt_id, None)
+            return _nothing if future is None else lambda: _resolve(future, None)
+        if isinstance(event, ErrorReceived):
+            error = event.error
+            if event.receipt_id is not None:
+                future = self._receipts.pop(event.receipt_id, None)
+                if future is not None:
+                    return lambda: _resolve(future, error)
+            return lambda: self._fail(error)
+        connected = event
+        return lambda: _resolve(self._connected, connected)
+
+    def _fail(self, error: ClientError) -> None:
+        """The connection is over: every waiter and every subscription learns why."""
+        with self._state:
+            if self._failure is not None:
+                return
+            clean = self._closing
+            self._failure = error if not clean else ClientError("client disconnected")
+            self._machine.connection_lost()
+            waiters = list(self._receipts.values())
+            self._receipts.clear()
+        for future in [*waiters, self._connected]:
+            _resolve(future, self._failure)
+        self._end_subscriptions(_END if clean else error)
+        self._close_socket()
+
+    def _end_subscriptions(self, item: object) -> None:
+        with self._state:
+            subs = list(self._subscriptions.values())
+            self._subscriptions.clear()
+        for sub in subs:
+            sub.active = False
+            sub._deliver(item)
+
+    def _close_socket(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+
+class Receipt:
+    """Handle of a frame in flight; `result()` waits for its receipt (client timeout by default)
+    and raises ClientError if the broker refused it or the connection died first."""
+
+    def __init__(self, future: Future[None], timeout: float) -> None:
+        self._future = future
+        self._timeout = timeout
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def result(self, timeout: float | None = None) -> None:
+        try:
+            self._future.result(self._timeout if timeout is None else timeout)
+        except FutureTimeout:
+            raise ClientError("no receipt from the broker in time") from None
+
+    wait = result
+
+
+def _nothing() -> None:
+    return None
+
+
+def _resolve(future: Future, outcome: object) -> None:
+    if future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
