@@ -1,0 +1,366 @@
+"""Sans-IO STOMP framing: an incremental parser (bytes -> frames) and an encoder (frames -> bytes).
+
+This is the broker's hottest path, so the parser is written for the common case: a whole frame,
+with a content-length, already in the buffer. Everything else (split reads, CRLF line endings,
+NUL-terminated bodies, heart-beat EOLs) is handled without rescanning bytes already examined:
+the parser remembers where its last search for the end of the headers or for a body's NUL
+stopped, and a body announced by content-length is only length-checked until it has arrived.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import NoReturn
+
+from sluicemq.errors import ProtocolError
+from sluicemq.protocol.frames import Frame
+from sluicemq.protocol.headers import UNESCAPED_COMMANDS, VERSIONS, escape, unescape
+
+MAX_COMMAND_LINE = 64
+"""Longest command line accepted (real commands have at most 11 letters): rejects garbage early."""
+
+_EOL = (10, 13)
+_EOLS = re.compile(rb"[\r\n]*")
+_SMALL_BODY = 2048
+
+
+class _PendingBody:
+    """A frame whose headers are parsed but whose body has not fully arrived yet.
+
+    Offsets are relative to the frame's first byte, which sits at the start of the buffer while
+    the frame is pending, so headers are parsed once however many reads the body takes.
+    """
+
+    __slots__ = ("body_end", "body_start", "command", "headers", "scan")
+
+    def __init__(
+        self, command: str, headers: dict[str, str], body_start: int, body_end: int, scan: int
+    ) -> None:
+        self.command = command
+        self.headers = headers
+        self.body_start = body_start
+        self.body_end = body_end  # -1: no content-length, the body ends at the first NUL
+        self.scan = scan  # where the search for that NUL resumes
+
+
+class FrameParser:
+    """Turns a STOMP byte stream, cut and coalesced any way, into complete frames.
+
+    After a ProtocolError the parser refuses further input: the stream position is lost and the
+    connection must close. Frames that preceded the bad bytes in the same ``feed`` call are
+    dropped with it; none of them can have been acknowledged yet, so nothing is silently lost.
+    """
+
+    def __init__(
+        self,
+        *,
+        version: str = "1.2",
+        max_frame_bytes: int = 64 << 20,
+        max_headers: int = 1000,
+        max_header_line: int = 8192,
+    ) -> None:
+        self.version = version
+        self.max_frame_bytes = max_frame_bytes
+        self.max_headers = max_headers
+        self.max_header_line = max_header_line
+        self._buf = bytearray()
+        self._scan = 0  # where the search for the end of the headers resumes (frame-relative)
+        self._pending: _PendingBody | None = None
+        self._failed: str | None = None
+
+    @property
+    def version(self) -> str:
+        """Negotiated STOMP version; selects header unescaping for every frame but the handshake."""
+        return self._version
+
+    @version.setter
+    def version(self, value: str) -> None:
+        if value not in VERSIONS:
+            raise ValueError(f"unknown STOMP version {value!r}")
+        self._version = value
+        self._escaped = value != "1.0"
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for an incomplete frame, for the connection's memory accounting."""
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
+        """Consume the next chunk of the stream and return the frames it completed, in order."""
+        if self._failed is not None:
+            raise ProtocolError(f"stream already rejected: {self._failed}")
+        buf = self._buf
+        if buf or type(data) is not bytes:
+            buf += data
+            src: bytes | bytearray = buf
+        else:
+            src = data  # nothing buffered: parse the caller's immutable bytes in place
+        frames: list[Frame] = []
+        try:
+            used = self._parse(src, frames)
+        except ProtocolError as exc:
+            self._failed = str(exc)
+            self._buf = bytearray()
+            self._pending = None
+            raise
+        if src is buf:
+            del buf[:used]  # O(1) in CPython: bytearray advances its start pointer
+        elif used < len(src):
+            buf += memoryview(src)[used:]
+        return frames
+
+    def _parse(self, b: bytes | bytearray, frames: list[Frame]) -> int:
+        """Append every complete frame of ``b`` to ``frames``; return how many bytes they used."""
+        n = len(b)
+        p = 0
+        limit = self.max_frame_bytes
+        if self._pending is not None:
+            p = self._finish_pending(b, n, frames)
+            if not p:
+                return 0
+        while True:
+            if p < n and b[p] in _EOL:
+                # Heart-beats and the optional EOLs after a NUL (the pattern always matches).
+                p = _EOLS.match(b, p).end()  # type: ignore[union-attr]
+            if p == n:
+                return p
+            start = p + self._scan
+            i = b.find(b"\n\n", start)
+            if i < 0:
+                hdr_end = b.find(b"\n\r\n", start)
+                if hdr_end < 0:
+                    self._check_partial_headers(b, p, n)
+                    return p
+                body_start = hdr_end + 3
+            else:
+                hdr_end = b.find(b"\n\r\n", start, i + 2)
+                if hdr_end < 0:
+                    hdr_end = i
+                    body_start = i + 2
+                else:
+                    body_start = hdr_end + 3
+            self._scan = 0
+            if hdr_end - p >= limit:
+                raise ProtocolError(f"frame headers exceed max_frame_bytes={limit}")
+            command, headers = self._parse_head(b, p, hdr_end)
+
+            length = headers.get("content-length")
+            if length is None:
+                nul = b.find(b"\0", body_start, p + limit)
+                if nul < 0:
+                    if n - p >= limit:
+                        raise ProtocolError(f"frame exceeds max_frame_bytes={limit}")
+                    self._pending = _PendingBody(command, headers, body_start - p, -1, n - p)
+                    return p
+                body_end = nul
+            else:
+                if length.isdigit() and length.isascii():
+                    body_end = body_start + int(length)
+                else:
+                    body_end = body_start + _content_length(length)
+                if body_end + 1 - p > limit:
+                    raise ProtocolError(
+                        f"content-length {length.strip()} exceeds max_frame_bytes={limit}"
+                    )
+                if body_end >= n:
+                    self._pending = _PendingBody(command, headers, body_start - p, body_end - p, 0)
+                    return p
+                if b[body_end]:
+                    raise ProtocolError("frame body not followed by NUL where content-length ends")
+            body = b[body_start:body_end] if type(b) is bytes else _slice(b, body_start, body_end)
+            frames.append(Frame(command, headers, body))
+            p = body_end + 1
+
+    def _finish_pending(self, b: bytes | bytearray, n: int, frames: list[Frame]) -> int:
+        """Complete the pending frame (which starts at offset 0) if its body has arrived.
+
+        Returns the offset just past its NUL, or 0 while more bytes are needed.
+        """
+        pend = self._pending
+        assert pend is not None
+        limit = self.max_frame_bytes
+        end = pend.body_end
+        if end >= 0:
+            if end >= n:
+                return 0
+            if b[end]:
+                raise ProtocolError("frame body not followed by NUL where content-length ends")
+        else:
+            end = b.find(b"\0", pend.scan, limit)
+            if end < 0:
+                if n >= limit:
+                    raise ProtocolError(f"frame exceeds max_frame_bytes={limit}")
+                pend.scan = n
+                return 0
+        frames.append(Frame(pend.command, pend.headers, _slice(b, pend.body_start, end)))
+        self._pending = None
+        return end + 1
+
+    def _parse_head(self, b: bytes | bytearray, p: int, end: int) -> tuple[str, dict[str, str]]:
+        """Decode the command line and header lines occupying ``b[p:end]``."""
+        try:
+            text = b[p:end].decode()
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(f"frame headers are not valid UTF-8: {exc.reason}") from None
+        lines = text.split("\n")
+        if "\r" in text:
+            lines = [line[:-1] if line[-1:] == "\r" else line for line in lines]
+        command = lines[0]
+        if not (command.isalpha() and command.isascii()) or len(command) > MAX_COMMAND_LINE:
+            _reject_command(command)
+        if len(lines) > self.max_headers + 1:
+            raise ProtocolError(f"frame has more than max_headers={self.max_headers} headers")
+        if end - p > self.max_header_line:
+            longest = max(map(len, b[p:end].split(b"\n")))
+            if longest > self.max_header_line:
+                raise ProtocolError(
+                    f"header line of {longest} bytes exceeds max_header_line={self.max_header_line}"
+                )
+        if "\0" in text:
+            raise ProtocolError("NUL octet inside frame headers (blank line missing?)")
+        headers: dict[str, str] = {}
+        if self._escaped and "\\" in text and command not in UNESCAPED_COMMANDS:
+            version = self._version
+            for line in lines[1:]:
+                key, colon, value = line.partition(":")
+                if not colon:
+                    _reject_header_line(line)
+                if "\\" in key:
+                    key = unescape(key, version)
+                if key not in headers:
+                    headers[key] = unescape(value, version) if "\\" in value else value
+        else:
+            for line in lines[1:]:
+                key, colon, value = line.partition(":")
+                if not colon:
+                    _reject_header_line(line)
+                if key not in headers:
+                    headers[key] = value
+        return command, headers
+
+    def _check_partial_headers(self, b: bytes | bytearray, p: int, n: int) -> None:
+        """Enforce limits on a frame whose headers have not ended yet; remember the scan point."""
+        size = n - p
+        if size >= self.max_frame_bytes:
+            raise ProtocolError(f"frame headers exceed max_frame_bytes={self.max_frame_bytes}")
+        first_eol = b.find(b"\n", p, p + MAX_COMMAND_LINE + 1)
+        if first_eol < 0:
+            if size > MAX_COMMAND_LINE:
+                raise ProtocolError(f"command line longer than {MAX_COMMAND_LINE} bytes")
+        else:
+            command = b[p:first_eol].decode("latin-1")
+            if command[-1:] == "\r":
+                command = command[:-1]
+            if not (command.isalpha() and command.isascii()):
+                _reject_command(command)
+        if b.find(b"\0", p + self._scan, n) >= 0:
+            raise ProtocolError("NUL octet inside frame headers (blank line missing?)")
+        last_eol = b.rfind(b"\n", p, n)
+        line_len = n - (last_eol + 1 if last_eol >= 0 else p)
+        if line_len > self.max_header_line:
+            raise ProtocolError(f"header line exceeds max_header_line={self.max_header_line}")
+        self._scan = max(0, size - 2)
+
+
+def _reject_command(command: str) -> NoReturn:
+    """Commands are ASCII letters; anything else means garbage or a non-STOMP client (e.g. TLS)."""
+    if not command:
+        raise ProtocolError("empty command line")
+    if len(command) > MAX_COMMAND_LINE:
+        raise ProtocolError(f"command line longer than {MAX_COMMAND_LINE} bytes")
+    raise ProtocolError(f"invalid command line {command!r}")
+
+
+def _reject_header_line(line: str) -> NoReturn:
+    raise ProtocolError(f"header line without ':': {line[:80]!r}")
+
+
+def _content_length(value: str) -> int:
+    """Parse a content-length header; tolerate surrounding spaces as ActiveMQ does."""
+    digits = value.strip()
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 18:
+        raise ProtocolError(f"invalid content-length {value[:40]!r}")
+    return int(digits)
+
+
+def _slice(b: bytes | bytearray, start: int, end: int) -> bytes:
+    """Copy a body out of the stream exactly once (a bytearray slice would copy twice)."""
+    if type(b) is bytes or end - start <= _SMALL_BODY:
+        return bytes(b[start:end])
+    with memoryview(b) as view:
+        return view[start:end].tobytes()
+
+
+def encode_head(frame: Frame, version: str = "1.2") -> bytes:
+    """Encode everything before the body: command, escaped headers, content-length, blank line.
+
+    Lets a transport write ``head``, the body and ``b"\\0"`` separately so a large body is never
+    copied. content-length is always computed from the body: a stale value in ``frame.headers``
+    (say, from a forwarded SEND) is ignored. Raises ValueError for a header the version cannot
+    represent (a newline, a colon in a key, or a trailing CR in an unescaped header).
+    """
+    command = frame.command
+    parts = [command]
+    append = parts.append
+    if version == "1.2" and command not in UNESCAPED_COMMANDS:
+        for key, value in frame.headers.items():
+            if key != "content-length":
+                wire_key = _WIRE_KEYS_12.get(key)
+                if wire_key is None:
+                    wire_key = _wire_key_12(key)
+                if "\\" in value or ":" in value or "\n" in value or "\r" in value:
+                    value = escape(value, "1.2")
+                append(f"{wire_key}:{value}")
+    elif version == "1.1" and command not in UNESCAPED_COMMANDS:
+        for key, value in frame.headers.items():
+            if key != "content-length":
+                if value[-1:] == "\r":
+                    raise ValueError(f"STOMP 1.1 cannot carry a trailing CR in header {key!r}")
+                append(f"{escape(key, version)}:{escape(value, version)}")
+    else:
+        if version not in VERSIONS:
+            raise ValueError(f"unknown STOMP version {version!r}")
+        for key, value in frame.headers.items():
+            if key != "content-length":
+                _check_raw(key, value)
+                append(f"{key}:{value}")
+    size = len(frame.body)
+    if size:
+        append(f"content-length:{size}")
+    append("\n")
+    return "\n".join(parts).encode()
+
+
+_WIRE_KEYS_12: dict[str, str] = {}
+_WIRE_KEYS_MAX = 4096
+
+
+def _wire_key_12(key: str) -> str:
+    """Escape a header name, remembering it: a broker sends the same few names all day long.
+
+    The memo is capped so that a peer inventing new header names cannot grow it without bound.
+    """
+    wire_key = escape(key, "1.2")
+    if len(_WIRE_KEYS_12) < _WIRE_KEYS_MAX:
+        _WIRE_KEYS_12[key] = wire_key
+    return wire_key
+
+
+def encode_frame(frame: Frame, version: str = "1.2") -> bytes:
+    """Encode one frame for a peer speaking ``version`` (see encode_head for header rules)."""
+    return b"".join((encode_head(frame, version), frame.body, b"\0"))
+
+
+def encode_frames(frames: Iterable[Frame], version: str = "1.2") -> bytes:
+    """Encode several frames into one buffer, for a single write."""
+    out: list[bytes] = []
+    for frame in frames:
+        out += (encode_head(frame, version), frame.body, b"\0")
+    return b"".join(out)
+
+
+def _check_raw(key: str, value: str) -> None:
+    """Refuse a header that would corrupt an unescaped (1.0 or handshake) frame."""
+    if "\n" in key or ":" in key or "\n" in value or value[-1:] == "\r":
+        raise ValueError(f"header {key!r} cannot be sent unescaped (newline, colon or CR)")
