@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import secrets
 import statistics
@@ -40,7 +41,7 @@ def percentile(sorted_values: list[int], q: float) -> float:
     """Nearest-rank percentile of already sorted values (q in 0..100)."""
     if not sorted_values:
         return float("nan")
-    rank = max(0, min(len(sorted_values) - 1, round(q / 100 * len(sorted_values) + 0.5) - 1))
+    rank = max(0, min(len(sorted_values) - 1, math.ceil(q / 100 * len(sorted_values)) - 1))
     return float(sorted_values[rank])
 
 
