@@ -202,6 +202,9 @@ class FrameParser:
         try:
             text = b[p:end].decode()
         except UnicodeDecodeError as exc:
+            first_line = b[p:end].split(b"\n", 1)[0].rstrip(b"\r").decode("latin-1")
+            if not (first_line.isalpha() and first_line.isascii()):
+                _reject_command(first_line)
             raise ProtocolError(f"frame headers are not valid UTF-8: {exc.reason}") from None
         lines = text.split("\n")
         if "\r" in text:
@@ -244,16 +247,15 @@ class FrameParser:
         size = n - p
         if size >= self.max_frame_bytes:
             raise ProtocolError(f"frame headers exceed max_frame_bytes={self.max_frame_bytes}")
+        # Check the command line, even half-received, so garbage (TLS, HTTP) fails on arrival.
         first_eol = b.find(b"\n", p, p + MAX_COMMAND_LINE + 1)
-        if first_eol < 0:
-            if size > MAX_COMMAND_LINE:
-                raise ProtocolError(f"command line longer than {MAX_COMMAND_LINE} bytes")
-        else:
-            command = b[p:first_eol].decode("latin-1")
-            if command[-1:] == "\r":
-                command = command[:-1]
-            if not (command.isalpha() and command.isascii()):
-                _reject_command(command)
+        if first_eol < 0 and size > MAX_COMMAND_LINE:
+            raise ProtocolError(f"command line longer than {MAX_COMMAND_LINE} bytes")
+        command = b[p : n if first_eol < 0 else first_eol].decode("latin-1")
+        if command[-1:] == "\r":
+            command = command[:-1]
+        if command and not (command.isalpha() and command.isascii()):
+            _reject_command(command)
         if b.find(b"\0", p + self._scan, n) >= 0:
             raise ProtocolError("NUL octet inside frame headers (blank line missing?)")
         last_eol = b.rfind(b"\n", p, n)
@@ -298,7 +300,8 @@ def encode_head(frame: Frame, version: str = "1.2") -> bytes:
     Lets a transport write ``head``, the body and ``b"\\0"`` separately so a large body is never
     copied. content-length is always computed from the body: a stale value in ``frame.headers``
     (say, from a forwarded SEND) is ignored. Raises ValueError for a header the version cannot
-    represent (a newline, a colon in a key, or a trailing CR in an unescaped header).
+    represent (a newline, a colon in a key, or a trailing CR in an unescaped header; a NUL
+    anywhere), because sending it would corrupt the peer's view of the stream.
     """
     command = frame.command
     parts = [command]
@@ -329,7 +332,10 @@ def encode_head(frame: Frame, version: str = "1.2") -> bytes:
     if size:
         append(f"content-length:{size}")
     append("\n")
-    return "\n".join(parts).encode()
+    head = "\n".join(parts)
+    if "\0" in head:
+        raise ValueError("a NUL in a header would end the frame early for NUL-delimited readers")
+    return head.encode()
 
 
 _WIRE_KEYS_12: dict[str, str] = {}
