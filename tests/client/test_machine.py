@@ -329,7 +329,7 @@ def test_heart_beat_eol_is_sent_before_the_promised_interval_runs_out() -> None:
     first = m.heartbeat()
     assert first.data == b""
     assert 0 < first.wait <= 1.0
-    clock.now += first.wait
+    clock.now += first.wait + 1e-6
     assert m.heartbeat().data == b"\n"
     assert m.heartbeat().data == b""  # just sent: not due again yet
 
@@ -366,3 +366,11 @@ def test_no_heart_beat_timer_before_connected_or_after_close() -> None:
     assert m.heartbeat().wait is None
     with pytest.raises(ClientError):
         m.send("/queue/a")
+
+
+def test_eof_after_an_unclaimed_error_is_explained_by_it() -> None:
+    m = connected()
+    assert str(m.closed_by_peer()) == "connection closed by the broker"
+    m.receive_data(server("ERROR", {"message": "frame too large"}))
+    assert "frame too large" in str(m.closed_by_peer())
+    assert m.last_error is not None and str(m.last_error) == "frame too large"

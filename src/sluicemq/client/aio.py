@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import Callable
 from types import TracebackType
 
+from sluicemq.client.inbox import Ended, take
 from sluicemq.client.machine import (
     ClientMachine,
     Connected,
@@ -27,7 +28,6 @@ from sluicemq.config import DEFAULT_URL
 from sluicemq.errors import ClientError, SluiceError
 
 READ_CHUNK = 1 << 20
-_END = object()  # queued to a subscription when it ends cleanly
 
 
 class AsyncSubscription:
@@ -41,17 +41,15 @@ class AsyncSubscription:
         self._queue: asyncio.Queue[object] = asyncio.Queue()
 
     async def get(self, timeout: float | None = None) -> AsyncMessage | None:
-        """The next message, or None on timeout or once the subscription has ended."""
+        """The next message, or None on timeout or once the subscription has ended.
+
+        Raises ClientError for a broker ERROR no call claimed (once) or a dead connection.
+        """
         try:
             item = await asyncio.wait_for(self._queue.get(), timeout)
         except TimeoutError:
             return None
-        if isinstance(item, AsyncMessage):
-            return item
-        self._queue.put_nowait(item)  # end or error is sticky: every later get() sees it too
-        if isinstance(item, ClientError):
-            raise item
-        return None
+        return take(item, self._queue.put_nowait, AsyncMessage)
 
     def __aiter__(self) -> AsyncSubscription:
         return self
@@ -71,7 +69,7 @@ class AsyncSubscription:
             await self.client._call(lambda m: m.unsubscribe(self.id, durable=durable))
         finally:
             self.client._subscriptions.pop(self.id, None)
-            self._queue.put_nowait(_END)
+            self._queue.put_nowait(Ended())
 
     async def __aenter__(self) -> AsyncSubscription:
         return self
@@ -185,7 +183,7 @@ class AsyncClient:
             client._fail(ClientError(f"no CONNECTED from {address}:{port} within {timeout}s"))
             raise client._failure from None  # type: ignore[misc]
         except ClientError:
-            client._fail(ClientError("connection refused by the broker"))
+            client._writer.close()
             raise
         client._tasks.append(asyncio.create_task(client._heartbeat_loop()))
         return client
@@ -318,7 +316,7 @@ class AsyncClient:
             while True:
                 data = await self._reader.read(READ_CHUNK)
                 if not data:
-                    raise ClientError("connection closed by the broker")
+                    raise self._machine.closed_by_peer()
                 for event in self._machine.receive_data(data):
                     self._route(event)
         except (OSError, SluiceError) as exc:
@@ -348,8 +346,11 @@ class AsyncClient:
         elif isinstance(event, ErrorReceived):
             if event.receipt_id is not None and event.receipt_id in self._receipts:
                 _resolve(self._receipts.pop(event.receipt_id), event.error)
+            elif not self._connected.done():
+                self._fail(event.error)  # refused at CONNECT
             else:
-                self._fail(event.error)
+                for sub in self._subscriptions.values():
+                    sub._queue.put_nowait(event.error)
         else:
             _resolve(self._connected, event)
 
@@ -365,7 +366,7 @@ class AsyncClient:
         self._receipts.clear()
         for sub in self._subscriptions.values():
             sub.active = False
-            sub._queue.put_nowait(_END if clean else error)
+            sub._queue.put_nowait(Ended(None if clean else error))
         self._subscriptions.clear()
         self._writer.close()
         current = asyncio.current_task()

@@ -17,7 +17,7 @@ from sluicemq.config import Limits
 from sluicemq.errors import ClientError
 from sluicemq.protocol.codec import FrameParser, encode_frame
 from sluicemq.protocol.frames import Frame
-from sluicemq.protocol.heartbeat import parse_heart_beat
+from sluicemq.protocol.heartbeat import HeartbeatMonitor, negotiate, parse_heart_beat
 
 VERSIONS = ("1.0", "1.1", "1.2")
 ACK_MODES = frozenset({"auto", "client", "client-individual"})
@@ -26,8 +26,6 @@ TEXT_CONTENT_TYPE = "text/plain;charset=utf-8"
 # An EOL goes out once this fraction of the promised interval has passed idle, so that
 # scheduling jitter on a busy machine never makes us miss the broker's deadline.
 SEND_EARLY = 0.8
-# The broker is declared dead after this many of its promised intervals pass in silence.
-RECEIVE_GRACE = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +142,8 @@ class ClientMachine:
         self._clock = clock
         self._ids = itertools.count(1)
         self._disconnect_receipt: str | None = None
-        now = clock()
-        self._last_sent = now
-        self._last_received = now
+        self._beats: HeartbeatMonitor | None = None  # set once CONNECTED fixes the intervals
+        self.last_error: ClientError | None = None  # latest ERROR that no receipt claimed
 
     # ---------------------------------------------------------------- outgoing frames
 
@@ -275,10 +272,11 @@ class ClientMachine:
     def receive_data(self, data: bytes) -> list[Event]:
         """Feed bytes read from the socket; returns what they meant, in order.
 
-        Raises ProtocolError on malformed input and ClientError on an impossible CONNECTED.
+        Raises ProtocolError on malformed input (or a bad heart-beat header) and ClientError
+        on an impossible CONNECTED.
         """
-        if data:
-            self._last_received = self._clock()
+        if data and self._beats is not None:
+            self._beats.received(self._clock())
         events: list[Event] = []
         for frame in self._parser.feed(data):
             event = self._handle(frame)
@@ -291,26 +289,27 @@ class ClientMachine:
         self.state = "closed"
         self.pending_receipts.clear()
 
+    def closed_by_peer(self) -> ClientError:
+        """The error for an EOF from the broker, naming the ERROR that probably explains it."""
+        last = self.last_error
+        if last is None:
+            return ClientError("connection closed by the broker")
+        return ClientError(f"connection closed by the broker after ERROR: {last}",
+                           last.headers, last.body)
+
     def heartbeat(self) -> HeartbeatCheck:
         """Decide whether an EOL is due, whether the broker went silent, and when to ask again."""
-        if self.state not in ("connected", "disconnecting"):
+        beats = self._beats
+        if beats is None or self.state not in ("connected", "disconnecting"):
             return HeartbeatCheck(b"", False, None)
         now = self._clock()
-        waits: list[float] = []
         data = b""
-        dead = False
-        if self.send_interval:
-            due = self._last_sent + self.send_interval * SEND_EARLY
-            if now >= due:
-                data = b"\n"
-                self._last_sent = now
-                due = now + self.send_interval * SEND_EARLY
-            waits.append(due - now)
-        if self.receive_interval:
-            deadline = self._last_received + self.receive_interval * RECEIVE_GRACE
-            dead = now >= deadline
-            waits.append(max(deadline - now, 0.0))
-        return HeartbeatCheck(data, dead, min(waits) if waits else None)
+        if beats.should_send(now):
+            data = b"\n"
+            beats.sent(now)
+        deadline = beats.next_deadline()
+        wait = None if deadline is None else max(deadline - now, 0.0)
+        return HeartbeatCheck(data, beats.peer_dead(now), wait)
 
     # ---------------------------------------------------------------- internals
 
@@ -343,14 +342,15 @@ class ClientMachine:
         self._parser.version = version
         self.server = frame.headers.get("server")
         self.session = frame.headers.get("session")
-        sx, sy = (0, 0)
-        if version != "1.0" and "heart-beat" in frame.headers:
-            sx, sy = parse_heart_beat(frame.headers["heart-beat"])
-        cx, cy = self.heartbeat_offer
-        self.send_interval = max(cx, sy) / 1000 if cx and sy else 0.0
-        self.receive_interval = max(cy, sx) / 1000 if cy and sx else 0.0
-        now = self._clock()
-        self._last_sent = self._last_received = now
+        server_beats = (0, 0)
+        if version != "1.0":
+            server_beats = parse_heart_beat(frame.headers.get("heart-beat"))
+        # negotiate() answers from the broker's side: what it sends is what we expect.
+        broker_sends, broker_expects = negotiate(self.heartbeat_offer, server_beats)
+        self.send_interval = broker_expects / 1000
+        self.receive_interval = broker_sends / 1000
+        self._beats = HeartbeatMonitor(int(broker_expects * SEND_EARLY), broker_sends,
+                                       self._clock())
         return Connected(version, self.server, self.session,
                          self.send_interval, self.receive_interval)
 
@@ -376,6 +376,7 @@ class ClientMachine:
         if receipt_id is not None and receipt_id in self.pending_receipts:
             self.pending_receipts.discard(receipt_id)
             return ErrorReceived(error, receipt_id)
+        self.last_error = error
         return ErrorReceived(error, None)
 
     def _acknowledge(
@@ -406,7 +407,8 @@ class ClientMachine:
         return Outgoing(self._encode(frame), receipt_id)
 
     def _encode(self, frame: Frame) -> bytes:
-        self._last_sent = self._clock()
+        if self._beats is not None:
+            self._beats.sent(self._clock())
         return encode_frame(frame, self.version or self.accepted[-1])
 
     def _require_connected(self) -> None:

@@ -19,6 +19,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from types import TracebackType
 
+from sluicemq.client.inbox import Ended, take
 from sluicemq.client.machine import (
     ClientMachine,
     Connected,
@@ -34,7 +35,6 @@ from sluicemq.config import DEFAULT_URL
 from sluicemq.errors import ClientError, SluiceError
 
 READ_CHUNK = 1 << 20
-_END = object()  # queued to a subscription when it ends cleanly
 
 
 class Subscription:
@@ -48,17 +48,15 @@ class Subscription:
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
 
     def get(self, timeout: float | None = None) -> Message | None:
-        """The next message, or None on timeout or once the subscription has ended."""
+        """The next message, or None on timeout or once the subscription has ended.
+
+        Raises ClientError for a broker ERROR no call claimed (once) or a dead connection.
+        """
         try:
             item = self._queue.get(timeout=timeout)
         except queue.Empty:
             return None
-        if isinstance(item, Message):
-            return item
-        self._queue.put(item)  # end or error is sticky: every later get() sees it too
-        if isinstance(item, ClientError):
-            raise item
-        return None
+        return take(item, self._queue.put, Message)
 
     def __iter__(self) -> Iterator[Message]:
         while (message := self.get()) is not None:
@@ -73,7 +71,7 @@ class Subscription:
             self.client._call(lambda m: m.unsubscribe(self.id, durable=durable))
         finally:
             self.client._forget(self.id)
-            self._queue.put(_END)
+            self._queue.put(Ended())
 
     def _deliver(self, item: object) -> None:
         self._queue.put(item)
@@ -252,7 +250,7 @@ class Client:
         finally:
             self._closing = True
             self._close_socket()
-            self._end_subscriptions(_END)
+            self._end_subscriptions(Ended())
 
     close = disconnect
 
@@ -322,7 +320,7 @@ class Client:
                     continue
                 data = self._sock.recv(READ_CHUNK)
                 if not data:
-                    raise ClientError("connection closed by the broker")
+                    raise self._machine.closed_by_peer()
                 with self._state:
                     events = self._machine.receive_data(data)
                     actions = [self._route(event) for event in events]
@@ -351,7 +349,15 @@ class Client:
                 future = self._receipts.pop(event.receipt_id, None)
                 if future is not None:
                     return lambda: _resolve(future, error)
-            return lambda: self._fail(error)
+            if not self._connected.done():
+                return lambda: self._fail(error)  # refused at CONNECT
+            subs = list(self._subscriptions.values())
+
+            def tell_subscribers() -> None:
+                for sub in subs:
+                    sub._deliver(error)
+
+            return tell_subscribers
         connected = event
         return lambda: _resolve(self._connected, connected)
 
@@ -367,10 +373,10 @@ class Client:
             self._receipts.clear()
         for future in [*waiters, self._connected]:
             _resolve(future, self._failure)
-        self._end_subscriptions(_END if clean else error)
+        self._end_subscriptions(Ended(None if clean else error))
         self._close_socket()
 
-    def _end_subscriptions(self, item: object) -> None:
+    def _end_subscriptions(self, item: Ended) -> None:
         with self._state:
             subs = list(self._subscriptions.values())
             self._subscriptions.clear()
