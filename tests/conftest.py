@@ -115,3 +115,87 @@ def broker_factory(tmp_path: Path) -> Iterator:
 def broker(broker_factory) -> BrokerProcess:
     """A fresh broker with its own data dir."""
     return broker_factory()
+
+
+class RawStomp:
+    """A bare STOMP connection for protocol-level tests: send bytes/frames, read frames."""
+
+    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
+        import socket
+
+        from sluicemq.protocol.codec import FrameParser
+
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.parser = FrameParser(version="1.2")
+        self.frames: list = []
+        self.version = "1.2"
+
+    def send_bytes(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send(self, command: str, headers: dict[str, str] | None = None,
+             body: bytes = b"") -> None:
+        from sluicemq.protocol.codec import encode_frame
+        from sluicemq.protocol.frames import Frame
+
+        self.sock.sendall(encode_frame(Frame(command, dict(headers or {}), body), self.version))
+
+    def connect(self, version: str = "1.2", **headers: str):
+        h = {"accept-version": version, "host": "localhost"}
+        h.update({k.replace("_", "-"): v for k, v in headers.items()})
+        self.send("CONNECT", h)
+        frame = self.recv()
+        assert frame.command == "CONNECTED", frame
+        self.version = frame.headers.get("version", "1.0")
+        self.parser.version = self.version
+        return frame
+
+    def recv(self, timeout: float = 10.0):
+        """Next frame, or raise TimeoutError; EOF raises ConnectionError."""
+        import socket
+
+        deadline = time.monotonic() + timeout
+        while not self.frames:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("no frame received")
+            self.sock.settimeout(remaining)
+            try:
+                data = self.sock.recv(1 << 20)
+            except socket.timeout:
+                raise TimeoutError("no frame received") from None
+            if not data:
+                raise ConnectionError("connection closed by broker")
+            self.frames.extend(self.parser.feed(data))
+        return self.frames.pop(0)
+
+    def expect_closed(self, timeout: float = 5.0) -> None:
+        """Drain until the broker closes the connection."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self.recv(max(0.01, deadline - time.monotonic()))
+            except ConnectionError:
+                return
+            except TimeoutError:
+                break
+        raise AssertionError("broker did not close the connection")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def raw(broker):
+    """Factory of raw STOMP connections to the `broker` fixture; closed at teardown."""
+    conns: list[RawStomp] = []
+
+    def make(target: BrokerProcess | None = None) -> RawStomp:
+        b = target or broker
+        c = RawStomp(b.host, b.port)
+        conns.append(c)
+        return c
+
+    yield make
+    for c in conns:
+        c.close()

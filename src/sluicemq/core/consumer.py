@@ -1,0 +1,80 @@
+"""One subscription of one connection, as a queue sees it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from sluicemq.core.message import Message
+
+if TYPE_CHECKING:
+    from sluicemq.core.queue import Queue
+    from sluicemq.core.selectors import Selector
+
+AUTO, CLIENT, CLIENT_INDIVIDUAL = "auto", "client", "client-individual"
+ACK_MODES = (AUTO, CLIENT, CLIENT_INDIVIDUAL)
+
+
+class Delivery(Protocol):
+    """What a consumer needs from its connection: write a MESSAGE, tell if it can take more."""
+
+    writable: bool
+
+    def deliver(self, consumer: Consumer, msg: Message) -> None: ...
+
+
+class Consumer:
+    """A subscription: where it reads from, how it acks, how much it may hold unacknowledged.
+
+    ``inflight`` keeps delivered-but-unacked messages in delivery order, which is what a
+    cumulative (``client``) ACK needs.
+    """
+
+    __slots__ = (
+        "ack_mode", "delivery", "destination", "exclusive", "index", "inflight",
+        "prefetch", "queue", "selector", "sub_id",
+    )
+
+    def __init__(
+        self,
+        delivery: Delivery,
+        sub_id: str,
+        index: int,
+        destination: str,
+        queue: Queue,
+        *,
+        ack_mode: str = AUTO,
+        prefetch: int = 1000,
+        selector: Selector | None = None,
+        exclusive: bool = False,
+    ) -> None:
+        self.delivery = delivery
+        self.sub_id = sub_id
+        self.index = index
+        self.destination = destination
+        self.queue = queue
+        self.ack_mode = ack_mode
+        self.prefetch = max(1, prefetch)
+        self.selector = selector
+        self.exclusive = exclusive
+        self.inflight: dict[int, Message] = {}
+
+    def ready(self) -> bool:
+        """Room for one more message: the socket drains and the prefetch window is open."""
+        if not self.delivery.writable:
+            return False
+        return self.ack_mode == AUTO or len(self.inflight) < self.prefetch
+
+    def accepts(self, msg: Message) -> bool:
+        return self.selector is None or self.selector.matches(msg.headers)
+
+    def take_inflight_upto(self, mid: int) -> list[Message]:
+        """Cumulative ACK: every message delivered up to and including ``mid``."""
+        taken: list[Message] = []
+        for key in list(self.inflight):
+            taken.append(self.inflight.pop(key))
+            if key == mid:
+                break
+        return taken
+
+    def __repr__(self) -> str:
+        return f"<Consumer {self.sub_id} on {self.destination} {self.ack_mode}>"

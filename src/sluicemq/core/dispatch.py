@@ -1,0 +1,84 @@
+"""The dispatch pass: hand a queue's pending messages to consumers that have room.
+
+Rules, in the order they apply to each message (highest priority first, FIFO within):
+1. an expired message is dropped (and counted), never delivered;
+2. if any consumer subscribed with ``activemq.exclusive:true``, only the first of them receives;
+3. a message with ``JMSXGroupID`` goes to the consumer that owns its group (assigned on the
+   group's first message, released when that consumer leaves); it waits while the owner is full;
+4. otherwise consumers take turns (round robin from where the last pass stopped) among those
+   with room whose selector matches.
+A message no consumer can take now is skipped, not lost. A pass looks at no more than
+``scan_limit`` messages, so a backlog no consumer's selector wants cannot stall the loop.
+"""
+
+from __future__ import annotations
+
+from sluicemq.core.consumer import AUTO, Consumer
+from sluicemq.core.message import Message
+from sluicemq.core.queue import Queue
+
+DEFAULT_SCAN_LIMIT = 10_000
+
+
+def _candidates(queue: Queue) -> list[Consumer]:
+    exclusive = [c for c in queue.consumers if c.exclusive]
+    return exclusive[:1] if exclusive else queue.consumers
+
+
+def _pick(queue: Queue, candidates: list[Consumer], msg: Message) -> Consumer | None:
+    n = len(candidates)
+    for i in range(n):
+        c = candidates[(queue.rr + i) % n]
+        if c.ready() and c.accepts(msg):
+            queue.rr = (queue.rr + i + 1) % n
+            return c
+    return None
+
+
+def dispatch(queue: Queue, now_ms: int, scan_limit: int = DEFAULT_SCAN_LIMIT) -> int:
+    """Run one pass; returns how many messages were delivered."""
+    candidates = _candidates(queue)
+    if not candidates or not queue.pending:
+        return 0
+    delivered = 0
+    skipped: list[Message] = []
+    expired: list[Message] = []
+    auto_acked: list[Message] = []
+    pending = queue.pending
+    scanned = 0
+    while scanned < scan_limit and any(c.ready() for c in candidates):
+        msg = pending.pop()
+        if msg is None:
+            break
+        scanned += 1
+        if msg.expires and msg.expired(now_ms):
+            expired.append(msg)
+            continue
+        if msg.group is not None:
+            owner = queue.groups.get(msg.group)
+            if owner is not None:
+                consumer = owner if owner.ready() and owner in candidates else None
+            else:
+                consumer = _pick(queue, candidates, msg)
+                if consumer is not None:
+                    queue.groups[msg.group] = consumer
+        else:
+            consumer = _pick(queue, candidates, msg)
+        if consumer is None:
+            skipped.append(msg)
+            continue
+        msg.deliveries += 1
+        if consumer.ack_mode == AUTO:
+            auto_acked.append(msg)
+        else:
+            consumer.inflight[msg.mid] = msg
+        consumer.delivery.deliver(consumer, msg)
+        delivered += 1
+    pending.restore(skipped)
+    if expired:
+        queue.stats.expired += len(expired)
+        queue.owner.record_removal(queue, expired)
+    if auto_acked:
+        queue.stats.dequeued += len(auto_acked)
+        queue.owner.record_removal(queue, auto_acked)
+    return delivered

@@ -1,0 +1,88 @@
+"""The broker's in-memory view of one message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Headers the broker sets or consumes itself; never copied from a SEND into the stored message.
+TRANSPORT_HEADERS = frozenset(
+    {"receipt", "transaction", "content-length", "destination", "message-id", "subscription",
+     "ack", "redelivered", "sluice-delivery-count"}
+)
+MIN_PRIORITY, MAX_PRIORITY, DEFAULT_PRIORITY = 0, 9, 4
+
+
+class Message:
+    """A message as queues hold it: identity, routing facts and the user's headers and body.
+
+    ``mid`` is broker-wide and survives restarts for persistent messages. ``ticket`` is the
+    journal ticket of the record that stores the message (None for non-persistent ones).
+    ``deliveries`` counts how often it was handed out (redelivery and DLQ decisions).
+    """
+
+    __slots__ = (
+        "body", "deliveries", "destination", "expires", "group", "headers", "mid",
+        "persistent", "priority", "ticket", "timestamp",
+    )
+
+    def __init__(
+        self,
+        mid: int,
+        destination: str,
+        headers: dict[str, str],
+        body: bytes,
+        *,
+        persistent: bool,
+        priority: int = DEFAULT_PRIORITY,
+        expires: int = 0,
+        timestamp: int = 0,
+    ) -> None:
+        self.mid = mid
+        self.destination = destination
+        self.headers = headers
+        self.body = body
+        self.persistent = persistent
+        self.priority = priority
+        self.expires = expires
+        self.timestamp = timestamp
+        self.group = headers.get("JMSXGroupID")
+        self.ticket: Any = None
+        self.deliveries = 0
+
+    @property
+    def message_id(self) -> str:
+        return f"ID:sluice-{self.mid}"
+
+    def expired(self, now_ms: int) -> bool:
+        return 0 < self.expires <= now_ms
+
+    def copy_for(self, destination: str) -> Message:
+        """A copy routed elsewhere (DLQ moves); identity and content are kept."""
+        m = Message(self.mid, destination, dict(self.headers), self.body,
+                    persistent=self.persistent, priority=self.priority,
+                    expires=self.expires, timestamp=self.timestamp)
+        return m
+
+    def __repr__(self) -> str:
+        return f"<Message {self.mid} {self.destination} {len(self.body)}B>"
+
+
+def parse_priority(value: str | None) -> int:
+    """STOMP `priority` header → 0..9 (JMS range); bad values fall back to the default."""
+    if value is None:
+        return DEFAULT_PRIORITY
+    try:
+        p = int(value)
+    except ValueError:
+        return DEFAULT_PRIORITY
+    return min(MAX_PRIORITY, max(MIN_PRIORITY, p))
+
+
+def parse_expires(value: str | None) -> int:
+    """`expires` is an absolute time in ms since the epoch (ActiveMQ); 0 means never."""
+    if not value:
+        return 0
+    try:
+        return max(0, int(value))
+    except ValueError:
+        return 0

@@ -1,0 +1,37 @@
+"""Destination names: `/queue/NAME` and `/topic/NAME`, validated once at the edge."""
+
+from __future__ import annotations
+
+import re
+
+from sluicemq.errors import ProtocolError
+
+QUEUE, TOPIC = "queue", "topic"
+_PREFIXES = {"/queue/": QUEUE, "/topic/": TOPIC}
+_NAME_RE = re.compile(r"[A-Za-z0-9_\-.:@#$]{1,200}")
+
+
+def parse_destination(destination: str | None) -> tuple[str, str]:
+    """Split a STOMP destination into (kind, name) or raise a non-fatal ProtocolError.
+
+    Names are 1-200 characters of letters, digits and ``_-.:@#$``: no wildcards, spaces or
+    slashes, so they are safe as journal keys, file names and metric labels.
+    """
+    if not destination:
+        raise ProtocolError("missing 'destination' header", fatal=False)
+    for prefix, kind in _PREFIXES.items():
+        if destination.startswith(prefix):
+            name = destination[len(prefix):]
+            if not _NAME_RE.fullmatch(name) or name.strip(".") != name or ".." in name:
+                raise ProtocolError(
+                    f"invalid destination name {destination!r}: use 1-200 of A-Z a-z 0-9 _-.:@#$",
+                    fatal=False,
+                )
+            return kind, name
+    raise ProtocolError(
+        f"invalid destination {destination!r}: it must start with /queue/ or /topic/", fatal=False
+    )
+
+
+def destination_of(kind: str, name: str) -> str:
+    return f"/{kind}/{name}"

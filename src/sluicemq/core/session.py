@@ -1,0 +1,472 @@
+"""One client connection's STOMP conversation: frames in, broker calls and frames out.
+
+Sans-IO: the transport feeds parsed frames to ``handle`` and supplies an ``Outbound`` that
+buffers bytes and can close; nothing here touches a socket or a clock of its own.
+
+Errors: framing and protocol violations (frames before CONNECT, unknown commands, missing
+required headers) are fatal — ERROR, then close, as the STOMP spec says. Semantic errors that
+concern one operation (an unknown ack id, an invalid destination, a bad selector, an unknown
+transaction) get an ERROR but keep the connection, as ActiveMQ does, so one bad request does
+not tear down a producer's other work.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from sluicemq import __version__
+from sluicemq.core.broker import Broker
+from sluicemq.core.consumer import ACK_MODES, AUTO, CLIENT, Consumer
+from sluicemq.core.message import (
+    TRANSPORT_HEADERS,
+    Message,
+    parse_expires,
+    parse_priority,
+)
+from sluicemq.core.names import QUEUE, parse_destination
+from sluicemq.core.queue import Queue
+from sluicemq.core.selectors import SelectorError, compile_selector
+from sluicemq.errors import ProtocolError
+from sluicemq.protocol.codec import encode_frame
+from sluicemq.protocol.frames import CLIENT_COMMANDS, Frame
+from sluicemq.protocol.heartbeat import negotiate, parse_heart_beat
+from sluicemq.storage import records
+
+if TYPE_CHECKING:
+    from sluicemq.core.spool import TxSpool
+
+log = logging.getLogger("sluicemq.session")
+
+SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
+OP_SEND, OP_ACK = 1, 2
+_session_ids = itertools.count(1)
+_BOOT = os.urandom(4).hex()
+
+
+class Outbound(Protocol):
+    """The transport side of a session."""
+
+    writable: bool
+
+    def write(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Session:
+    """State of one connection: version, subscriptions, open transactions."""
+
+    def __init__(self, broker: Broker, out: Outbound, peer: str = "?") -> None:
+        self.broker = broker
+        self.out = out
+        self.peer = peer
+        self.id = f"{_BOOT}-{next(_session_ids)}"
+        self.version = "1.0"
+        self.connected = False
+        self.closed = False
+        self.client_id: str | None = None
+        self.login: str | None = None
+        self.heartbeat = (0, 0)  # (we send every ms, we expect every ms)
+        self.consumers: dict[str, Consumer] = {}
+        self.by_index: dict[int, Consumer] = {}
+        self._indexes = itertools.count(1)
+        self.transactions: dict[str, TxSpool] = {}
+        self.on_version: Callable[[str], None] = lambda v: None
+        self.received = 0
+        self.delivered = 0
+
+    # -- Delivery (called by dispatch) -------------------------------------------------------
+    @property
+    def writable(self) -> bool:
+        return self.out.writable and not self.closed
+
+    def deliver(self, consumer: Consumer, msg: Message) -> None:
+        h = {"destination": msg.destination, "message-id": msg.message_id,
+             "subscription": consumer.sub_id}
+        if self.version == "1.2":
+            h["ack"] = f"{consumer.index}-{msg.mid}"
+        if msg.deliveries > 1:
+            h["redelivered"] = "true"
+            h["sluice-delivery-count"] = str(msg.deliveries)
+        for k, v in msg.headers.items():
+            h.setdefault(k, v)
+        if "timestamp" not in h and msg.timestamp:
+            h["timestamp"] = str(msg.timestamp)
+        self.delivered += 1
+        self.out.write(encode_frame(Frame("MESSAGE", h, msg.body), self.version))
+
+    # -- frames in ---------------------------------------------------------------------------
+    def handle(self, frame: Frame) -> None:
+        """Process one frame; errors become ERROR frames, never exceptions to the transport."""
+        if self.closed:
+            return
+        try:
+            self._dispatch(frame)
+        except ProtocolError as exc:
+            self.error(str(exc), frame, fatal=exc.fatal)
+        except Exception:
+            log.exception("internal error handling %s from %s", frame.command, self.peer)
+            self.error("internal broker error", frame, fatal=True)
+
+    def _dispatch(self, frame: Frame) -> None:
+        command = frame.command
+        if not self.connected:
+            if command in ("CONNECT", "STOMP"):
+                self._connect(frame)
+                return
+            raise ProtocolError(f"expected CONNECT or STOMP, got {command!r}")
+        handler = _HANDLERS.get(command)
+        if handler is None:
+            if command in ("CONNECT", "STOMP"):
+                raise ProtocolError("already connected")
+            what = "a server frame" if command not in CLIENT_COMMANDS else "unsupported"
+            raise ProtocolError(f"unknown command {command!r} ({what})")
+        handler(self, frame)
+
+    def error(self, message: str, frame: Frame | None = None, *, fatal: bool = True,
+              detail: str = "") -> None:
+        headers = {"message": message, "content-type": "text/plain"}
+        if frame is not None and "receipt" in frame.headers:
+            headers["receipt-id"] = frame.headers["receipt"]
+        body = (detail or message).encode()
+        log.info("ERROR to %s: %s", self.peer, message)
+        self.out.write(encode_frame(Frame("ERROR", headers, body), self.version))
+        if fatal:
+            self.close()
+
+    def receipt(self, frame: Frame) -> None:
+        """Answer a `receipt` header once everything this frame stored is durable."""
+        receipt_id = frame.headers.get("receipt")
+        if receipt_id is None:
+            return
+
+        def done(exc: BaseException | None) -> None:
+            if self.closed:
+                return
+            if exc is None:
+                self.out.write(encode_frame(Frame("RECEIPT", {"receipt-id": receipt_id}),
+                                            self.version))
+            else:
+                self.error(f"not stored: {exc}", frame, fatal=False)
+
+        self.broker.when_durable(done)
+
+    # -- connection --------------------------------------------------------------------------
+    def _connect(self, frame: Frame) -> None:
+        h = frame.headers
+        accepted = h.get("accept-version")
+        offered = [v.strip() for v in accepted.split(",")] if accepted else ["1.0"]
+        common = [v for v in SUPPORTED_VERSIONS if v in offered]
+        if not common:
+            self.out.write(encode_frame(Frame(
+                "ERROR", {"version": ",".join(SUPPORTED_VERSIONS), "content-type": "text/plain",
+                          "message": "unsupported protocol version"},
+                f"supported versions are {','.join(SUPPORTED_VERSIONS)}".encode()), "1.0"))
+            self.close()
+            return
+        self.version = common[-1]
+        client_hb = parse_heart_beat(h.get("heart-beat"))
+        server_ms = self.broker.config.limits.heartbeat_ms
+        self.heartbeat = negotiate(client_hb, (server_ms, server_ms))
+        client_id = h.get("client-id")
+        if client_id:
+            owner = self.broker.client_ids.get(client_id)
+            if owner is not None and owner is not self:
+                raise ProtocolError(f"client-id {client_id!r} is already connected")
+            self.broker.client_ids[client_id] = self
+            self.client_id = client_id
+        self.login = h.get("login")
+        self.connected = True
+        self.on_version(self.version)
+        reply = {"version": self.version, "session": self.id,
+                 "server": f"SluiceMQ/{__version__}",
+                 "heart-beat": f"{self.heartbeat[0]},{self.heartbeat[1]}"}
+        self.out.write(encode_frame(Frame("CONNECTED", reply), self.version))
+
+    def _disconnect(self, frame: Frame) -> None:
+        receipt_id = frame.headers.get("receipt")
+        if receipt_id is None:
+            self.close()
+            return
+
+        def done(exc: BaseException | None) -> None:
+            if not self.closed:
+                self.out.write(encode_frame(Frame("RECEIPT", {"receipt-id": receipt_id}),
+                                            self.version))
+                self.close()
+
+        self.broker.when_durable(done)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.out.close()
+
+    def connection_lost(self) -> None:
+        """Give back everything the connection held: in-flight messages, groups, transactions."""
+        self.closed = True
+        for consumer in list(self.consumers.values()):
+            self._drop_consumer(consumer)
+        self.consumers.clear()
+        self.by_index.clear()
+        for spool in self.transactions.values():
+            spool.close()
+        self.transactions.clear()
+        if self.client_id and self.broker.client_ids.get(self.client_id) is self:
+            del self.broker.client_ids[self.client_id]
+
+    # -- SEND --------------------------------------------------------------------------------
+    def _send(self, frame: Frame) -> None:
+        h = frame.headers
+        kind, name = parse_destination(h.get("destination"))
+        self.received += 1
+        txid = h.get("transaction")
+        if txid is not None:
+            spool = self._tx(txid)
+            headers = {k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}
+            headers["destination"] = h["destination"]
+            spool.add(OP_SEND, records.encode_message(
+                f"{kind}:{name}", 0, self.broker.now_ms(), parse_expires(h.get("expires")),
+                parse_priority(h.get("priority")), headers, bytes(frame.body)))
+            self.receipt(frame)
+            return
+        self.broker.publish(kind, name, self._message(kind, name, h, frame.body))
+        self.receipt(frame)
+
+    def _message(self, kind: str, name: str, h: dict[str, str], body: bytes) -> Message:
+        headers = {k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}
+        return Message(self.broker.allocate_mid(), f"/{kind}/{name}", headers, bytes(body),
+                       persistent=h.get("persistent") == "true",
+                       priority=parse_priority(h.get("priority")),
+                       expires=parse_expires(h.get("expires")),
+                       timestamp=self.broker.now_ms())
+
+    # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------------
+    def _subscribe(self, frame: Frame) -> None:
+        h = frame.headers
+        destination = h.get("destination")
+        kind, name = parse_destination(destination)
+        sub_id = h.get("id")
+        if sub_id is None:
+            if self.version != "1.0":
+                raise ProtocolError("SUBSCRIBE requires an 'id' header", fatal=False)
+            sub_id = destination or ""
+        if sub_id in self.consumers:
+            raise ProtocolError(f"subscription id {sub_id!r} already in use", fatal=False)
+        ack_mode = h.get("ack", AUTO)
+        if ack_mode not in ACK_MODES:
+            raise ProtocolError(f"invalid ack mode {ack_mode!r}; use one of {ACK_MODES}",
+                                fatal=False)
+        prefetch = self.broker.policy(kind, name).default_prefetch
+        raw_prefetch = h.get("activemq.prefetchSize")
+        if raw_prefetch is not None:
+            try:
+                prefetch = int(raw_prefetch)
+            except ValueError:
+                raise ProtocolError(f"invalid activemq.prefetchSize {raw_prefetch!r}",
+                                    fatal=False) from None
+            if prefetch < 1:
+                raise ProtocolError("activemq.prefetchSize must be at least 1", fatal=False)
+        selector_text = h.get("selector") or None
+        try:
+            selector = compile_selector(selector_text) if selector_text else None
+        except SelectorError as exc:
+            raise ProtocolError(f"invalid selector: {exc}", fatal=False) from None
+        durable_name = h.get("activemq.subscriptionName") or h.get("durable-subscription-name")
+        index = next(self._indexes)
+        queue: Queue
+        consumer_selector = selector
+        if kind == QUEUE:
+            queue = self.broker.subscribe_queue(name)
+        elif durable_name:
+            if not self.client_id:
+                raise ProtocolError("a durable subscription needs a client-id on CONNECT",
+                                    fatal=False)
+            queue = self.broker.durable_subscription(self.client_id, durable_name, name,
+                                                     selector_text)
+            if queue.consumers:
+                raise ProtocolError(f"durable subscription {durable_name!r} is already active",
+                                    fatal=False)
+            consumer_selector = None
+        else:
+            queue = self.broker.subscribe_topic(name, f"s:{self.id}:{index}", selector)
+            consumer_selector = None
+        consumer = Consumer(self, sub_id, index, destination or "", queue, ack_mode=ack_mode,
+                            prefetch=prefetch, selector=consumer_selector,
+                            exclusive=h.get("activemq.exclusive") == "true")
+        self.consumers[sub_id] = consumer
+        self.by_index[index] = consumer
+        self.broker.attach(consumer)
+        self.receipt(frame)
+
+    def _unsubscribe(self, frame: Frame) -> None:
+        h = frame.headers
+        sub_id = h.get("id") or (h.get("destination") if self.version == "1.0" else None)
+        durable_name = h.get("activemq.subscriptionName") or h.get("durable-subscription-name")
+        consumer = self.consumers.pop(sub_id, None) if sub_id is not None else None
+        if consumer is None and not durable_name:
+            raise ProtocolError(f"no subscription with id {sub_id!r}", fatal=False)
+        if consumer is not None:
+            self.by_index.pop(consumer.index, None)
+            self._drop_consumer(consumer)
+        if durable_name:
+            if not self.client_id:
+                raise ProtocolError("removing a durable subscription needs a client-id",
+                                    fatal=False)
+            self.broker.remove_durable(f"d:{self.client_id}:{durable_name}")
+        self.receipt(frame)
+
+    def _drop_consumer(self, consumer: Consumer) -> None:
+        queue = consumer.queue
+        queue.remove_consumer(consumer)
+        if queue.key.startswith("s:"):
+            self.broker.drop_topic_subscription(queue.destination.split("/", 2)[2], queue.key)
+
+    # -- ACK / NACK --------------------------------------------------------------------------
+    def _resolve_ack(self, h: dict[str, str], nack: bool) -> tuple[Consumer, list[Message]]:
+        """Find what an ACK/NACK refers to, by 1.2 `id` or 1.0/1.1 `message-id`."""
+        ack_id = h.get("id")
+        if ack_id is not None and "-" in ack_id and not ack_id.startswith("ID:"):
+            idx, _, mid_text = ack_id.partition("-")
+            try:
+                consumer = self.by_index.get(int(idx))
+                mid = int(mid_text)
+            except ValueError:
+                consumer = None
+            if consumer is not None:
+                return consumer, self._take(consumer, mid, nack)
+            raise ProtocolError(f"unknown ack id {ack_id!r}", fatal=False)
+        message_id = h.get("message-id") or ack_id
+        if not message_id:
+            raise ProtocolError(f"{'NACK' if nack else 'ACK'} requires an 'id' "
+                                "(or 'message-id') header", fatal=False)
+        if not message_id.startswith("ID:sluice-"):
+            raise ProtocolError(f"unknown message-id {message_id!r}", fatal=False)
+        try:
+            mid = int(message_id[len("ID:sluice-"):])
+        except ValueError:
+            raise ProtocolError(f"unknown message-id {message_id!r}", fatal=False) from None
+        sub = h.get("subscription")
+        candidates = [self.consumers[sub]] if sub in self.consumers else self.consumers.values()
+        for consumer in candidates:
+            if mid in consumer.inflight:
+                return consumer, self._take(consumer, mid, nack)
+        raise ProtocolError(f"no unacknowledged message {message_id!r} on this connection",
+                            fatal=False)
+
+    def _take(self, consumer: Consumer, mid: int, nack: bool) -> list[Message]:
+        if mid not in consumer.inflight:
+            raise ProtocolError(f"message {mid} is not awaiting acknowledgement on subscription "
+                                f"{consumer.sub_id!r}", fatal=False)
+        if consumer.ack_mode == CLIENT:
+            return consumer.take_inflight_upto(mid)
+        return [consumer.inflight.pop(mid)]
+
+    def _ack(self, frame: Frame, nack: bool = False) -> None:
+        h = frame.headers
+        txid = h.get("transaction")
+        if txid is not None:
+            spool = self._tx(txid)
+            spool.add(OP_ACK, json.dumps({"h": {k: h[k] for k in ("id", "message-id",
+                                                                   "subscription") if k in h},
+                                          "nack": nack}).encode())
+            self.receipt(frame)
+            return
+        consumer, msgs = self._resolve_ack(h, nack)
+        if nack:
+            consumer.queue.return_messages(msgs)
+        else:
+            consumer.queue.acknowledge(msgs)
+        self.receipt(frame)
+
+    def _nack(self, frame: Frame) -> None:
+        self._ack(frame, nack=True)
+
+    # -- transactions ------------------------------------------------------------------------
+    def _tx(self, txid: str) -> TxSpool:
+        spool = self.transactions.get(txid)
+        if spool is None:
+            raise ProtocolError(f"unknown transaction {txid!r}", fatal=False)
+        return spool
+
+    def _tx_id(self, frame: Frame) -> str:
+        txid = frame.headers.get("transaction")
+        if not txid:
+            raise ProtocolError(f"{frame.command} requires a 'transaction' header", fatal=False)
+        return txid
+
+    def _begin(self, frame: Frame) -> None:
+        txid = self._tx_id(frame)
+        if txid in self.transactions:
+            raise ProtocolError(f"transaction {txid!r} already open", fatal=False)
+        from sluicemq.core.spool import TxSpool
+
+        directory = Path(self.broker.config.data_dir) / "tmp"
+        directory.mkdir(parents=True, exist_ok=True)
+        self.transactions[txid] = TxSpool(directory, txid)
+        self.receipt(frame)
+
+    def _abort(self, frame: Frame) -> None:
+        txid = self._tx_id(frame)
+        self._tx(txid).close()
+        del self.transactions[txid]
+        self.receipt(frame)
+
+    def _commit(self, frame: Frame) -> None:
+        txid = self._tx_id(frame)
+        spool = self._tx(txid)
+        del self.transactions[txid]
+        try:
+            self._apply(txid, spool)
+        finally:
+            spool.close()
+        self.receipt(frame)
+
+    def _apply(self, txid: str, spool: TxSpool) -> None:
+        messages: list[tuple[str, str, Message]] = []
+        acks: dict[int, tuple[Queue, list[Message]]] = {}
+        nacks: dict[int, tuple[Queue, list[Message]]] = {}
+        taken: list[tuple[Consumer, Message]] = []
+        try:
+            for op, payload in spool:
+                if op == OP_SEND:
+                    sm = records.decode_message(payload)
+                    kind, _, name = sm.key.partition(":")
+                    headers = dict(sm.headers)
+                    msg = Message(self.broker.allocate_mid(), headers.pop("destination"),
+                                  headers, sm.body,
+                                  persistent=headers.get("persistent") == "true",
+                                  priority=sm.priority, expires=sm.expires,
+                                  timestamp=sm.timestamp)
+                    messages.append((kind, name, msg))
+                else:
+                    entry = json.loads(payload)
+                    consumer, msgs = self._resolve_ack(entry["h"], entry["nack"])
+                    taken += [(consumer, m) for m in msgs]
+                    target = nacks if entry["nack"] else acks
+                    target.setdefault(id(consumer.queue), (consumer.queue, []))[1].extend(msgs)
+        except ProtocolError:
+            for consumer, m in taken:  # nothing applied: put back what resolution took
+                consumer.inflight[m.mid] = m
+            raise
+        self.broker.commit(f"{self.id}:{txid}", messages, list(acks.values()),
+                           list(nacks.values()))
+
+
+_HANDLERS: dict[str, Callable[[Session, Frame], None]] = {
+    "SEND": Session._send,
+    "SUBSCRIBE": Session._subscribe,
+    "UNSUBSCRIBE": Session._unsubscribe,
+    "ACK": Session._ack,
+    "NACK": Session._nack,
+    "BEGIN": Session._begin,
+    "COMMIT": Session._commit,
+    "ABORT": Session._abort,
+    "DISCONNECT": Session._disconnect,
+}

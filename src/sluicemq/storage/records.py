@@ -1,0 +1,139 @@
+"""Payload encodings of the journal's record types; the journal itself sees opaque bytes.
+
+Every record names its queue by *key*: ``q:NAME`` for a queue, ``t:NAME`` for a topic message
+(fanned out to durable subscriptions on replay), ``d:CLIENT:SUB`` for a durable subscription.
+Layouts are little-endian and versionless on purpose: a new layout gets a new record type.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from array import array
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+MSG = 1  # one message stored for a queue key (or a topic key: fanned out on replay)
+ACK = 2  # messages removed from queue keys: consumed, expired or moved
+TX = 3  # several MSG/ACK operations applied atomically (transactions, DLQ moves)
+SUB = 4  # a durable subscription created (or replaced)
+UNSUB = 5  # a durable subscription removed, with everything it held
+
+_MSG_HEAD = struct.Struct("<QqqBBHI")  # mid, timestamp, expires, priority, flags, keylen, hdrlen
+_U16 = struct.Struct("<H")
+_U32 = struct.Struct("<I")
+_TX_HEAD = struct.Struct("<BH")  # final flag, txid length
+_OP_HEAD = struct.Struct("<BI")  # op type, op length
+
+
+@dataclass(slots=True)
+class StoredMessage:
+    """A decoded MSG record."""
+
+    key: str
+    mid: int
+    timestamp: int
+    expires: int
+    priority: int
+    headers: dict[str, str]
+    body: bytes
+
+
+def encode_message(key: str, mid: int, timestamp: int, expires: int, priority: int,
+                   headers: dict[str, str], body: bytes) -> bytes:
+    k = key.encode()
+    h = json.dumps(headers, separators=(",", ":"), ensure_ascii=False).encode()
+    return b"".join((_MSG_HEAD.pack(mid, timestamp, expires, priority, 0, len(k), len(h)),
+                     k, h, body))
+
+
+def decode_message(payload: bytes | memoryview) -> StoredMessage:
+    mid, ts, expires, priority, _flags, klen, hlen = _MSG_HEAD.unpack_from(payload, 0)
+    pos = _MSG_HEAD.size
+    key = bytes(payload[pos:pos + klen]).decode()
+    pos += klen
+    headers = json.loads(bytes(payload[pos:pos + hlen]))
+    pos += hlen
+    return StoredMessage(key, mid, ts, expires, priority, headers, bytes(payload[pos:]))
+
+
+def encode_acks(acks: Iterable[tuple[str, int]]) -> bytes:
+    """Group (key, mid) pairs by key: a batch of auto-acks costs ~8 bytes a message."""
+    by_key: dict[str, array] = {}
+    for key, mid in acks:
+        by_key.setdefault(key, array("Q")).append(mid)
+    parts = [_U16.pack(len(by_key))]
+    for key, mids in by_key.items():
+        k = key.encode()
+        parts += [_U16.pack(len(k)), k, _U32.pack(len(mids)), mids.tobytes()]
+    return b"".join(parts)
+
+
+def decode_acks(payload: bytes | memoryview) -> Iterator[tuple[str, int]]:
+    (nkeys,) = _U16.unpack_from(payload, 0)
+    pos = 2
+    for _ in range(nkeys):
+        (klen,) = _U16.unpack_from(payload, pos)
+        pos += 2
+        key = bytes(payload[pos:pos + klen]).decode()
+        pos += klen
+        (n,) = _U32.unpack_from(payload, pos)
+        pos += 4
+        mids = array("Q")
+        mids.frombytes(bytes(payload[pos:pos + 8 * n]))
+        pos += 8 * n
+        for mid in mids:
+            yield key, mid
+
+
+def encode_tx(txid: str, ops: Iterable[tuple[int, bytes]], *, final: bool = True) -> bytes:
+    """A transaction's operations (MSG or ACK payloads) in one record."""
+    t = txid.encode()
+    parts = [_TX_HEAD.pack(1 if final else 0, len(t)), t]
+    for rtype, payload in ops:
+        parts += [_OP_HEAD.pack(rtype, len(payload)), payload]
+    return b"".join(parts)
+
+
+def decode_tx(payload: bytes | memoryview) -> tuple[str, bool, list[tuple[int, memoryview]]]:
+    view = memoryview(payload)
+    final, tlen = _TX_HEAD.unpack_from(view, 0)
+    pos = _TX_HEAD.size
+    txid = bytes(view[pos:pos + tlen]).decode()
+    pos += tlen
+    ops = []
+    while pos < len(view):
+        rtype, length = _OP_HEAD.unpack_from(view, pos)
+        pos += _OP_HEAD.size
+        ops.append((rtype, view[pos:pos + length]))
+        pos += length
+    return txid, bool(final), ops
+
+
+@dataclass(slots=True)
+class DurableSub:
+    """A durable topic subscription as the journal remembers it."""
+
+    key: str
+    topic: str
+    client_id: str
+    name: str
+    selector: str | None
+
+
+def encode_sub(sub: DurableSub) -> bytes:
+    return json.dumps({"key": sub.key, "topic": sub.topic, "client_id": sub.client_id,
+                       "name": sub.name, "selector": sub.selector}).encode()
+
+
+def decode_sub(payload: bytes | memoryview) -> DurableSub:
+    d = json.loads(bytes(payload))
+    return DurableSub(d["key"], d["topic"], d["client_id"], d["name"], d.get("selector"))
+
+
+def encode_unsub(key: str) -> bytes:
+    return key.encode()
+
+
+def decode_unsub(payload: bytes | memoryview) -> str:
+    return bytes(payload).decode()

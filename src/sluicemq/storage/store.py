@@ -1,0 +1,145 @@
+"""The broker's view of the journal: typed appends, reference counting, durability callbacks.
+
+Why a layer between broker and journal: the journal knows records and segments, the broker
+knows messages and queues. The store turns "this message is now held by that queue" into
+retain/release calls that let the journal delete segments, batches acknowledgements into one
+record per loop turn, and tells the broker when an appended sequence number is durable.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
+
+from sluicemq.storage import records
+from sluicemq.storage.journal import Journal, Location
+
+log = logging.getLogger("sluicemq.store")
+
+
+class TicketLike(Protocol):
+    seq: int
+    loc: Location | None
+
+
+class RecoveredTicket:
+    """A record found on disk at start-up: durable by definition."""
+
+    __slots__ = ("loc", "seq")
+
+    def __init__(self, loc: Location) -> None:
+        self.seq = 0
+        self.loc = loc
+
+
+class Store:
+    """Appends records for the broker and runs the loop-side half of group commit.
+
+    Every method runs on the event-loop thread; the journal's writer thread only calls the
+    two callbacks passed to ``start``, which hop back to the loop through ``call_soon_threadsafe``.
+    """
+
+    def __init__(self, journal: Journal, schedule: Callable[[Callable[[], None]], Any]) -> None:
+        self.journal = journal
+        self._schedule = schedule
+        self.durable_seq = 0
+        self.appended_seq = 0
+        self._releases: deque[tuple[int, TicketLike]] = deque()
+        self._acks: list[tuple[str, int, TicketLike]] = []
+        self._flush_scheduled = False
+        self.on_durable: Callable[[int], None] = lambda seq: None
+        self.on_failed: Callable[[int, int, BaseException], None] = lambda a, b, e: None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def recover(self) -> Iterator[tuple[int, Any, RecoveredTicket]]:
+        for rtype, payload, loc in self.journal.recover():
+            yield rtype, payload, RecoveredTicket(loc)
+
+    def read(self, loc: Location) -> bytes:
+        return self.journal.read(loc)
+
+    def start(self, call_soon_threadsafe: Callable[..., Any]) -> None:
+        self.journal.start(
+            lambda seq: call_soon_threadsafe(self._durable, seq),
+            lambda first, last, exc: call_soon_threadsafe(self._failed, first, last, exc),
+        )
+
+    def close(self) -> None:
+        self.flush()
+        self.journal.close()
+
+    # -- appends -----------------------------------------------------------------------------
+    def _append(self, rtype: int, payload: bytes) -> TicketLike:
+        ticket = self.journal.append(rtype, payload)
+        self.appended_seq = ticket.seq
+        return ticket
+
+    def append_message(self, key: str, mid: int, timestamp: int, expires: int, priority: int,
+                       headers: dict[str, str], body: bytes) -> TicketLike:
+        payload = records.encode_message(key, mid, timestamp, expires, priority, headers, body)
+        return self._append(records.MSG, payload)
+
+    def append_tx(self, txid: str, ops: list[tuple[int, bytes]], *, final: bool) -> TicketLike:
+        return self._append(records.TX, records.encode_tx(txid, ops, final=final))
+
+    def append_sub(self, sub: records.DurableSub) -> TicketLike:
+        return self._append(records.SUB, records.encode_sub(sub))
+
+    def append_unsub(self, key: str) -> TicketLike:
+        return self._append(records.UNSUB, records.encode_unsub(key))
+
+    # -- references --------------------------------------------------------------------------
+    def hold(self, ticket: TicketLike, count: int = 1) -> None:
+        """``count`` queues now hold the record: pin its segment (locations are final at append)."""
+        if ticket.loc is not None:
+            for _ in range(count):
+                self.journal.retain(ticket.loc)
+
+    def remove(self, key: str, mid: int, ticket: TicketLike) -> None:
+        """A queue let go of a message: journal that in the next batched ACK record."""
+        if not self._acks and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._schedule(self.flush)
+        self._acks.append((key, mid, ticket))
+
+    def release_after(self, seq: int, tickets: Iterable[TicketLike]) -> None:
+        """Unpin these records once record ``seq`` (which removes them) is durable."""
+        for t in tickets:
+            self._releases.append((seq, t))
+
+    def flush(self) -> int:
+        """Write the pending ACK batch; returns the newest appended sequence number."""
+        self._flush_scheduled = False
+        if self._acks:
+            acks = self._acks
+            self._acks = []
+            ticket = self._append(records.ACK, records.encode_acks((k, m) for k, m, _ in acks))
+            self.release_after(ticket.seq, (t for _, _, t in acks))
+        return self.appended_seq
+
+    # -- durability (loop thread) ------------------------------------------------------------
+    def _durable(self, seq: int) -> None:
+        if seq <= self.durable_seq:
+            return
+        self.durable_seq = seq
+        releases = self._releases
+        released = False
+        while releases and releases[0][0] <= seq:
+            _, t = releases.popleft()
+            if t.loc is not None:
+                self.journal.release(t.loc)
+                released = True
+        if released:
+            self.journal.reclaim()
+        self.on_durable(seq)
+
+    def _failed(self, first: int, last: int, exc: BaseException) -> None:
+        log.error("journal could not store records %d..%d: %s", first, last, exc)
+        self.on_failed(first, last, exc)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing appended is still waiting for its fsync."""
+        return self.durable_seq >= self.appended_seq and not self._acks

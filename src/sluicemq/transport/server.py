@@ -1,0 +1,98 @@
+"""The broker process: opens the journal, replays it, serves STOMP, shuts down cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from pathlib import Path
+
+from sluicemq.config import BrokerConfig
+from sluicemq.core.broker import Broker
+from sluicemq.storage.journal import Journal
+from sluicemq.storage.store import Store
+from sluicemq.transport.tcp import StompProtocol
+
+log = logging.getLogger("sluicemq.server")
+
+
+class BrokerServer:
+    """Wires storage, core and transport together on one event loop."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.connections: set[StompProtocol] = set()
+        self.broker: Broker | None = None
+        self.store: Store | None = None
+        self._servers: list[asyncio.AbstractServer] = []
+        self._stopped = asyncio.Event()
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        data_dir = Path(self.config.data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        js = self.config.journal
+        journal = Journal(data_dir / "journal", segment_bytes=js.segment_bytes,
+                          preallocate=js.preallocate, sync=js.sync)
+        self.store = Store(journal, loop.call_soon)
+        self.broker = Broker(self.config, self.store, loop.call_soon)
+        t0 = time.monotonic()
+        counts = self.broker.recover()
+        report = getattr(journal, "report", None)
+        dropped = getattr(report, "dropped", None) or []
+        for segment, offset, nbytes, reason in dropped:
+            log.warning("journal: dropped %d bytes at segment %d offset %d (%s)",
+                        nbytes, segment, offset, reason)
+        log.info("recovered %d messages, %d durable subscriptions from %d records in %.3fs",
+                 counts["messages"], counts["durable_subscriptions"], counts["records"],
+                 time.monotonic() - t0)
+        self.store.start(loop.call_soon_threadsafe)
+        server = await loop.create_server(
+            lambda: StompProtocol(self.broker, self.connections),  # type: ignore[arg-type]
+            self.config.host, self.config.port, reuse_address=True, backlog=1024)
+        self._servers.append(server)
+        host, port = server.sockets[0].getsockname()[:2]
+        print(f"sluice: listening on stomp://{host}:{port} (data in {data_dir})", flush=True)
+
+    async def serve_until_stopped(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, self._stopped.set)
+        await self._stopped.wait()
+        await self.stop()
+
+    def request_stop(self) -> None:
+        self._stopped.set()
+
+    async def stop(self) -> None:
+        """Stop accepting, close connections, make every appended record durable, close files."""
+        for server in self._servers:
+            server.close()
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.close()
+        await asyncio.sleep(0)
+        if self.store is not None:
+            self.store.close()
+        print("sluice: stopped", flush=True)
+
+
+def run(config: BrokerConfig) -> None:
+    """Run the broker until SIGTERM/SIGINT (uvloop when installed)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a default dependency on Linux
+        uvloop = None
+
+    async def main() -> None:
+        server = BrokerServer(config)
+        await server.start()
+        await server.serve_until_stopped()
+
+    if uvloop is not None:
+        uvloop.run(main())
+    else:
+        asyncio.run(main())

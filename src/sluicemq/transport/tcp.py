@@ -1,0 +1,161 @@
+"""STOMP over TCP: the asyncio protocol that joins a socket to a codec and a session.
+
+Writes are gathered per loop turn and handed to the transport with one ``writelines`` (one
+syscall for many frames). When the kernel buffer backs up, the session reports itself not
+writable, so dispatch stops handing it messages instead of growing memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from sluicemq.core.session import Session
+from sluicemq.errors import ProtocolError
+from sluicemq.protocol.codec import FrameParser
+from sluicemq.protocol.heartbeat import HeartbeatMonitor
+
+if TYPE_CHECKING:
+    from sluicemq.core.broker import Broker
+
+log = logging.getLogger("sluicemq.tcp")
+
+WRITE_HIGH_WATER = 4 << 20
+WRITE_LOW_WATER = 1 << 20
+
+
+class StompProtocol(asyncio.Protocol):
+    """One connection. All methods run on the event-loop thread."""
+
+    def __init__(self, broker: Broker, connections: set[StompProtocol]) -> None:
+        self.broker = broker
+        self.connections = connections
+        limits = broker.config.limits
+        self.parser = FrameParser(max_frame_bytes=limits.max_frame_bytes,
+                                  max_headers=limits.max_headers,
+                                  max_header_line=limits.max_header_line, version="1.0")
+        self.transport: asyncio.Transport | None = None
+        self.session: Session | None = None
+        self.writable = True
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._closing = False
+        self._loop = asyncio.get_running_loop()
+        self._last_received = time.monotonic()
+        self._last_sent = time.monotonic()
+        self._hb_handle: asyncio.TimerHandle | None = None
+        self._monitor: HeartbeatMonitor | None = None
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.transport.set_write_buffer_limits(WRITE_HIGH_WATER, WRITE_LOW_WATER)
+        peer = transport.get_extra_info("peername")
+        self.session = Session(self.broker, self, f"{peer[0]}:{peer[1]}" if peer else "?")
+        self.session.on_version = self._negotiated
+        self.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        self._last_received = time.monotonic()
+        session = self.session
+        if session is None or session.closed:
+            return
+        try:
+            frames = self.parser.feed(data)
+        except ProtocolError as exc:
+            session.error(str(exc), fatal=True)
+            return
+        for frame in frames:
+            session.handle(frame)
+            if session.closed:
+                break
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.connections.discard(self)
+        if self._hb_handle is not None:
+            self._hb_handle.cancel()
+        if self.session is not None:
+            self.session.connection_lost()
+        self.transport = None
+
+    def pause_writing(self) -> None:
+        self.writable = False
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        if self.session is not None:
+            for consumer in self.session.consumers.values():
+                self.broker.schedule_dispatch(consumer.queue)
+
+    # -- Outbound (used by the session) ------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        if self.transport is None:
+            return
+        self._out.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self.transport is None or not self._out:
+            return
+        out, self._out = self._out, []
+        self.transport.writelines(out)
+        self._last_sent = time.monotonic()
+        if self._closing:
+            self.transport.close()
+
+    def close(self) -> None:
+        """Close after what was already written (an ERROR or RECEIPT) has gone out."""
+        if self.transport is None or self._closing:
+            return
+        self._closing = True
+        if self._out:
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                self._loop.call_soon(self._flush)
+        else:
+            self.transport.close()
+
+    # -- heart-beating -----------------------------------------------------------------------
+    def _negotiated(self, version: str) -> None:
+        self.parser.version = version
+        assert self.session is not None
+        send_ms, expect_ms = self.session.heartbeat
+        if send_ms or expect_ms:
+            self._monitor = HeartbeatMonitor(send_ms, expect_ms, time.monotonic())
+            self._schedule_heartbeat()
+
+    def _schedule_heartbeat(self) -> None:
+        monitor = self._monitor
+        assert monitor is not None
+        monitor.received(self._last_received)
+        monitor.sent(self._last_sent)
+        deadline = monitor.next_deadline()
+        if deadline is not None:
+            delay = max(0.01, deadline - time.monotonic())
+            self._hb_handle = self._loop.call_later(delay, self._heartbeat)
+
+    def _heartbeat(self) -> None:
+        monitor = self._monitor
+        if monitor is None or self.transport is None:
+            return
+        now = time.monotonic()
+        monitor.received(self._last_received)
+        monitor.sent(self._last_sent)
+        if monitor.peer_dead(now):
+            log.info("no heart-beat from %s for %.1fs: closing",
+                     self.session.peer if self.session else "?", now - self._last_received)
+            if self.session is not None:
+                self.session.error("heart-beat timeout: no data received", fatal=True)
+            return
+        if monitor.should_send(now):
+            self.transport.write(b"\n")
+            self._last_sent = now
+        self._schedule_heartbeat()
