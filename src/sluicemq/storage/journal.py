@@ -1,0 +1,532 @@
+"""The journal: an append-only, segmented, checksummed log with group commit.
+
+Records are opaque (rtype, payload) pairs; the record layout is in `segment.py`, startup
+repair in `recovery.py`. A persistent SEND may be receipted only after `on_durable` covers its
+ticket, i.e. after the fdatasync that followed its write.
+
+Threads and invariants:
+
+- The event-loop thread calls append, read, retain, release and reclaim. append never touches
+  the disk: it reserves the record's Location and queues it.
+- One writer thread takes the whole pending batch at a time, writes it with pwritev, fdatasyncs
+  each segment it touched once, then calls on_durable with the batch's highest seq. While it
+  syncs, new appends pile up into the next batch: that is the group commit.
+- A helper thread zero-fills the next segment ahead of need (`preallocate=True`).
+- `_lock` guards all state shared by those threads: the pending batch, the append position,
+  the segment table (segment -> live count, oldest first), open fds, the durable seq. Only the
+  writer writes segment files once they are in use; nothing does I/O while holding the lock
+  except opening a file.
+- Locations are assigned at append time, in seq order, so seq order is log order and a loc
+  is final as soon as append() returns. A failed batch rewinds the append position to its
+  first record and fails every record queued after it too (their locs assumed it was there).
+
+Deletion rule (reclaim): oldest segment first, and only while the segment is not the active
+one, its live count (retain - release) is zero, all its records are durable, and none of its
+records is newer than the newest location ever passed to retain()/release() (or recovered).
+That last clause is what lets a caller retain records only once on_durable has reached its
+loop: durability is known to the writer thread before the caller has acted on it, and a
+record newer than anything the caller has touched may still be on its way to a retain().
+A failed record's ticket gets loc = None, so deferred retains skip it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sluicemq.errors import StorageError
+from sluicemq.storage.recovery import Recovery, RecoveryReport
+from sluicemq.storage.segment import (
+    HEADER_SIZE,
+    MAX_PAYLOAD,
+    Location,
+    create_segment,
+    encode_header,
+    fsync_dir,
+    segment_name,
+    verify_record,
+    write_all,
+)
+
+__all__ = ["Journal", "JournalStats", "Location", "RecoveryReport", "Ticket"]
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = "journal.lock"
+
+
+class Ticket:
+    """Handed out by append: the record's seq and its (already final) location."""
+
+    __slots__ = ("loc", "seq")
+
+    def __init__(self, seq: int, loc: Location | None) -> None:
+        self.seq = seq
+        self.loc = loc
+
+    def __repr__(self) -> str:
+        return f"Ticket(seq={self.seq}, loc={self.loc})"
+
+
+@dataclass
+class JournalStats:
+    """Counters kept by the writer thread; read them from anywhere (they are only advisory)."""
+
+    records: int = 0  # records made durable
+    bytes: int = 0  # bytes written, headers included
+    fsyncs: int = 0
+    batches: int = 0
+    last_batch: int = 0
+    max_batch: int = 0
+    failures: int = 0  # batches reported to on_failed
+    fsync_latency_s: deque[float] = field(default_factory=lambda: deque(maxlen=1024))
+
+    @property
+    def mean_batch(self) -> float:
+        return self.records / self.batches if self.batches else 0.0
+
+
+class _Entry:
+    __slots__ = ("loc", "payload", "rtype", "seq", "ticket")
+
+    def __init__(self, ticket: Ticket, loc: Location, rtype: int, payload: bytes) -> None:
+        self.ticket = ticket
+        self.seq = ticket.seq
+        self.loc = loc
+        self.rtype = rtype
+        self.payload = payload
+
+
+class Journal:
+    """See the module docstring; lifecycle is recover() (exhausted), start(), ..., close()."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        segment_bytes: int = 64 << 20,
+        preallocate: bool = True,
+        sync: bool = True,
+    ) -> None:
+        if segment_bytes <= HEADER_SIZE:
+            raise ValueError("segment_bytes must exceed the record header size")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.segment_bytes = segment_bytes
+        self.preallocate = preallocate
+        self.sync = sync
+        self.stats = JournalStats()
+        self.report: RecoveryReport | None = None
+        self._dir_lock = _lock_directory(self.directory)
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._state = "new"
+        self._pending: list[_Entry] = []
+        self._unwritten: dict[Location, bytes] = {}
+        self._writer_idle = False
+        self._closing = False
+        self._seq = 0
+        self._durable = 0
+        self._seg = 1
+        self._off = 0
+        self._segs: dict[int, int] = {}
+        self._last: dict[int, tuple[int, int]] = {}
+        self._horizon = (0, -1)
+        self._fds: dict[int, int] = {}
+        self._doomed: list[int] = []
+        self._undeleted: list[int] = []
+        self._repair: tuple[int, int, int] | None = None
+        self._prep: tuple[int, Future[int]] | None = None
+        self._helper: ThreadPoolExecutor | None = None
+        self._writer: threading.Thread | None = None
+        self._on_durable: Callable[[int], None] = _ignore_durable
+        self._on_failed: Callable[[int, int, BaseException], None] = _ignore_failed
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def recover(self) -> Iterator[tuple[int, memoryview | bytes, Location]]:
+        """(rtype, payload, loc) for every intact record in log order; then `self.report`."""
+        if self._state != "new":
+            raise StorageError("recover() runs exactly once, before start()")
+        self._state = "recovering"
+        recovery = Recovery(self.directory)
+        yield from recovery.records()
+        self.report = recovery.report
+        self._seg, self._off = recovery.active, recovery.end
+        self._segs = dict.fromkeys(recovery.segments, 0)
+        self._segs.setdefault(self._seg, 0)
+        self._horizon = recovery.last
+        self._state = "recovered"
+
+    def start(
+        self,
+        on_durable: Callable[[int], None],
+        on_failed: Callable[[int, int, BaseException], None],
+    ) -> None:
+        """Start the writer; both callbacks run on the writer thread (hand off, don't block)."""
+        if self._state != "recovered":
+            raise StorageError("start() needs a completed recover() first")
+        self._on_durable = on_durable
+        self._on_failed = on_failed
+        if self.preallocate:
+            self._helper = ThreadPoolExecutor(1, thread_name_prefix="journal-prep")
+            if not self.segment_path(self._seg).exists():
+                self._prepare(self._seg)
+        self._writer = threading.Thread(target=self._run, name="journal-writer", daemon=True)
+        self._state = "running"
+        self._writer.start()
+
+    def close(self) -> None:
+        """Write and sync everything pending, stop the threads, close the files."""
+        if self._state == "closed":
+            return
+        if self._writer is not None:
+            with self._lock:
+                self._closing = True
+                self._wake.notify()
+            self._writer.join()
+        if self._repair is not None:
+            with contextlib.suppress(OSError):
+                self._truncate_back()
+        if self._prep is not None:
+            with contextlib.suppress(Exception):
+                os.close(self._prep[1].result())
+            self._prep = None
+        if self._helper is not None:
+            self._helper.shutdown(wait=True)
+        with self._lock:
+            self._closing = True
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+        self._state = "closed"
+        os.close(self._dir_lock)
+
+    # ---------------------------------------------------------------- loop-thread API
+
+    def append(self, rtype: int, payload: bytes | bytearray | memoryview) -> Ticket:
+        """Queue a record; returns at once. Mutable buffers are copied, bytes are kept."""
+        if not 1 <= rtype <= 255:
+            raise ValueError(f"rtype must be 1..255, not {rtype}")
+        data = payload if type(payload) is bytes else bytes(payload)
+        if len(data) > MAX_PAYLOAD:
+            raise ValueError("payload larger than 4 GiB - 1")
+        size = HEADER_SIZE + len(data)
+        with self._lock:
+            if self._state != "running" or self._closing:
+                raise StorageError("journal is not running")
+            if self._off and self._off + size > self.segment_bytes:
+                self._seg += 1
+                self._off = 0
+                self._segs.setdefault(self._seg, 0)
+            loc = Location(self._seg, self._off, len(data))
+            self._off += size
+            self._seq += 1
+            ticket = Ticket(self._seq, loc)
+            self._pending.append(_Entry(ticket, loc, rtype, data))
+            self._unwritten[loc] = data
+            self._last[loc.segment] = (ticket.seq, loc.offset)
+            if self._writer_idle:
+                self._writer_idle = False
+                self._wake.notify()
+        return ticket
+
+    def read(self, loc: Location) -> bytes:
+        """The payload at loc, checksum-verified; pending records are served from memory."""
+        with self._lock:
+            data = self._unwritten.get(loc)
+            if data is not None:
+                return data
+            if loc.segment not in self._segs:
+                raise StorageError(f"segment {loc.segment} is gone (reclaimed)")
+            try:
+                fd = os.dup(self._fd(loc.segment))
+            except OSError as exc:
+                raise StorageError(f"cannot open segment {loc.segment}: {exc}") from exc
+        try:
+            header = os.pread(fd, HEADER_SIZE, loc.offset)
+            payload = os.pread(fd, loc.length, loc.offset + HEADER_SIZE)
+        except OSError as exc:
+            raise StorageError(f"cannot read {loc}: {exc}") from exc
+        finally:
+            os.close(fd)
+        found = verify_record(header, payload, loc)
+        if isinstance(found, str):
+            raise StorageError(f"bad record at {loc}: {found}")
+        return payload
+
+    def retain(self, loc: Location) -> None:
+        """One more live record in loc's segment: the segment must stay."""
+        with self._lock:
+            if loc.segment not in self._segs:
+                raise StorageError(f"segment {loc.segment} is gone (reclaimed)")
+            self._segs[loc.segment] += 1
+            self._horizon = max(self._horizon, (loc.segment, loc.offset))
+
+    def release(self, loc: Location) -> None:
+        """One fewer live record in loc's segment; call reclaim() after a run of releases."""
+        with self._lock:
+            live = self._segs.get(loc.segment)
+            if not live:
+                raise StorageError(f"release without retain in segment {loc.segment}")
+            self._segs[loc.segment] = live - 1
+            self._horizon = max(self._horizon, (loc.segment, loc.offset))
+
+    def reclaim(self) -> list[int]:
+        """Delete, oldest first, every segment the deletion rule allows; returns their numbers.
+
+        While running, the files are removed by the writer thread (unlink + directory fsync
+        stay off the loop thread); the segments are gone for read/retain immediately.
+        """
+        doomed: list[int] = []
+        with self._lock:
+            for seg, live in self._segs.items():
+                last_seq, last_off = self._last.get(seg, (0, -1))
+                if (
+                    live
+                    or seg >= self._seg
+                    or last_seq > self._durable
+                    or (seg, last_off) > self._horizon
+                ):
+                    break
+                doomed.append(seg)
+            for seg in doomed:
+                del self._segs[seg]
+                self._last.pop(seg, None)
+            if doomed and self._state == "running":
+                self._doomed.extend(doomed)
+                if self._writer_idle:
+                    self._writer_idle = False
+                    self._wake.notify()
+                return doomed
+        if doomed:
+            self._delete(doomed)
+        return doomed
+
+    def segment_path(self, segment: int) -> Path:
+        return self.directory / segment_name(segment)
+
+    def payload_offset(self, loc: Location) -> int:
+        """Absolute offset of loc's payload in its segment file (for os.sendfile)."""
+        return loc.offset + HEADER_SIZE
+
+    def disk_bytes(self) -> int:
+        """Bytes held by live segment files (preallocated space included)."""
+        with self._lock:
+            segments = list(self._segs)
+        total = 0
+        for seg in segments:
+            with contextlib.suppress(FileNotFoundError):
+                total += self.segment_path(seg).stat().st_size
+        return total
+
+    @property
+    def durable_seq(self) -> int:
+        """Highest seq known durable (records reported to on_failed excepted)."""
+        return self._durable
+
+    # ---------------------------------------------------------------- writer thread
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not (self._pending or self._doomed or self._closing):
+                    self._writer_idle = True
+                    self._wake.wait()
+                self._writer_idle = False
+                batch, self._pending = self._pending, []
+                doomed, self._doomed = self._doomed, []
+                closing = self._closing
+            if batch:
+                self._commit(batch)
+            if doomed or self._undeleted:
+                self._delete(doomed)
+            if closing and not batch and not doomed:
+                return
+
+    def _commit(self, batch: list[_Entry]) -> None:
+        try:
+            if self._repair is not None:
+                self._truncate_back()
+            touched, nbytes = self._write(batch)
+            if self.sync:
+                started = time.perf_counter()
+                for fd in touched:
+                    os.fdatasync(fd)
+                self.stats.fsync_latency_s.append(time.perf_counter() - started)
+                self.stats.fsyncs += len(touched)
+        except Exception as exc:
+            self._fail(batch, exc)
+            return
+        last = batch[-1].seq
+        with self._lock:
+            for entry in batch:
+                del self._unwritten[entry.loc]
+            self._durable = last
+        stats = self.stats
+        stats.records += len(batch)
+        stats.bytes += nbytes
+        stats.batches += 1
+        stats.last_batch = len(batch)
+        stats.max_batch = max(stats.max_batch, len(batch))
+        try:
+            self._on_durable(last)
+        except Exception:
+            log.exception("journal on_durable callback failed")
+
+    def _write(self, batch: list[_Entry]) -> tuple[list[int], int]:
+        """Write the batch as one pwritev per contiguous run; returns (fds touched, bytes)."""
+        touched: list[int] = []
+        total = 0
+        buffers: list[bytes | memoryview] = []
+        fd = -1
+        run_start = run_end = -1
+        run_seg = 0
+        for entry in batch:
+            loc = entry.loc
+            if loc.segment != run_seg or loc.offset != run_end:
+                if buffers:
+                    total += write_all(fd, buffers, run_start)
+                    buffers = []
+                if loc.segment != run_seg:
+                    fd = self._writer_fd(loc.segment)
+                    touched.append(fd)
+                    run_seg = loc.segment
+                run_start = run_end = loc.offset
+            buffers.append(encode_header(entry.rtype, entry.payload, loc.segment, loc.offset))
+            buffers.append(entry.payload)
+            run_end += HEADER_SIZE + loc.length
+        if buffers:
+            total += write_all(fd, buffers, run_start)
+        return touched, total
+
+    def _fail(self, batch: list[_Entry], exc: BaseException) -> None:
+        """Forget the batch and everything queued after it, rewind, cut the files back."""
+        first = batch[0].loc
+        with self._lock:
+            failed = batch + self._pending
+            self._pending = []
+            for entry in failed:
+                self._unwritten.pop(entry.loc, None)
+                entry.ticket.loc = None
+            self._seg, self._off = first.segment, first.offset
+            upto = batch[-1].loc.segment
+            if self._repair is not None:
+                start = min(self._repair[:2], (first.segment, first.offset))
+                self._repair = (*start, max(self._repair[2], upto))
+            else:
+                self._repair = (first.segment, first.offset, upto)
+        try:
+            self._truncate_back()
+        except OSError:
+            log.exception("journal: cannot cut back failed batch yet; will retry")
+        self.stats.failures += 1
+        log.error("journal: records %d..%d failed: %s", failed[0].seq, failed[-1].seq, exc)
+        try:
+            self._on_failed(failed[0].seq, failed[-1].seq, exc)
+        except Exception:
+            log.exception("journal on_failed callback failed")
+
+    def _truncate_back(self) -> None:
+        """Remove every byte of failed batches so no torn record can survive a crash."""
+        assert self._repair is not None
+        first_seg, first_off, upto = self._repair
+        for seg in range(first_seg, upto + 1):
+            with self._lock:
+                fd = self._fds.get(seg)
+            if fd is None:
+                continue
+            start = first_off if seg == first_seg else 0
+            size = os.fstat(fd).st_size
+            if size > start:
+                os.ftruncate(fd, start)
+                if self.preallocate:
+                    os.ftruncate(fd, size)
+            os.fdatasync(fd)
+        self._repair = None
+
+    def _writer_fd(self, seg: int) -> int:
+        with self._lock:
+            fd = self._fds.get(seg)
+        if fd is not None:
+            return fd
+        prep = self._prep
+        if prep is not None and prep[0] == seg:
+            self._prep = None
+            fd = prep[1].result()
+        elif self.segment_path(seg).exists():
+            fd = os.open(self.segment_path(seg), os.O_RDWR)
+        else:
+            size = self.segment_bytes if self.preallocate else 0
+            fd = create_segment(self.directory, seg, size)
+        if self._helper is not None and self._prep is None:
+            self._prepare(seg + 1)
+        with self._lock:
+            kept = self._fds.setdefault(seg, fd)
+        if kept != fd:
+            os.close(fd)
+        return kept
+
+    def _prepare(self, seg: int) -> None:
+        assert self._helper is not None
+        future = self._helper.submit(create_segment, self.directory, seg, self.segment_bytes)
+        self._prep = (seg, future)
+
+    def _delete(self, doomed: list[int]) -> None:
+        """Unlink reclaimed segments in order; a failure keeps it and every later one queued."""
+        self._undeleted.extend(doomed)
+        removed = 0
+        while self._undeleted:
+            seg = self._undeleted[0]
+            with self._lock:
+                fd = self._fds.pop(seg, None)
+            if fd is not None:
+                os.close(fd)
+            try:
+                self.segment_path(seg).unlink(missing_ok=True)
+            except OSError:
+                log.exception("journal: cannot delete segment %d; will retry", seg)
+                break
+            self._undeleted.pop(0)
+            removed += 1
+        if removed:
+            try:
+                fsync_dir(self.directory)
+            except OSError:
+                log.exception("journal: directory fsync after deletion failed")
+
+    def _fd(self, seg: int) -> int:
+        """The shared fd of a segment, opened on first use; call with the lock held."""
+        fd = self._fds.get(seg)
+        if fd is None:
+            fd = os.open(self.segment_path(seg), os.O_RDWR)
+            self._fds[seg] = fd
+        return fd
+
+
+def _lock_directory(directory: Path) -> int:
+    """Hold an exclusive flock on the directory's lock file: two brokers, one journal = ruin."""
+    fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StorageError(f"journal {directory} is in use by another process") from None
+    return fd
+
+
+def _ignore_durable(seq: int) -> None:
+    """Placeholder until start() installs the real callback."""
+
+
+def _ignore_failed(first: int, last: int, exc: BaseException) -> None:
+    """Placeholder until start() installs the real callback."""

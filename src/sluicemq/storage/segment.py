@@ -1,0 +1,246 @@
+"""On-disk layout of journal segments: the record header, file naming, scanning, file helpers.
+
+A segment is a file of back-to-back records; unused space after the last record is zeros.
+Each record is a 16-byte little-endian header followed by the payload:
+
+    offset  size  field
+    0       2     magic   b"\\xffS": never zero and never valid UTF-8, so neither preallocated
+                          space nor text looks like a header
+    2       1     rtype   1..255; 0 is reserved so that a zeroed header is never a record
+    3       1     flags   reserved, written as 0
+    4       4     length  payload bytes
+    8       4     pcrc    crc32(payload)
+    12      4     hcrc    crc32(bytes 0..11), seeded with crc32(segment number, offset)
+
+Why two checksums: resynchronising after corruption tests many candidate headers, and the
+header checksum rejects a false candidate in O(1) before its `length` is trusted enough to
+checksum a possibly huge payload. Why the position seed: a byte-exact copy of a valid record
+(a journal file sent as a message body, stale bytes) only validates where it was first written,
+so resynchronisation cannot surface phantom records.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+MAGIC = b"\xffS"
+HEADER = struct.Struct("<2sBBIII")
+HEADER_SIZE = HEADER.size
+_HEAD12 = struct.Struct("<2sBBII")
+_POSITION = struct.Struct("<QQ")
+MAX_PAYLOAD = 0xFFFFFFFF
+_IOV_MAX = 1024
+_ZERO_CHUNK = 1 << 20
+_NAME = re.compile(r"^(\d{20})\.log$")
+TMP_SUFFIX = ".tmp"
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where a record lives: segment number, header offset in that file, payload length."""
+
+    segment: int
+    offset: int
+    length: int
+
+
+class Buffer(Protocol):
+    """What the scanner reads: bytes or an mmap (both slice to bytes and support find)."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, key: slice, /) -> bytes: ...
+    def find(self, sub: bytes, start: int = ..., /) -> int: ...
+
+
+def segment_name(segment: int) -> str:
+    """Zero-padded so that lexical order of file names is log order."""
+    return f"{segment:020d}.log"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The segment number of a file name, or None for files that are not segments."""
+    match = _NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
+def _seed(segment: int, offset: int) -> int:
+    return zlib.crc32(_POSITION.pack(segment, offset))
+
+
+def encode_header(rtype: int, payload: bytes, segment: int, offset: int) -> bytes:
+    """The header for `payload` written at (segment, offset); checksums the payload."""
+    head = _HEAD12.pack(MAGIC, rtype, 0, len(payload), zlib.crc32(payload))
+    return head + zlib.crc32(head, _seed(segment, offset)).to_bytes(4, "little")
+
+
+def parse_header(head: bytes, segment: int, offset: int) -> tuple[int, int, int] | str:
+    """(rtype, length, pcrc) if `head` is a valid header written at (segment, offset)."""
+    if len(head) < HEADER_SIZE:
+        return "short header"
+    magic, rtype, _flags, length, pcrc, hcrc = HEADER.unpack_from(head)
+    if magic != MAGIC or rtype == 0:
+        return "bad header"
+    if zlib.crc32(head[:12], _seed(segment, offset)) != hcrc:
+        return "header checksum mismatch"
+    return rtype, length, pcrc
+
+
+def check_record(buf: Buffer, segment: int, pos: int) -> tuple[int, bytes] | str:
+    """(rtype, payload) of the intact record at buf[pos] (buf is a whole segment), else why
+    it is not one."""
+    header = parse_header(buf[pos : pos + HEADER_SIZE], segment, pos)
+    if isinstance(header, str):
+        return header
+    rtype, length, pcrc = header
+    start = pos + HEADER_SIZE
+    if start + length > len(buf):
+        return "truncated record"
+    payload = buf[start : start + length]
+    if zlib.crc32(payload) != pcrc:
+        return "payload checksum mismatch"
+    return rtype, payload
+
+
+def verify_record(head: bytes, payload: bytes, loc: Location) -> int | str:
+    """The rtype if (head, payload) read back from loc form the intact record, else why not."""
+    header = parse_header(head, loc.segment, loc.offset)
+    if isinstance(header, str):
+        return header
+    rtype, length, pcrc = header
+    if length != loc.length or len(payload) != length:
+        return "length mismatch"
+    if zlib.crc32(payload) != pcrc:
+        return "payload checksum mismatch"
+    return rtype
+
+
+def first_nonzero(buf: Buffer, start: int, end: int) -> int:
+    """Offset of the first non-zero byte in [start, end), or -1; C-speed over zero runs."""
+    pos = start
+    while pos < end:
+        chunk = buf[pos : min(pos + _ZERO_CHUNK, end)]
+        rest = chunk.lstrip(b"\0")
+        if rest:
+            return pos + len(chunk) - len(rest)
+        pos += len(chunk)
+    return -1
+
+
+def last_nonzero(buf: Buffer, start: int, end: int) -> int:
+    """Offset of the last non-zero byte in [start, end), or -1."""
+    stop = end
+    while stop > start:
+        lo = max(start, stop - _ZERO_CHUNK)
+        rest = buf[lo:stop].rstrip(b"\0")
+        if rest:
+            return lo + len(rest) - 1
+        stop = lo
+    return -1
+
+
+def _resync(buf: Buffer, segment: int, start: int) -> tuple[int, int, bytes] | None:
+    """The next intact record at or after start: (offset, rtype, payload)."""
+    pos = buf.find(MAGIC, start)
+    while pos >= 0:
+        found = check_record(buf, segment, pos)
+        if not isinstance(found, str):
+            return pos, found[0], found[1]
+        pos = buf.find(MAGIC, pos + 1)
+    return None
+
+
+def scan(
+    buf: Buffer, segment: int, dropped: list[tuple[int, int, str]]
+) -> Iterator[tuple[int, int, bytes]]:
+    """Yield (offset, rtype, payload) for every intact record of one segment, in order.
+
+    Each damaged range is appended to `dropped` as (offset, nbytes, reason) and skipped by
+    searching for the next magic whose record checks out, so one bad record costs only itself.
+    Zeros up to the end of the buffer are the normal end of data, not damage.
+    """
+    size = len(buf)
+    pos = 0
+    while pos < size:
+        found = check_record(buf, segment, pos)
+        if not isinstance(found, str):
+            yield pos, found[0], found[1]
+            pos += HEADER_SIZE + len(found[1])
+            continue
+        nonzero = first_nonzero(buf, pos, size)
+        if nonzero < 0:
+            return
+        reason = found if nonzero == pos else "zero gap"
+        nxt = _resync(buf, segment, max(nonzero, pos + 1))
+        if nxt is None:
+            dropped.append((pos, last_nonzero(buf, pos, size) + 1 - pos, reason))
+            return
+        dropped.append((pos, nxt[0] - pos, reason))
+        yield nxt
+        pos = nxt[0] + HEADER_SIZE + len(nxt[2])
+
+
+def write_all(fd: int, buffers: Sequence[bytes | memoryview], offset: int) -> int:
+    """pwritev every buffer at offset, coping with IOV_MAX and short writes; returns bytes."""
+    total = 0
+    pending = list(buffers)
+    while pending:
+        batch = pending[:_IOV_MAX]
+        written = os.pwritev(fd, batch, offset + total)
+        if written <= 0:
+            raise OSError(errno.EIO, "pwritev wrote nothing")
+        total += written
+        expected = sum(len(b) for b in batch)
+        if written == expected:
+            del pending[:_IOV_MAX]
+            continue
+        done = 0
+        while pending and written >= done + len(pending[0]):
+            done += len(pending.pop(0))
+        pending[0] = memoryview(pending[0])[written - done :]
+    return total
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make creations, renames and deletions in `directory` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def create_segment(directory: Path, segment: int, size: int) -> int:
+    """Create segment file `segment`, zero-filled to `size` bytes, and return an O_RDWR fd.
+
+    The zeros are written (not fallocated) and synced under a temporary name, then renamed: a
+    later fdatasync after appending into the file has no block allocation or size change to
+    flush, and a crash never leaves a half-prepared file under a segment name.
+    """
+    path = directory / segment_name(segment)
+    if size <= 0:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fsync_dir(directory)
+        return fd
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        zeros = bytes(min(size, _ZERO_CHUNK))
+        done = 0
+        while done < size:
+            done += os.pwrite(fd, zeros[: size - done], done)
+        os.fsync(fd)
+        os.rename(tmp, path)
+        fsync_dir(directory)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    return fd
