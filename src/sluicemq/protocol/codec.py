@@ -47,6 +47,11 @@ class _PendingBody:
 class FrameParser:
     """Turns a STOMP byte stream, cut and coalesced any way, into complete frames.
 
+    Lines may end in CRLF whatever the version (1.0 and 1.1 clients send it too), so a raw CR
+    at the end of a header value is read as a line ending. A raw colon in a value is kept
+    (split at the first colon), as 1.0-era clients send ids like ``ID:host-1:2`` unescaped.
+    The frame size limit covers the whole frame, command line through NUL.
+
     After a ProtocolError the parser refuses further input: the stream position is lost and the
     connection must close. Frames that preceded the bad bytes in the same ``feed`` call are
     dropped with it; none of them can have been acknowledged yet, so nothing is silently lost.
@@ -287,7 +292,8 @@ def _content_length(value: str) -> int:
 
 
 def _slice(b: bytes | bytearray, start: int, end: int) -> bytes:
-    """Copy a body out of the stream exactly once (a bytearray slice would copy twice)."""
+    """Copy a body out of the stream once; a bytearray slice would copy twice, which only
+    small bodies can afford (there it is cheaper than setting up a memoryview)."""
     if type(b) is bytes or end - start <= _SMALL_BODY:
         return bytes(b[start:end])
     with memoryview(b) as view:
