@@ -134,7 +134,10 @@ class Transaction:
 
 
 class Client:
-    """A blocking STOMP client; `send` may be called from several threads at once."""
+    """A blocking STOMP client that connects on construction; safe to share between threads.
+
+    A daemon reader thread routes MESSAGE/RECEIPT/ERROR frames and keeps heart-beats going.
+    """
 
     def __init__(
         self,
@@ -164,11 +167,11 @@ class Client:
         self._closing = False
         try:
             self._sock = socket.create_connection((address, port), timeout=timeout)
+            self._sock.settimeout(None)
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sock.sendall(self._machine.connect())
         except OSError as exc:
             raise ClientError(f"cannot connect to {address}:{port}: {exc}") from exc
-        self._sock.settimeout(None)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._sock.sendall(self._machine.connect())
         self._reader = threading.Thread(target=self._read_loop, name="sluice-client-reader",
                                         daemon=True)
         self._reader.start()
