@@ -91,6 +91,8 @@ class Queue:
         returned = list(consumer.inflight.values())
         consumer.inflight.clear()
         self.return_messages(returned)
+        if self.consumers and self.pending:
+            self.owner.schedule_dispatch(self)  # what the leaver was skipped for may go now
 
     @property
     def inflight_count(self) -> int:

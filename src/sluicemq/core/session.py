@@ -131,7 +131,7 @@ class Session:
 
     def error(self, message: str, frame: Frame | None = None, *, fatal: bool = True,
               detail: str = "") -> None:
-        headers = {"message": message, "content-type": "text/plain"}
+        headers = {"message": _header_safe(message), "content-type": "text/plain"}
         if frame is not None and "receipt" in frame.headers:
             headers["receipt-id"] = frame.headers["receipt"]
         body = (detail or message).encode()
@@ -204,13 +204,18 @@ class Session:
         self.broker.when_durable(done)
 
     def close(self) -> None:
+        """Close after pending output; the session's resources are given back right away."""
         if not self.closed:
             self.closed = True
             self.out.close()
+        self._release()
 
     def connection_lost(self) -> None:
-        """Give back everything the connection held: in-flight messages, groups, transactions."""
         self.closed = True
+        self._release()
+
+    def _release(self) -> None:
+        """Give back everything the connection held: in-flight messages, groups, transactions."""
         for consumer in list(self.consumers.values()):
             self._drop_consumer(consumer)
         self.consumers.clear()
@@ -457,6 +462,11 @@ class Session:
             raise
         self.broker.commit(f"{self.id}:{txid}", messages, list(acks.values()),
                            list(nacks.values()))
+
+
+def _header_safe(text: str) -> str:
+    """One printable line with no backslash: readable in any version, even before CONNECT."""
+    return "".join(ch if ch.isprintable() and ch != "\\" else "?" for ch in text)[:1000]
 
 
 _HANDLERS: dict[str, Callable[[Session, Frame], None]] = {

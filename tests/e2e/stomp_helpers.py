@@ -1,0 +1,54 @@
+"""stomp.py plumbing shared by the e2e tests: a connection whose frames land in a queue."""
+
+from __future__ import annotations
+
+import queue
+from typing import Any
+
+import stomp
+
+
+class Collector(stomp.ConnectionListener):
+    """Every MESSAGE, RECEIPT and ERROR frame, in arrival order, for blocking reads."""
+
+    def __init__(self) -> None:
+        self.messages: queue.Queue[Any] = queue.Queue()
+        self.receipts: queue.Queue[str] = queue.Queue()
+        self.errors: queue.Queue[Any] = queue.Queue()
+
+    def on_message(self, frame: Any) -> None:
+        self.messages.put(frame)
+
+    def on_receipt(self, frame: Any) -> None:
+        self.receipts.put(frame.headers["receipt-id"])
+
+    def on_error(self, frame: Any) -> None:
+        self.errors.put(frame)
+
+    def next(self, timeout: float = 10.0) -> Any:
+        return self.messages.get(timeout=timeout)
+
+    def none_within(self, seconds: float) -> bool:
+        try:
+            self.messages.get(timeout=seconds)
+        except queue.Empty:
+            return True
+        return False
+
+
+def connect(broker: Any, version: str = "1.2", **kwargs: Any) -> tuple[Any, Collector]:
+    cls = {"1.0": stomp.Connection10, "1.1": stomp.Connection11,
+           "1.2": stomp.Connection12}[version]
+    extra = {} if version == "1.0" else {"heartbeats": (0, 0)}
+    conn = cls([(broker.host, broker.port)], auto_content_length=True, **extra)
+    listener = Collector()
+    conn.set_listener("c", listener)
+    conn.connect(wait=True, headers=kwargs.get("headers", {}))
+    return conn, listener
+
+
+def send_with_receipt(conn: Any, listener: Collector, destination: str, body: str | bytes,
+                      receipt: str, **headers: str) -> None:
+    conn.send(destination=destination, body=body, receipt=receipt, headers=headers)
+    got = listener.receipts.get(timeout=10)
+    assert got == receipt

@@ -1,0 +1,215 @@
+"""Queue semantics over the wire with stomp.py: competing consumers, ack modes, redelivery."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from stomp_helpers import connect, send_with_receipt
+
+pytestmark = pytest.mark.usefixtures("broker")
+
+
+def test_persistent_send_is_receipted_and_received(broker) -> None:
+    conn, lst = connect(broker)
+    send_with_receipt(conn, lst, "/queue/a", "hello", "r1", persistent="true")
+    conn.subscribe("/queue/a", id="1", ack="auto")
+    frame = lst.next()
+    assert frame.body == "hello"
+    assert frame.headers["persistent"] == "true"
+    conn.disconnect()
+
+
+def test_competing_consumers_share_the_queue_fairly(broker) -> None:
+    c1, l1 = connect(broker)
+    c2, l2 = connect(broker)
+    c1.subscribe("/queue/fair", id="1", ack="client-individual",
+                 headers={"activemq.prefetchSize": "1"})
+    c2.subscribe("/queue/fair", id="2", ack="client-individual",
+                 headers={"activemq.prefetchSize": "1"})
+    time.sleep(0.2)
+    p, lp = connect(broker)
+    for i in range(20):
+        p.send("/queue/fair", f"m{i}")
+    got: dict[str, list[str]] = {"1": [], "2": []}
+    for _ in range(20):
+        for conn, lst, sid in ((c1, l1, "1"), (c2, l2, "2")):
+            try:
+                f = lst.next(timeout=0.5)
+            except Exception:
+                continue
+            got[sid].append(f.body)
+            conn.ack(f.headers["ack"])
+        if len(got["1"]) + len(got["2"]) == 20:
+            break
+    assert sorted(got["1"] + got["2"], key=lambda s: int(s[1:])) == [f"m{i}" for i in range(20)]
+    assert abs(len(got["1"]) - len(got["2"])) <= 2
+
+
+def test_prefetch_limits_unacked_messages(broker) -> None:
+    p, lp = connect(broker)
+    for i in range(10):
+        p.send("/queue/pf", str(i))
+    c, lc = connect(broker)
+    c.subscribe("/queue/pf", id="s", ack="client-individual",
+                headers={"activemq.prefetchSize": "3"})
+    frames = [lc.next() for _ in range(3)]
+    assert lc.none_within(0.3)
+    c.ack(frames[0].headers["ack"])
+    assert lc.next().body == "3"
+
+
+def test_client_ack_is_cumulative(broker) -> None:
+    p, lp = connect(broker)
+    for i in range(5):
+        p.send("/queue/cum", str(i))
+    c, lc = connect(broker)
+    c.subscribe("/queue/cum", id="s", ack="client")
+    frames = [lc.next() for _ in range(5)]
+    c.ack(frames[2].headers["ack"])  # acks 0, 1, 2
+    c.disconnect()
+    time.sleep(0.2)
+    c2, lc2 = connect(broker)
+    c2.subscribe("/queue/cum", id="s", ack="auto")
+    rest = [lc2.next().body for _ in range(2)]
+    assert rest == ["3", "4"]
+    assert lc2.none_within(0.3)
+
+
+def test_nack_redelivers_with_redelivered_flag_and_count(broker) -> None:
+    p, lp = connect(broker)
+    p.send("/queue/nack", "x")
+    c, lc = connect(broker)
+    c.subscribe("/queue/nack", id="s", ack="client-individual")
+    first = lc.next()
+    assert "redelivered" not in first.headers
+    c.nack(first.headers["ack"])
+    second = lc.next()
+    assert second.body == "x"
+    assert second.headers["redelivered"] == "true"
+    assert second.headers["sluice-delivery-count"] == "2"
+    c.ack(second.headers["ack"])
+    assert lc.none_within(0.3)
+
+
+def test_disconnect_returns_unacked_messages(broker) -> None:
+    p, lp = connect(broker)
+    for i in range(3):
+        p.send("/queue/ret", str(i))
+    c, lc = connect(broker)
+    c.subscribe("/queue/ret", id="s", ack="client-individual")
+    [lc.next() for _ in range(3)]
+    c.disconnect()
+    c2, lc2 = connect(broker)
+    c2.subscribe("/queue/ret", id="s", ack="client-individual")
+    again = [lc2.next() for _ in range(3)]
+    assert [f.body for f in again] == ["0", "1", "2"]
+    assert all(f.headers["redelivered"] == "true" for f in again)
+
+
+def test_exhausted_redeliveries_go_to_the_dlq(broker_factory) -> None:
+    b = broker_factory(config_text="[defaults]\nmax_redeliveries = 2\n", name="dlq")
+    p, lp = connect(b)
+    send_with_receipt(p, lp, "/queue/work", "poison", "r", persistent="true")
+    c, lc = connect(b)
+    c.subscribe("/queue/work", id="s", ack="client-individual")
+    for attempt in range(3):  # first delivery + 2 redeliveries
+        f = lc.next()
+        assert f.body == "poison", attempt
+        c.nack(f.headers["ack"])
+    assert lc.none_within(0.3)
+    c.subscribe("/queue/DLQ.work", id="d", ack="auto")
+    dead = lc.next()
+    assert dead.body == "poison"
+    assert dead.headers["sluice-dlq-origin"] == "/queue/work"
+
+
+def test_exclusive_consumer_gets_everything(broker) -> None:
+    c1, l1 = connect(broker)
+    c2, l2 = connect(broker)
+    c1.subscribe("/queue/ex", id="1", headers={"activemq.exclusive": "true"})
+    c2.subscribe("/queue/ex", id="2")
+    time.sleep(0.2)
+    p, _ = connect(broker)
+    for i in range(10):
+        p.send("/queue/ex", str(i))
+    assert [l1.next().body for _ in range(10)] == [str(i) for i in range(10)]
+    assert l2.none_within(0.3)
+    c1.disconnect()  # the other consumer takes over
+    p.send("/queue/ex", "after")
+    assert l2.next().body == "after"
+
+
+def test_message_groups_stick_to_one_consumer(broker) -> None:
+    c1, l1 = connect(broker)
+    c2, l2 = connect(broker)
+    c1.subscribe("/queue/grp", id="1")
+    c2.subscribe("/queue/grp", id="2")
+    time.sleep(0.2)
+    p, _ = connect(broker)
+    for i in range(30):
+        p.send("/queue/grp", f"{'ABC'[i % 3]}{i}", headers={"JMSXGroupID": "ABC"[i % 3]})
+    seen: dict[str, set[str]] = {"1": set(), "2": set()}
+    for lst, sid in ((l1, "1"), (l2, "2")):
+        while True:
+            try:
+                f = lst.next(timeout=0.5)
+            except Exception:
+                break
+            seen[sid].add(f.headers["JMSXGroupID"])
+    assert seen["1"] | seen["2"] == {"A", "B", "C"}
+    assert not (seen["1"] & seen["2"]), "a group was split across consumers"
+
+
+def test_priority_orders_pending_messages(broker) -> None:
+    p, lp = connect(broker)
+    for prio in (1, 9, 4, 7):
+        p.send("/queue/prio", f"p{prio}", headers={"priority": str(prio)})
+    send_with_receipt(p, lp, "/queue/prio", "p0", "done", priority="0")
+    c, lc = connect(broker)
+    c.subscribe("/queue/prio", id="s")
+    assert [lc.next().body for _ in range(5)] == ["p9", "p7", "p4", "p1", "p0"]
+
+
+def test_expired_messages_are_not_delivered(broker) -> None:
+    p, lp = connect(broker)
+    past = str(int(time.time() * 1000) - 1000)
+    future = str(int(time.time() * 1000) + 60_000)
+    p.send("/queue/exp", "old", headers={"expires": past})
+    send_with_receipt(p, lp, "/queue/exp", "fresh", "r", expires=future)
+    c, lc = connect(broker)
+    c.subscribe("/queue/exp", id="s")
+    assert lc.next().body == "fresh"
+    assert lc.none_within(0.3)
+
+
+def test_selector_filters_queue_messages(broker) -> None:
+    c, lc = connect(broker)
+    c.subscribe("/queue/sel", id="s", headers={"selector": "region = 'eu' AND amount > 10"})
+    time.sleep(0.1)
+    p, _ = connect(broker)
+    p.send("/queue/sel", "a", headers={"region": "eu", "amount": "5"})
+    p.send("/queue/sel", "b", headers={"region": "us", "amount": "50"})
+    p.send("/queue/sel", "c", headers={"region": "eu", "amount": "50"})
+    assert lc.next().body == "c"
+    assert lc.none_within(0.3)
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+def test_older_protocol_versions_ack_by_message_id(broker, version: str) -> None:
+    p, _ = connect(broker)
+    p.send("/queue/old" + version.replace(".", ""), "m")
+    c, lc = connect(broker, version=version)
+    dest = "/queue/old" + version.replace(".", "")
+    if version == "1.0":
+        c.subscribe(dest, id="s", ack="client")
+        f = lc.next()
+        c.ack(f.headers["message-id"])
+    else:
+        c.subscribe(dest, id="s", ack="client")
+        f = lc.next()
+        c.ack(f.headers["message-id"], "s")
+    c.disconnect()
+    c2, lc2 = connect(broker)
+    c2.subscribe(dest, id="s")
+    assert lc2.none_within(0.3), "acked message came back"
