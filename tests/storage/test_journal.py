@@ -94,6 +94,24 @@ def test_a_record_bigger_than_a_segment_gets_a_segment_of_its_own(open_journal) 
     assert again.records[1][1] == huge
 
 
+def test_reopening_keeps_the_preallocated_next_segment(open_journal) -> None:
+    first = open_journal(segment_bytes=4096)
+    t = first.journal.append(1, b"x")
+    first.watch.wait(t.seq)
+    spare = first.journal.segment_path(2)
+    wait_until(spare.exists)  # zero-filled in the background
+    first.journal.close()
+    inode = spare.stat().st_ino
+
+    again = open_journal(first.directory, segment_bytes=4096)
+    tickets = [again.journal.append(1, bytes(1000)) for _ in range(6)]
+    again.watch.wait(tickets[-1].seq)
+    assert tickets[-1].loc.segment == 2
+    assert spare.stat().st_ino == inode  # reused, not zero-filled again
+    again.journal.close()
+    assert len(open_journal(first.directory, segment_bytes=4096).records) == 7
+
+
 def test_close_writes_and_syncs_everything_still_pending(open_journal) -> None:
     opened = open_journal()
     data = payloads(300, seed=3)

@@ -468,7 +468,8 @@ class Journal:
         else:
             size = self.segment_bytes if self.preallocate else 0
             fd = create_segment(self.directory, seg, size)
-        if self._helper is not None and self._prep is None:
+        spare_kept = self.segment_path(seg + 1).exists()  # recovery keeps a zeroed next one
+        if self._helper is not None and self._prep is None and not spare_kept:
             self._prepare(seg + 1)
         with self._lock:
             kept = self._fds.setdefault(seg, fd)

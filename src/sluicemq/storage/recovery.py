@@ -5,7 +5,9 @@ happened to bytes in between (bit rot, a stray writer). The scan keeps every rec
 checksums hold, anywhere, and reports each skipped range. Only the tail (everything after the
 last intact record of the log) is destroyed: zeroed in that segment, later segment files
 deleted, because new appends land there and must never be followed by stale bytes that a
-future scan could mistake for newer records.
+future scan could mistake for newer records. The one exception is an all-zero segment right
+after the active one: that is the preallocated next segment, and zero-filling it again would
+cost a segment's worth of writes at every start.
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ class Recovery:
         self.active = 1
         self.end = 0
         self.last = (0, -1)  # (segment, offset) of the last intact record
+        self.spare: int | None = None  # a zero-filled segment after `active`, kept for reuse
+        self._sizes: dict[int, int] = {}
 
     def records(self) -> Iterator[tuple[int, bytes, Location]]:
         """(rtype, payload, loc) of every intact record in log order; repairs at the end."""
@@ -77,6 +81,7 @@ class Recovery:
     ) -> Iterator[tuple[int, int, bytes]]:
         path = self.directory / segment_name(number)
         size = path.stat().st_size
+        self._sizes[number] = size
         self.report.segments += 1
         self.report.bytes_scanned += size
         if size == 0:
@@ -103,7 +108,10 @@ class Recovery:
                     tail_stop = max(tail_stop, offset + nbytes)
                 label = f"torn tail ({reason})" if in_tail else reason
                 self.report.dropped.append((number, offset, nbytes, label))
-        doomed = [n for n in numbers if n > self.active]
+        spare = self.active + 1
+        if spare in damage and not damage[spare] and self._sizes[spare] > 0:
+            self.spare = spare  # the next segment, preallocated before the stop: keep it
+        doomed = [n for n in numbers if n > self.active and n != self.spare]
         for number in doomed:
             (self.directory / segment_name(number)).unlink()
         self.segments = [n for n in numbers if n <= self.active]
