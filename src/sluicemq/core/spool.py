@@ -1,0 +1,178 @@
+"""Pending operations of an open STOMP transaction, kept off the heap until COMMIT or ABORT.
+
+A client may put gigabytes of SENDs inside one BEGIN...COMMIT, and nothing of it may be
+delivered before COMMIT, so the broker must park it somewhere other than RAM. Small
+transactions (the common case) stay in a bytearray; once they outgrow ``memory_threshold``
+they move to an anonymous temporary file that the OS deletes as soon as it is closed, so a
+crashed broker leaves no debris and needs no cleanup. The spool is not fsync'd: an open
+transaction does not survive a broker restart anyway (STOMP aborts it with the connection).
+
+Entries are ``kind`` (1 byte), payload length (8 bytes, big-endian), payload. Offsets are
+the same in memory and on disk, so an iterator started before a spill keeps working after.
+"""
+
+from __future__ import annotations
+
+import struct
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO, Self
+
+from sluicemq.errors import StorageError
+
+__all__ = ["DEFAULT_MEMORY_THRESHOLD", "TxSpool"]
+
+DEFAULT_MEMORY_THRESHOLD = 256 << 10
+
+_ENTRY = struct.Struct(">BQ")
+
+
+class TxSpool:
+    """Pending operations of one open transaction, appended to an unlinked temp file.
+
+    ``add`` appends, iteration replays in order (as often as needed, one entry in memory at
+    a time), ``close`` discards everything and releases the disk space. ``nbytes`` counts
+    payload bytes, not framing. Not thread-safe: a transaction belongs to one connection.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        tx_id: str,
+        *,
+        memory_threshold: int = DEFAULT_MEMORY_THRESHOLD,
+    ) -> None:
+        self.directory = Path(directory)
+        self.tx_id = tx_id
+        self.memory_threshold = memory_threshold
+        self.nbytes = 0
+        self._count = 0
+        self._end = 0
+        self._memory: bytearray | None = bytearray()
+        self._file: BinaryIO | None = None
+        self._closed = False
+        self._broken: str | None = None
+
+    # -- state
+
+    @property
+    def on_disk(self) -> bool:
+        """True once the spool has spilled to its temporary file."""
+        return self._file is not None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def fileno(self) -> int | None:
+        """Descriptor of the temporary file, or None while the spool is in memory."""
+        return None if self._file is None else self._file.fileno()
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __repr__(self) -> str:
+        where = "disk" if self.on_disk else "memory"
+        state = "closed" if self._closed else where
+        return f"TxSpool({self.tx_id!r}, {self._count} ops, {self.nbytes} bytes, {state})"
+
+    # -- writing
+
+    def add(self, kind: int, payload: bytes) -> None:
+        """Append one operation; ``kind`` is the caller's tag for it, 0..255."""
+        self._check_usable()
+        if not 0 <= kind <= 0xFF:
+            raise ValueError(f"kind must be in 0..255, got {kind}")
+        header = _ENTRY.pack(kind, len(payload))
+        size = len(header) + len(payload)
+        if self._memory is not None and self._end + size > self.memory_threshold:
+            self._spill()
+        if self._memory is not None:
+            self._memory += header
+            self._memory += payload
+        else:
+            self._write_at(self._end, header, payload)
+        self._end += size
+        self._count += 1
+        self.nbytes += len(payload)
+
+    def _spill(self) -> None:
+        """Move the in-memory entries to an anonymous temporary file that close() releases."""
+        assert self._memory is not None
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            spill = tempfile.TemporaryFile(dir=self.directory, prefix=".tx-")  # noqa: SIM115
+        except OSError as exc:
+            message = f"cannot create transaction spool in {self.directory}: {exc}"
+            raise StorageError(message) from exc
+        self._file = spill
+        self._write_at(0, self._memory)
+        self._memory = None
+
+    def _write_at(self, position: int, *parts: bytes | bytearray) -> None:
+        assert self._file is not None
+        try:
+            self._file.seek(position)
+            for part in parts:
+                self._file.write(part)
+        except OSError as exc:
+            self._broken = f"transaction spool write failed: {exc}"
+            raise StorageError(self._broken) from exc
+
+    # -- reading
+
+    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        """Replay the operations present when iteration starts, in the order they were added."""
+        self._check_usable()
+        return self._replay(self._count)
+
+    def _replay(self, count: int) -> Iterator[tuple[int, bytes]]:
+        position = 0
+        for _ in range(count):
+            self._check_usable()
+            kind, payload, position = self._read_at(position)
+            yield kind, payload
+
+    def _read_at(self, position: int) -> tuple[int, bytes, int]:
+        if self._memory is not None:
+            kind, length = _ENTRY.unpack_from(self._memory, position)
+            start = position + _ENTRY.size
+            with memoryview(self._memory) as view:
+                payload = bytes(view[start : start + length])
+            return kind, payload, start + length
+        assert self._file is not None
+        try:
+            self._file.seek(position)
+            header = self._file.read(_ENTRY.size)
+            kind, length = _ENTRY.unpack(header)
+            if position + _ENTRY.size + length > self._end:
+                raise StorageError(f"transaction spool corrupt at {position}")
+            payload = self._file.read(length)
+        except (OSError, struct.error) as exc:
+            raise StorageError(f"transaction spool read failed at {position}: {exc}") from exc
+        if len(payload) != length:
+            raise StorageError(f"transaction spool truncated at {position}")
+        return kind, payload, position + _ENTRY.size + length
+
+    # -- lifetime
+
+    def close(self) -> None:
+        """Discard every pending operation and free its memory or disk space; idempotent."""
+        self._closed = True
+        self._memory = None
+        spill, self._file = self._file, None
+        if spill is not None:
+            spill.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise ValueError(f"transaction spool {self.tx_id!r} is closed")
+        if self._broken is not None:
+            raise StorageError(self._broken)
