@@ -82,7 +82,8 @@ class SelectorError(SluiceError, ValueError):
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
 _INT_RE = re.compile(r"[+-]?[0-9]+")
-_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+"""Unambiguous on purpose: header values are hostile, so the pattern must never backtrack."""
 
 
 def _exact(value: int) -> int | float:
@@ -92,9 +93,10 @@ def _exact(value: int) -> int | float:
 
 def _parse_int(text: str) -> int | float:
     """Parse a decimal integer of any length without tripping Python's int-digit limit."""
-    if len(text.lstrip("+-").lstrip("0")) > 19:
+    digits = text.lstrip("+-").lstrip("0") or "0"
+    if len(digits) > 19:
         return float(text)
-    return _exact(int(text))
+    return _exact(-int(digits) if text.startswith("-") else int(digits))
 
 
 def _parse_number(text: str) -> int | float | None:
@@ -124,13 +126,9 @@ def _as_number(value: Value) -> int | float | None:
     return value
 
 
-def _is_number(value: Value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _like_typed(a: Value, b: Value) -> tuple[Value, Value] | None:
     """Bring two non-NULL values to one type for comparison, or None if they are unlike."""
-    if type(a) is type(b) or (_is_number(a) and _is_number(b)):
+    if isinstance(a, str) == isinstance(b, str) and isinstance(a, bool) == isinstance(b, bool):
         return a, b
     if isinstance(a, str):
         converted = _convert_like(a, b)
@@ -190,7 +188,7 @@ _KEYWORDS = frozenset(
 _TOKEN_RE = re.compile(
     r"""
       (?P<space>\s+)
-    | (?P<string>'(?:[^']+|'')*')
+    | (?P<string>'[^']*(?:''[^']*)*')  # unrolled so that it cannot backtrack
     | (?P<float>(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+)
     | (?P<hex>0[xX][0-9a-fA-F]+)
     | (?P<int>[0-9]+[lL]?)
