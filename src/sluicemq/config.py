@@ -11,6 +11,8 @@ from typing import Any
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 61613
 DEFAULT_URL = f"stomp://{DEFAULT_HOST}:{DEFAULT_PORT}"
+DEFAULT_CONSOLE_PORT = 8161  # web console, admin API, /metrics (ActiveMQ's console port)
+DEFAULT_WS_PORT = 61614  # STOMP over WebSocket (ActiveMQ's ws port)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,9 @@ class Policy:
     max_redeliveries: int = 6  # deliveries beyond this move the message to DLQ.<name>
     dlq_prefix: str = "DLQ."
     default_prefetch: int = 1000
+    stream_redelivery: str = "resume"  # resume | restart | discard, when a stream's consumer dies
+    stream_dispatch: str = "progressive"  # progressive | complete (hold chunks until the final)
+    stream_timeout: float = 60.0  # seconds without a chunk before an open stream is abandoned
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +70,7 @@ class JournalSettings:
     segment_bytes: int = 64 << 20
     preallocate: bool = True  # zero-fill segments ahead so fdatasync has no metadata to flush
     sync: bool = True  # False only for throwaway benchmarks: receipts would lie
+    spill_bytes: int = 64 << 10  # persistent bodies this large are read back from the journal
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +79,8 @@ class BrokerConfig:
 
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
+    console_port: int | None = DEFAULT_CONSOLE_PORT  # 0 any free port, None no console
+    ws_port: int | None = DEFAULT_WS_PORT  # 0 any free port, None no STOMP over WebSocket
     data_dir: Path = Path("sluice-data")
     limits: Limits = field(default_factory=Limits)
     journal: JournalSettings = field(default_factory=JournalSettings)
@@ -113,9 +121,11 @@ def _section(kind: type, raw: dict[str, Any], where: str) -> Any:
 def _from_toml(data: dict[str, Any]) -> BrokerConfig:
     broker = data.get("broker", {})
     kwargs: dict[str, Any] = {}
-    for key in ("host", "port"):
-        if key in broker:
-            kwargs[key] = broker[key]
+    for key in ("host", "port", "console_port", "ws_port"):
+        for spelling in (key, key.replace("_", "-")):
+            if spelling in broker:
+                value = broker[spelling]
+                kwargs[key] = None if value in (False, "off") else value
     if "data-dir" in broker or "data_dir" in broker:
         kwargs["data_dir"] = Path(broker.get("data-dir", broker.get("data_dir")))
     if "limits" in data:

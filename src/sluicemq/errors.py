@@ -34,7 +34,9 @@ class FlowControlError(SluiceError):
 class ClientError(SluiceError):
     """Raised by the client library: the broker answered with ERROR, or the connection broke."""
 
-    def __init__(self, message: str, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
+    def __init__(
+        self, message: str, headers: dict[str, str] | None = None, body: bytes = b""
+    ) -> None:
         super().__init__(message)
         self.headers = headers or {}
         self.body = body

@@ -22,6 +22,17 @@ from sluicemq.core.names import QUEUE, TOPIC, destination_of
 from sluicemq.core.queue import Queue
 from sluicemq.core.recovery import replay
 from sluicemq.core.selectors import Selector, compile_selector
+from sluicemq.core.streams import (
+    ABANDONED,
+    COMPLETE,
+    COMPLETE_FIRST,
+    DISCARDED,
+    DISPATCHING,
+    RESUMED_STATE,
+    Chunk,
+    ChunkError,
+    StreamState,
+)
 from sluicemq.core.topic import Topic
 from sluicemq.errors import ProtocolError
 from sluicemq.storage import records
@@ -53,6 +64,9 @@ class Broker:
         self._waiters: list[tuple[int, int, Waiter]] = []
         self._waiter_order = itertools.count()
         self.started = clock()
+        self.streams: dict[str, StreamState] = {}
+        self.finished_streams: dict[str, StreamState] = {}  # recent, for resume queries
+        self._consumer_waits: list[tuple[float, str, str, Callable[[int], None]]] = []
         store.on_durable = self._on_durable
         store.on_failed = self._on_failed
 
@@ -85,11 +99,20 @@ class Broker:
     # -- publishing --------------------------------------------------------------------------
     def publish(self, kind: str, name: str, msg: Message) -> None:
         """Route one message; a persistent one is journaled before any consumer sees it."""
+        stream = self.streams.get(msg.group) if msg.group is not None else None
+        if stream is not None and stream.state == DISCARDED:
+            kind, name = QUEUE, f"{self.policy(kind, name).dlq_prefix}{name}"
         if kind == QUEUE:
             q = self.queue(name)
             if msg.persistent:
                 msg.ticket = self._append_msg(q.key, msg)
                 self.store.hold(msg.ticket)
+                if msg.size >= self.config.journal.spill_bytes:
+                    msg.body = None  # the journal has it; memory keeps the headers only
+                if stream is not None:
+                    self._pin_stream_tail(stream, msg.ticket)
+            if stream is not None and self._hold_chunk(stream, q, msg):
+                return
             q.enqueue(msg)
             return
         topic = self.topic(name)
@@ -100,15 +123,200 @@ class Broker:
         if msg.persistent and durable:
             ticket = self._append_msg(f"t:{name}", msg)
             self.store.hold(ticket, len(durable))
+        if ticket is not None and msg.size >= self.config.journal.spill_bytes:
+            msg.body = None
+        if stream is not None and ticket is not None:
+            self._pin_stream_tail(stream, ticket)
         for q in targets:
             copy = msg.copy_for(msg.destination)
             copy.ticket = ticket if q.durable else None
             copy.persistent = msg.persistent and q.durable
+            if stream is not None and self._hold_chunk(stream, q, copy):
+                continue
             q.enqueue(copy)
+
+    def body_of(self, msg: Message) -> bytes | memoryview:
+        """The body, from memory or read back from the journal (large persistent messages)."""
+        if msg.body is not None:
+            return msg.body
+        return records.message_body(self.store.read(msg.ticket.loc))
 
     def _append_msg(self, key: str, msg: Message) -> TicketLike:
         return self.store.append_message(key, msg.mid, msg.timestamp, msg.expires,
                                          msg.priority, msg.headers, msg.body)
+
+    # -- streams -----------------------------------------------------------------------------
+    def accept_chunk(self, kind: str, name: str, chunk: Chunk, body_len: int,
+                     peer: str) -> bool:
+        """Check a chunk against its stream; True to store it, False for a duplicate.
+
+        Raises ChunkError for a gap (the producer must resend from ``next_seq``) or a stream
+        that was abandoned or discarded.
+        """
+        st = self.streams.get(chunk.stream_id)
+        if st is None:
+            done = self.finished_streams.get(chunk.stream_id)
+            if done is not None:
+                return False  # everything was stored already: a late re-send
+            if chunk.seq != 0:
+                raise ChunkError(f"stream gap: unknown stream {chunk.stream_id!r} must start at "
+                                 f"sequence 0, got {chunk.seq}", next_seq=0)
+            key = f"q:{name}" if kind == QUEUE else f"t:{name}"
+            st = StreamState(chunk.stream_id, chunk.name, f"/{kind}/{name}", key)
+            self.streams[chunk.stream_id] = st
+        if st.state in (ABANDONED, DISCARDED):
+            raise ChunkError(f"stream {st.id!r} was {st.state}; start a new stream")
+        if chunk.seq < st.next_seq:
+            return False
+        if chunk.seq > st.next_seq or chunk.offset != st.next_offset:
+            raise ChunkError(f"stream gap: expected sequence {st.next_seq} at offset "
+                             f"{st.next_offset}, got {chunk.seq} at {chunk.offset}",
+                             next_seq=st.next_seq)
+        st.next_seq += 1
+        st.next_offset += body_len
+        st.received_bytes += body_len
+        st.chunks += 1
+        st.producer = peer
+        st.updated = self._clock()
+        if chunk.final:
+            st.size = chunk.size
+            st.sha256 = chunk.sha256
+            if st.state != RESUMED_STATE:
+                st.state = DISPATCHING
+        return True
+
+    def stream_query(self, stream_id: str) -> dict[str, str]:
+        st = self.streams.get(stream_id) or self.finished_streams.get(stream_id)
+        if st is None:
+            return {"sluice-stream-next-seq": "0", "sluice-stream-next-offset": "0",
+                    "sluice-stream-state": "unknown"}
+        state = "complete" if st.final_stored else "open"
+        if st.state in (ABANDONED, DISCARDED):
+            state = st.state
+        return {"sluice-stream-next-seq": str(st.next_seq),
+                "sluice-stream-next-offset": str(st.next_offset), "sluice-stream-state": state}
+
+    def _pin_stream_tail(self, st: StreamState, ticket: TicketLike) -> None:
+        """Keep the newest chunk's record on disk while the stream is open, so that after a
+        restart the broker still knows where a producer must resume even if every earlier
+        chunk was consumed and its segment reclaimed."""
+        self.store.hold(ticket)
+        old, st.last_ticket = st.last_ticket, ticket
+        if old is not None:
+            self.store.release_after(self.store.appended_seq, [old])
+
+    def _unpin_stream(self, st: StreamState) -> None:
+        if st.last_ticket is not None:
+            self.store.release_after(self.store.flush(), [st.last_ticket])
+            st.last_ticket = None
+
+    def _hold_chunk(self, st: StreamState, q: Queue, msg: Message) -> bool:
+        """`complete` dispatch: chunks wait (on disk) until the final chunk is stored."""
+        if q.policy.stream_dispatch != COMPLETE_FIRST:
+            return False
+        st.held.append((q, msg))  # type: ignore[arg-type]
+        if not st.final_stored:
+            return True
+        held, st.held = st.held, []
+        for hq, hm in held:  # type: ignore[misc]
+            hq.enqueue(hm)
+        return True
+
+    def stream_assigned(self, queue: Queue, stream_id: str, consumer: Consumer) -> None:
+        st = self.streams.get(stream_id)
+        if st is not None:
+            if st.consumer is not None and st.consumer != consumer.delivery.peer:
+                st.state = RESUMED_STATE
+            st.consumer = consumer.delivery.peer
+
+    def stream_delivered(self, msg: Message) -> None:
+        st = self.streams.get(msg.group) if msg.group is not None else None
+        if st is not None:
+            st.delivered_bytes += msg.size
+            st.updated = max(st.updated, self._clock()) if not st.final_stored else st.updated
+
+    def stream_finished(self, queue: Queue, stream_id: str) -> None:
+        st = self.streams.pop(stream_id, None)
+        if st is not None:
+            st.state = COMPLETE
+            st.consumer = None
+            self._unpin_stream(st)
+            self.finished_streams[stream_id] = st
+            while len(self.finished_streams) > 1000:
+                del self.finished_streams[next(iter(self.finished_streams))]
+
+    def stream_discarded(self, queue: Queue, stream_id: str) -> None:
+        st = self.streams.get(stream_id)
+        if st is not None:
+            st.state = DISCARDED
+            log.warning("stream %s (%s) discarded to the DLQ after its consumer left",
+                        stream_id, st.name)
+
+    def wait_for_consumer(self, kind: str, name: str, timeout: float,
+                          callback: Callable[[int], None]) -> None:
+        """Call back with the consumer count once the destination has one, or at timeout."""
+        count = self._consumer_count(kind, name)
+        if count or timeout <= 0:
+            callback(count)
+            return
+        self._consumer_waits.append((self._clock() + timeout, kind, name, callback))
+
+    def _consumer_count(self, kind: str, name: str) -> int:
+        if kind == QUEUE:
+            q = self.queues.get(name)
+            return len(q.consumers) if q is not None else 0
+        t = self.topics.get(name)
+        return sum(len(q.consumers) for q in t.subscribers.values()) if t is not None else 0
+
+    def _check_consumer_waits(self, now: float) -> None:
+        if not self._consumer_waits:
+            return
+        keep = []
+        for deadline, kind, name, callback in self._consumer_waits:
+            count = self._consumer_count(kind, name)
+            if count or now >= deadline:
+                callback(count)
+            else:
+                keep.append((deadline, kind, name, callback))
+        self._consumer_waits = keep
+
+    def tick(self) -> None:
+        """Once a second: abandon silent streams, answer consumer waits that timed out."""
+        now = self._clock()
+        self._check_consumer_waits(now)
+        for st in list(self.streams.values()):
+            if st.final_stored or st.state in (ABANDONED, DISCARDED):
+                continue
+            kind, _, name = st.queue_key.partition(":")
+            policy = self.policy(QUEUE if kind == "q" else TOPIC, name)
+            if now - st.updated > policy.stream_timeout:
+                self._abandon(st)
+
+    def _abandon(self, st: StreamState) -> None:
+        """The producer went silent: tell the consumer, move what exists to the DLQ."""
+        st.state = ABANDONED
+        log.warning("stream %s (%s) abandoned: no chunk for its stream-timeout", st.id, st.name)
+        kind, _, name = st.queue_key.partition(":")
+        queues = [self.queues[name]] if kind == "q" and name in self.queues else []
+        if kind == "t" and name in self.topics:
+            queues = list(self.topics[name].subscribers.values())
+        held, st.held = st.held, []
+        for q in queues:
+            doomed = [m for hq, m in held if hq is q] + q.take_group(st.id)  # type: ignore[misc]
+            owner = q.groups.pop(st.id, None)
+            if owner is not None:
+                doomed = [m for m in owner.inflight.values() if m.group == st.id] + doomed
+                for m in doomed:
+                    owner.inflight.pop(m.mid, None)
+                owner.open_streams.discard(st.id)
+                owner.delivery.stream_error(st.id,
+                                            f"stream abandoned: {st.name!r} got no chunk for its "
+                                            "stream-timeout; the partial stream was moved to "
+                                            "the DLQ")
+            for m in doomed:
+                q.stats.dead_lettered += 1
+                self.dead_letter(q, m)
+        self._unpin_stream(st)
 
     # -- QueueOwner --------------------------------------------------------------------------
     def schedule_dispatch(self, queue: Queue) -> None:
@@ -138,6 +346,7 @@ class Broker:
         origin = queue.destination.split("/", 2)[2]
         dlq = self.queue(f"{queue.policy.dlq_prefix}{origin}")
         moved = msg.copy_for(dlq.destination)
+        moved.body = bytes(self.body_of(msg))
         moved.headers = dict(msg.headers, **{"sluice-dlq-origin": queue.destination,
                                              "sluice-dlq-deliveries": str(msg.deliveries)})
         if msg.persistent:
@@ -209,6 +418,8 @@ class Broker:
 
     def attach(self, consumer: Consumer) -> None:
         consumer.queue.add_consumer(consumer)
+        if self._consumer_waits:
+            self._check_consumer_waits(self._clock())
 
     # -- transactions ------------------------------------------------------------------------
     def commit(self, txid: str, messages: list[tuple[str, str, Message]],

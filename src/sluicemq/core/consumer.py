@@ -18,8 +18,11 @@ class Delivery(Protocol):
     """What a consumer needs from its connection: write a MESSAGE, tell if it can take more."""
 
     writable: bool
+    peer: str
 
     def deliver(self, consumer: Consumer, msg: Message) -> None: ...
+
+    def stream_error(self, stream_id: str, text: str) -> None: ...
 
 
 class Consumer:
@@ -30,8 +33,8 @@ class Consumer:
     """
 
     __slots__ = (
-        "ack_mode", "delivery", "destination", "exclusive", "index", "inflight",
-        "prefetch", "queue", "selector", "sub_id",
+        "ack_mode", "delivery", "destination", "exclusive", "index", "inflight", "max_streams",
+        "open_streams", "prefetch", "queue", "resumed", "selector", "stream_acked", "sub_id",
     )
 
     def __init__(
@@ -46,6 +49,7 @@ class Consumer:
         prefetch: int = 1000,
         selector: Selector | None = None,
         exclusive: bool = False,
+        max_streams: int = 0,
     ) -> None:
         self.delivery = delivery
         self.sub_id = sub_id
@@ -57,12 +61,19 @@ class Consumer:
         self.selector = selector
         self.exclusive = exclusive
         self.inflight: dict[int, Message] = {}
+        self.max_streams = max_streams  # 0: any number of streams at once
+        self.open_streams: set[str] = set()  # streams given to us whose final chunk is unacked
+        self.resumed: set[str] = set()  # streams taken over mid-way: mark the next chunk
+        self.stream_acked: dict[str, list[Message]] = {}  # `restart` policy: acks held back
 
     def ready(self) -> bool:
         """Room for one more message: the socket drains and the prefetch window is open."""
         if not self.delivery.writable:
             return False
         return self.ack_mode == AUTO or len(self.inflight) < self.prefetch
+
+    def can_open_stream(self) -> bool:
+        return self.max_streams <= 0 or len(self.open_streams) < self.max_streams
 
     def accepts(self, msg: Message) -> bool:
         return self.selector is None or self.selector.matches(msg.headers)

@@ -5,6 +5,9 @@ Rules, in the order they apply to each message (highest priority first, FIFO wit
 2. if any consumer subscribed with ``activemq.exclusive:true``, only the first of them receives;
 3. a message with ``JMSXGroupID`` goes to the consumer that owns its group (assigned on the
    group's first message, released when that consumer leaves); it waits while the owner is full;
+   a stream's chunks are a group too, and a consumer subscribed with ``sluice-max-streams:N``
+   is given a new stream only while it has fewer than N open (final chunk not yet acked), so
+   chunks of different streams never interleave for it;
 4. otherwise consumers take turns (round robin from where the last pass stopped) among those
    with room whose selector matches.
 A message no consumer can take now is skipped, not lost. A pass looks at no more than
@@ -16,6 +19,7 @@ from __future__ import annotations
 from sluicemq.core.consumer import AUTO, Consumer
 from sluicemq.core.message import Message
 from sluicemq.core.queue import Queue
+from sluicemq.core.streams import SEQ, is_chunk, is_final
 
 DEFAULT_SCAN_LIMIT = 10_000
 
@@ -25,11 +29,12 @@ def _candidates(queue: Queue) -> list[Consumer]:
     return exclusive[:1] if exclusive else queue.consumers
 
 
-def _pick(queue: Queue, candidates: list[Consumer], msg: Message) -> Consumer | None:
+def _pick(queue: Queue, candidates: list[Consumer], msg: Message,
+          new_stream: bool = False) -> Consumer | None:
     n = len(candidates)
     for i in range(n):
         c = candidates[(queue.rr + i) % n]
-        if c.ready() and c.accepts(msg):
+        if c.ready() and c.accepts(msg) and (not new_stream or c.can_open_stream()):
             queue.rr = (queue.rr + i + 1) % n
             return c
     return None
@@ -59,9 +64,15 @@ def dispatch(queue: Queue, now_ms: int, scan_limit: int = DEFAULT_SCAN_LIMIT) ->
             if owner is not None:
                 consumer = owner if owner.ready() and owner in candidates else None
             else:
-                consumer = _pick(queue, candidates, msg)
+                chunk = is_chunk(msg)
+                consumer = _pick(queue, candidates, msg, chunk)
                 if consumer is not None:
                     queue.groups[msg.group] = consumer
+                    if chunk:
+                        consumer.open_streams.add(msg.group)
+                        if msg.headers.get(SEQ, "0") != "0":
+                            consumer.resumed.add(msg.group)
+                        queue.owner.stream_assigned(queue, msg.group, consumer)
         else:
             consumer = _pick(queue, candidates, msg)
         if consumer is None:
@@ -70,6 +81,8 @@ def dispatch(queue: Queue, now_ms: int, scan_limit: int = DEFAULT_SCAN_LIMIT) ->
         msg.deliveries += 1
         if consumer.ack_mode == AUTO:
             auto_acked.append(msg)
+            if consumer.open_streams and is_final(msg):
+                queue.close_stream(consumer, msg.group)
         else:
             consumer.inflight[msg.mid] = msg
         consumer.delivery.deliver(consumer, msg)

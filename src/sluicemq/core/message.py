@@ -18,11 +18,13 @@ class Message:
     ``mid`` is broker-wide and survives restarts for persistent messages. ``ticket`` is the
     journal ticket of the record that stores the message (None for non-persistent ones).
     ``deliveries`` counts how often it was handed out (redelivery and DLQ decisions).
+    ``body`` is None when the body lives only in the journal (large persistent messages):
+    memory then holds the headers and ``size``, and delivery reads the body back.
     """
 
     __slots__ = (
         "body", "deliveries", "destination", "expires", "group", "headers", "mid",
-        "persistent", "priority", "ticket", "timestamp",
+        "persistent", "priority", "size", "ticket", "timestamp",
     )
 
     def __init__(
@@ -30,7 +32,7 @@ class Message:
         mid: int,
         destination: str,
         headers: dict[str, str],
-        body: bytes,
+        body: bytes | None,
         *,
         persistent: bool,
         priority: int = DEFAULT_PRIORITY,
@@ -41,6 +43,7 @@ class Message:
         self.destination = destination
         self.headers = headers
         self.body = body
+        self.size = len(body) if body is not None else 0
         self.persistent = persistent
         self.priority = priority
         self.expires = expires
@@ -61,10 +64,11 @@ class Message:
         m = Message(self.mid, destination, dict(self.headers), self.body,
                     persistent=self.persistent, priority=self.priority,
                     expires=self.expires, timestamp=self.timestamp)
+        m.size = self.size
         return m
 
     def __repr__(self) -> str:
-        return f"<Message {self.mid} {self.destination} {len(self.body)}B>"
+        return f"<Message {self.mid} {self.destination} {self.size}B>"
 
 
 def parse_priority(value: str | None) -> int:

@@ -24,20 +24,20 @@ class PendingList:
     def push(self, msg: Message) -> None:
         self._lanes[msg.priority].append(msg)
         self._size += 1
-        self.bytes += len(msg.body)
+        self.bytes += msg.size
 
     def push_front(self, msg: Message) -> None:
         """Put a returned message back where it was: before everything of its priority."""
         self._lanes[msg.priority].appendleft(msg)
         self._size += 1
-        self.bytes += len(msg.body)
+        self.bytes += msg.size
 
     def pop(self) -> Message | None:
         for lane in reversed(self._lanes):
             if lane:
                 msg = lane.popleft()
                 self._size -= 1
-                self.bytes -= len(msg.body)
+                self.bytes -= msg.size
                 return msg
         return None
 
@@ -53,7 +53,7 @@ class PendingList:
                 if msg.mid == mid:
                     lane.remove(msg)
                     self._size -= 1
-                    self.bytes -= len(msg.body)
+                    self.bytes -= msg.size
                     return msg
         return None
 

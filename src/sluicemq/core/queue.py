@@ -14,6 +14,7 @@ from sluicemq.config import Policy
 from sluicemq.core.consumer import Consumer
 from sluicemq.core.message import Message
 from sluicemq.core.pending import PendingList
+from sluicemq.core.streams import DISCARD, RESTART, is_chunk, is_final
 
 if TYPE_CHECKING:
     from sluicemq.core.selectors import Selector
@@ -27,6 +28,12 @@ class QueueOwner(Protocol):
     def record_removal(self, queue: Queue, msgs: Iterable[Message]) -> None: ...
 
     def dead_letter(self, queue: Queue, msg: Message) -> None: ...
+
+    def stream_assigned(self, queue: Queue, stream_id: str, consumer: Consumer) -> None: ...
+
+    def stream_finished(self, queue: Queue, stream_id: str) -> None: ...
+
+    def stream_discarded(self, queue: Queue, stream_id: str) -> None: ...
 
 
 @dataclass(slots=True)
@@ -88,8 +95,14 @@ class Queue:
         for group, owner in list(self.groups.items()):
             if owner is consumer:
                 del self.groups[group]
-        returned = list(consumer.inflight.values())
+        held = [m for msgs in consumer.stream_acked.values() for m in msgs]
+        returned = held + list(consumer.inflight.values())
+        consumer.stream_acked.clear()
         consumer.inflight.clear()
+        if consumer.open_streams and self.policy.stream_redelivery == DISCARD:
+            returned = self._discard_streams(consumer.open_streams, returned)
+        consumer.open_streams.clear()
+        consumer.resumed.clear()
         self.return_messages(returned)
         if self.consumers and self.pending:
             self.owner.schedule_dispatch(self)  # what the leaver was skipped for may go now
@@ -103,12 +116,16 @@ class Queue:
         return len(self.pending) + self.inflight_count
 
     # -- acknowledgement -------------------------------------------------------------------
-    def acknowledge(self, msgs: Iterable[Message], *, record: bool = True) -> None:
+    def acknowledge(self, msgs: Iterable[Message], *, record: bool = True,
+                    consumer: Consumer | None = None) -> None:
         """Consumed for good: count it and let the journal forget it.
 
         ``record=False`` when the caller journals the removal itself (a transaction's COMMIT).
+        ``consumer`` is who acked: acking a stream's final chunk closes that stream for it.
         """
         msgs = list(msgs)
+        if consumer is not None and consumer.open_streams:
+            msgs = self._stream_acks(consumer, msgs)
         if not msgs:
             return
         self.stats.dequeued += len(msgs)
@@ -116,6 +133,56 @@ class Queue:
             self.owner.record_removal(self, msgs)
         if self.consumers:
             self.owner.schedule_dispatch(self)
+
+    # -- streams -----------------------------------------------------------------------------
+    def _stream_acks(self, consumer: Consumer, msgs: list[Message]) -> list[Message]:
+        """Acks of stream chunks: `restart` holds them back until the final chunk is acked."""
+        restart = self.policy.stream_redelivery == RESTART
+        out: list[Message] = []
+        for m in msgs:
+            group = m.group
+            if group is None or group not in consumer.open_streams or not is_chunk(m):
+                out.append(m)
+            elif is_final(m):
+                out.extend(consumer.stream_acked.pop(group, ()))
+                out.append(m)
+                self.close_stream(consumer, group)
+            elif restart:
+                consumer.stream_acked.setdefault(group, []).append(m)
+            else:
+                out.append(m)
+        return out
+
+    def close_stream(self, consumer: Consumer, group: str | None) -> None:
+        """The consumer has the whole stream: free it for its next one."""
+        if group is None:
+            return
+        consumer.open_streams.discard(group)
+        consumer.resumed.discard(group)
+        if self.groups.get(group) is consumer:
+            del self.groups[group]
+        self.owner.stream_finished(self, group)
+
+    def take_group(self, group: str) -> list[Message]:
+        """Remove every pending message of one group (stream discard and abandonment)."""
+        kept: list[Message] = []
+        taken: list[Message] = []
+        while (m := self.pending.pop()) is not None:
+            (taken if m.group == group else kept).append(m)
+        for m in kept:
+            self.pending.push(m)
+        return taken
+
+    def _discard_streams(self, groups: set[str], returned: list[Message]) -> list[Message]:
+        """`discard` policy: the rest of each open stream goes to the DLQ, not to another."""
+        keep = [m for m in returned if m.group not in groups]
+        for group in groups:
+            doomed = [m for m in returned if m.group == group] + self.take_group(group)
+            for m in doomed:
+                self.stats.dead_lettered += 1
+                self.owner.dead_letter(self, m)
+            self.owner.stream_discarded(self, group)
+        return keep
 
     def return_messages(self, msgs: list[Message]) -> None:
         """NACK or consumer loss: back to the front for redelivery, or to the DLQ when spent."""

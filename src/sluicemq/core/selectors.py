@@ -245,7 +245,7 @@ def _tokenize(text: str, offset: int, hyphenated: bool) -> list[_Token]:
             tokens.append(_Token("op", lexeme, lexeme, column))
         else:
             if pos < len(text) and _IDENT_PART_RE.match(text, pos):
-                raise SelectorError(f"malformed number {lexeme + text[pos]!r}...", column)
+                raise SelectorError(f"malformed number {lexeme + text[pos]!r}", column)
             tokens.append(_Token("number", _number_literal(kind, lexeme, column), lexeme, column))
     tokens.append(_Token("end", None, "", offset + len(text) + 1))
     return tokens

@@ -18,7 +18,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from sluicemq import __version__
 from sluicemq.core.broker import Broker
@@ -32,14 +32,23 @@ from sluicemq.core.message import (
 from sluicemq.core.names import QUEUE, parse_destination
 from sluicemq.core.queue import Queue
 from sluicemq.core.selectors import SelectorError, compile_selector
+from sluicemq.core.spool import TxSpool
+from sluicemq.core.streams import (
+    DUPLICATE,
+    MAX_STREAMS,
+    NEXT_SEQ,
+    QUERY,
+    RESUMED,
+    STREAM_ID,
+    WAIT_CONSUMER,
+    ChunkError,
+    parse_chunk,
+)
 from sluicemq.errors import ProtocolError
-from sluicemq.protocol.codec import encode_frame
+from sluicemq.protocol.codec import encode_frame, encode_head
 from sluicemq.protocol.frames import CLIENT_COMMANDS, Frame
 from sluicemq.protocol.heartbeat import negotiate, parse_heart_beat
 from sluicemq.storage import records
-
-if TYPE_CHECKING:
-    from sluicemq.core.spool import TxSpool
 
 log = logging.getLogger("sluicemq.session")
 
@@ -94,12 +103,35 @@ class Session:
         if msg.deliveries > 1:
             h["redelivered"] = "true"
             h["sluice-delivery-count"] = str(msg.deliveries)
+        if consumer.resumed and msg.group in consumer.resumed:
+            consumer.resumed.discard(msg.group)
+            h[RESUMED] = "true"
         for k, v in msg.headers.items():
             h.setdefault(k, v)
         if "timestamp" not in h and msg.timestamp:
             h["timestamp"] = str(msg.timestamp)
         self.delivered += 1
-        self.out.write(encode_frame(Frame("MESSAGE", h, msg.body), self.version))
+        body = msg.body if msg.body is not None else self.broker.body_of(msg)
+        frame = Frame("MESSAGE", h, body)
+        try:
+            head = encode_head(frame, self.version)
+        except ValueError:  # a header this (older) protocol version cannot carry
+            frame.headers = {k: v for k, v in h.items() if _representable(k, v, self.version)}
+            head = encode_head(frame, self.version)
+        if msg.group is not None and STREAM_ID in msg.headers:
+            self.broker.stream_delivered(msg)
+        if len(body) < 65536:
+            self.out.write(b"".join((head, body, b"\x00")))
+        else:  # large bodies go out without another copy
+            self.out.write(head)
+            self.out.write(body)
+            self.out.write(b"\x00")
+
+    def stream_error(self, stream_id: str, text: str) -> None:
+        """Tell a stream's consumer that the stream cannot complete; the connection stays."""
+        self.out.write(encode_frame(Frame("ERROR", {
+            "message": _header_safe(text), STREAM_ID: stream_id,
+            "content-type": "text/plain"}, text.encode()), self.version))
 
     # -- frames in ---------------------------------------------------------------------------
     def handle(self, frame: Frame) -> None:
@@ -130,8 +162,10 @@ class Session:
         handler(self, frame)
 
     def error(self, message: str, frame: Frame | None = None, *, fatal: bool = True,
-              detail: str = "") -> None:
+              detail: str = "", extra: dict[str, str] | None = None) -> None:
         headers = {"message": _header_safe(message), "content-type": "text/plain"}
+        if extra:
+            headers.update(extra)
         if frame is not None and "receipt" in frame.headers:
             headers["receipt-id"] = frame.headers["receipt"]
         body = (detail or message).encode()
@@ -140,7 +174,7 @@ class Session:
         if fatal:
             self.close()
 
-    def receipt(self, frame: Frame) -> None:
+    def receipt(self, frame: Frame, extra: dict[str, str] | None = None) -> None:
         """Answer a `receipt` header once everything this frame stored is durable."""
         receipt_id = frame.headers.get("receipt")
         if receipt_id is None:
@@ -150,8 +184,10 @@ class Session:
             if self.closed:
                 return
             if exc is None:
-                self.out.write(encode_frame(Frame("RECEIPT", {"receipt-id": receipt_id}),
-                                            self.version))
+                headers = {"receipt-id": receipt_id}
+                if extra:
+                    headers.update(extra)
+                self.out.write(encode_frame(Frame("RECEIPT", headers), self.version))
             else:
                 self.error(f"not stored: {exc}", frame, fatal=False)
 
@@ -231,6 +267,19 @@ class Session:
         h = frame.headers
         kind, name = parse_destination(h.get("destination"))
         self.received += 1
+        if QUERY in h:
+            self._stream_query(frame, kind, name)
+            return
+        if STREAM_ID in h and h.get("transaction") is None:
+            try:
+                chunk = parse_chunk(h, len(frame.body))
+                if not self.broker.accept_chunk(kind, name, chunk, len(frame.body), self.peer):
+                    self.receipt(frame, {DUPLICATE: "true"})
+                    return
+            except ChunkError as exc:
+                extra = {NEXT_SEQ: str(exc.next_seq)} if exc.next_seq is not None else None
+                self.error(str(exc), frame, fatal=False, extra=extra)
+                return
         txid = h.get("transaction")
         if txid is not None:
             spool = self._tx(txid)
@@ -243,6 +292,23 @@ class Session:
             return
         self.broker.publish(kind, name, self._message(kind, name, h, frame.body))
         self.receipt(frame)
+
+    def _stream_query(self, frame: Frame, kind: str, name: str) -> None:
+        """Where should a reconnecting producer resume?  Optionally wait for a consumer."""
+        answer = self.broker.stream_query(frame.headers[QUERY])
+        wait = frame.headers.get(WAIT_CONSUMER)
+        if wait is None:
+            self.receipt(frame, answer)
+            return
+        try:
+            timeout = float(wait)
+        except ValueError:
+            raise ProtocolError(f"invalid {WAIT_CONSUMER} {wait!r}", fatal=False) from None
+
+        def ready(count: int) -> None:
+            self.receipt(frame, dict(answer, **{"sluice-stream-consumers": str(count)}))
+
+        self.broker.wait_for_consumer(kind, name, timeout, ready)
 
     def _message(self, kind: str, name: str, h: dict[str, str], body: bytes) -> Message:
         headers = {k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}
@@ -284,6 +350,11 @@ class Session:
         except SelectorError as exc:
             raise ProtocolError(f"invalid selector: {exc}", fatal=False) from None
         durable_name = h.get("activemq.subscriptionName") or h.get("durable-subscription-name")
+        try:
+            max_streams = int(h.get(MAX_STREAMS, "0"))
+        except ValueError:
+            raise ProtocolError(f"invalid {MAX_STREAMS} {h.get(MAX_STREAMS)!r}",
+                                fatal=False) from None
         index = next(self._indexes)
         queue: Queue
         consumer_selector = selector
@@ -304,7 +375,8 @@ class Session:
             consumer_selector = None
         consumer = Consumer(self, sub_id, index, destination or "", queue, ack_mode=ack_mode,
                             prefetch=prefetch, selector=consumer_selector,
-                            exclusive=h.get("activemq.exclusive") == "true")
+                            exclusive=h.get("activemq.exclusive") == "true",
+                            max_streams=max_streams)
         self.consumers[sub_id] = consumer
         self.by_index[index] = consumer
         self.broker.attach(consumer)
@@ -387,7 +459,7 @@ class Session:
         if nack:
             consumer.queue.return_messages(msgs)
         else:
-            consumer.queue.acknowledge(msgs)
+            consumer.queue.acknowledge(msgs, consumer=consumer)
         self.receipt(frame)
 
     def _nack(self, frame: Frame) -> None:
@@ -410,8 +482,6 @@ class Session:
         txid = self._tx_id(frame)
         if txid in self.transactions:
             raise ProtocolError(f"transaction {txid!r} already open", fatal=False)
-        from sluicemq.core.spool import TxSpool
-
         directory = Path(self.broker.config.data_dir) / "tmp"
         directory.mkdir(parents=True, exist_ok=True)
         self.transactions[txid] = TxSpool(directory, txid)
@@ -462,6 +532,14 @@ class Session:
             raise
         self.broker.commit(f"{self.id}:{txid}", messages, list(acks.values()),
                            list(nacks.values()))
+
+
+def _representable(key: str, value: str, version: str) -> bool:
+    try:
+        encode_head(Frame("MESSAGE", {key: value}), version)
+    except ValueError:
+        return False
+    return True
 
 
 def _header_safe(text: str) -> str:

@@ -57,6 +57,12 @@ def decode_message(payload: bytes | memoryview) -> StoredMessage:
     return StoredMessage(key, mid, ts, expires, priority, headers, bytes(payload[pos:]))
 
 
+def message_body(payload: bytes | memoryview) -> memoryview:
+    """Just the body of a MSG record, without decoding its headers (delivery of large bodies)."""
+    _mid, _ts, _exp, _prio, _flags, klen, hlen = _MSG_HEAD.unpack_from(payload, 0)
+    return memoryview(payload)[_MSG_HEAD.size + klen + hlen:]
+
+
 def encode_acks(acks: Iterable[tuple[str, int]]) -> bytes:
     """Group (key, mid) pairs by key: a batch of auto-acks costs ~8 bytes a message."""
     by_key: dict[str, array] = {}

@@ -8,12 +8,17 @@ import logging
 import signal
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sluicemq.config import BrokerConfig
 from sluicemq.core.broker import Broker
 from sluicemq.storage.journal import Journal
 from sluicemq.storage.store import Store
 from sluicemq.transport.tcp import StompProtocol
+
+if TYPE_CHECKING:
+    from sluicemq.admin.console import AdminConsole
+    from sluicemq.transport.websocket import WebSocketServer
 
 log = logging.getLogger("sluicemq.server")
 
@@ -27,7 +32,10 @@ class BrokerServer:
         self.broker: Broker | None = None
         self.store: Store | None = None
         self._servers: list[asyncio.AbstractServer] = []
+        self.console: AdminConsole | None = None
+        self.websocket: WebSocketServer | None = None
         self._stopped = asyncio.Event()
+        self._ticker: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -49,12 +57,43 @@ class BrokerServer:
                  counts["messages"], counts["durable_subscriptions"], counts["records"],
                  time.monotonic() - t0)
         self.store.start(loop.call_soon_threadsafe)
+        await self._start_operations()
+        self._ticker = loop.create_task(self._tick())
         server = await loop.create_server(
             lambda: StompProtocol(self.broker, self.connections),  # type: ignore[arg-type]
             self.config.host, self.config.port, reuse_address=True, backlog=1024)
         self._servers.append(server)
         host, port = server.sockets[0].getsockname()[:2]
         print(f"sluice: listening on stomp://{host}:{port} (data in {data_dir})", flush=True)
+
+    async def _tick(self) -> None:
+        """The broker's once-a-second housekeeping (stream timeouts, consumer waits)."""
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                self.broker.tick()  # type: ignore[union-attr]
+            except Exception:
+                log.exception("broker tick failed")
+
+    async def _start_operations(self) -> None:
+        """Web console (+ API, /metrics) and STOMP over WebSocket, each unless turned off."""
+        from sluicemq.admin.console import AdminConsole
+        from sluicemq.admin.context import AdminContext
+        from sluicemq.transport.websocket import WebSocketServer
+
+        assert self.broker is not None
+        host = self.config.host
+        if self.config.ws_port is not None:
+            self.websocket = WebSocketServer(self.broker)
+            ws_host, ws_port = await self.websocket.start(host, self.config.ws_port)
+            print(f"sluice: websocket on ws://{ws_host}:{ws_port}", flush=True)
+        if self.config.console_port is not None:
+            ws = self.websocket
+            ctx = AdminContext(self.broker, self.store,
+                               lambda: [*self.connections, *(ws.connections if ws else ())])
+            self.console = AdminConsole(ctx)
+            c_host, c_port = await self.console.start(host, self.config.console_port)
+            print(f"sluice: console on http://{c_host}:{c_port}", flush=True)
 
     async def serve_until_stopped(self) -> None:
         loop = asyncio.get_running_loop()
@@ -69,11 +108,17 @@ class BrokerServer:
 
     async def stop(self) -> None:
         """Stop accepting, close connections, make every appended record durable, close files."""
+        if self._ticker is not None:
+            self._ticker.cancel()
         for server in self._servers:
             server.close()
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.close()
+        if self.console is not None:
+            await self.console.stop()
+        if self.websocket is not None:
+            await self.websocket.stop()
         await asyncio.sleep(0)
         if self.store is not None:
             self.store.close()
