@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 LISTEN_RE = re.compile(r"listening on stomp://([\d.]+):(\d+)")
+CONSOLE_RE = re.compile(r"sluice: console on (http://[\d.]+:(\d+))")
+WS_RE = re.compile(r"sluice: websocket on (ws://[\d.]+:(\d+))")
 
 
 class BrokerProcess:
@@ -32,6 +34,12 @@ class BrokerProcess:
         self.host = "127.0.0.1"
         self.port = 0
         self.output: list[str] = []
+        # Console and WebSocket listen on ephemeral ports (learned from the start-up lines)
+        # unless extra_args choose ports or "off" themselves.
+        self.console_port = 0
+        self.ws_port = 0
+        self.console_url: str | None = None
+        self.ws_url: str | None = None
 
     @property
     def url(self) -> str:
@@ -42,6 +50,10 @@ class BrokerProcess:
                 "--port", str(self.port), "--data-dir", str(self.data_dir), *self.extra_args]
         if self.config_path is not None:
             args += ["--config", str(self.config_path)]
+        if "--console-port" not in self.extra_args:
+            args += ["--console-port", str(self.console_port)]
+        if "--ws-port" not in self.extra_args:
+            args += ["--ws-port", str(self.ws_port)]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, env=env)
@@ -51,6 +63,10 @@ class BrokerProcess:
             assert proc.stdout is not None
             for line in proc.stdout:
                 self.output.append(line)
+                if m := CONSOLE_RE.search(line):
+                    self.console_url, self.console_port = m.group(1), int(m.group(2))
+                if m := WS_RE.search(line):
+                    self.ws_url, self.ws_port = m.group(1), int(m.group(2))
                 m = LISTEN_RE.search(line)
                 if m and not found.is_set():
                     self.host, self.port = m.group(1), int(m.group(2))
@@ -152,7 +168,6 @@ class RawStomp:
 
     def recv(self, timeout: float = 10.0):
         """Next frame, or raise TimeoutError; EOF raises ConnectionError."""
-        import socket
 
         deadline = time.monotonic() + timeout
         while not self.frames:
@@ -162,7 +177,7 @@ class RawStomp:
             self.sock.settimeout(remaining)
             try:
                 data = self.sock.recv(1 << 20)
-            except socket.timeout:
+            except TimeoutError:
                 raise TimeoutError("no frame received") from None
             if not data:
                 raise ConnectionError("connection closed by broker")

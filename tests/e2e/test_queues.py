@@ -28,7 +28,7 @@ def test_competing_consumers_share_the_queue_fairly(broker) -> None:
     c2.subscribe("/queue/fair", id="2", ack="client-individual",
                  headers={"activemq.prefetchSize": "1"})
     time.sleep(0.2)
-    p, lp = connect(broker)
+    p, _lp = connect(broker)
     for i in range(20):
         p.send("/queue/fair", f"m{i}")
     got: dict[str, list[str]] = {"1": [], "2": []}
@@ -47,7 +47,7 @@ def test_competing_consumers_share_the_queue_fairly(broker) -> None:
 
 
 def test_prefetch_limits_unacked_messages(broker) -> None:
-    p, lp = connect(broker)
+    p, _lp = connect(broker)
     for i in range(10):
         p.send("/queue/pf", str(i))
     c, lc = connect(broker)
@@ -60,7 +60,7 @@ def test_prefetch_limits_unacked_messages(broker) -> None:
 
 
 def test_client_ack_is_cumulative(broker) -> None:
-    p, lp = connect(broker)
+    p, _lp = connect(broker)
     for i in range(5):
         p.send("/queue/cum", str(i))
     c, lc = connect(broker)
@@ -77,7 +77,7 @@ def test_client_ack_is_cumulative(broker) -> None:
 
 
 def test_nack_redelivers_with_redelivered_flag_and_count(broker) -> None:
-    p, lp = connect(broker)
+    p, _lp = connect(broker)
     p.send("/queue/nack", "x")
     c, lc = connect(broker)
     c.subscribe("/queue/nack", id="s", ack="client-individual")
@@ -93,7 +93,7 @@ def test_nack_redelivers_with_redelivered_flag_and_count(broker) -> None:
 
 
 def test_disconnect_returns_unacked_messages(broker) -> None:
-    p, lp = connect(broker)
+    p, _lp = connect(broker)
     for i in range(3):
         p.send("/queue/ret", str(i))
     c, lc = connect(broker)

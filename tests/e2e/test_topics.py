@@ -43,7 +43,7 @@ def _durable(broker, client_id: str = "app-1"):
 
 
 def test_durable_subscription_keeps_messages_while_offline(broker) -> None:
-    c, lc = _durable(broker)
+    c, _lc = _durable(broker)
     c.subscribe("/topic/orders", id="d", headers={"activemq.subscriptionName": "audit"})
     time.sleep(0.1)
     c.disconnect()
@@ -56,7 +56,7 @@ def test_durable_subscription_keeps_messages_while_offline(broker) -> None:
 
 
 def test_durable_subscription_survives_broker_kill(broker) -> None:
-    c, lc = _durable(broker, "svc")
+    c, _lc = _durable(broker, "svc")
     c.subscribe("/topic/ledger", id="d", ack="client-individual",
                 headers={"activemq.subscriptionName": "books", "receipt": "sub"})
     time.sleep(0.2)

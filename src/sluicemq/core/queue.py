@@ -126,6 +126,8 @@ class Queue:
         msgs = list(msgs)
         if consumer is not None and consumer.open_streams:
             msgs = self._stream_acks(consumer, msgs)
+            if self.consumers:
+                self.owner.schedule_dispatch(self)  # held-back acks still free prefetch room
         if not msgs:
             return
         self.stats.dequeued += len(msgs)

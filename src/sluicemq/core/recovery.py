@@ -14,6 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 from sluicemq.core.message import Message
 from sluicemq.core.selectors import compile_selector
+from sluicemq.core.streams import (
+    COMPLETE_FIRST,
+    DISPATCHING,
+    FINAL,
+    NAME,
+    OFFSET,
+    SEQ,
+    SHA256,
+    SIZE,
+    STREAM_ID,
+    StreamState,
+)
 from sluicemq.storage import records
 
 if TYPE_CHECKING:
@@ -31,10 +43,17 @@ class _Replay:
         self.tx_parts: dict[str, list[Any]] = defaultdict(list)
         self.max_mid = 0
         self.records = 0
+        self.streams: dict[str, StreamState] = {}
+        self.spill = broker.config.journal.spill_bytes
 
-    def message(self, payload: bytes | memoryview, ticket: Any) -> None:
+    def message(self, payload: bytes | memoryview, ticket: Any, in_tx: bool = False) -> None:
         sm = records.decode_message(payload)
         self.max_mid = max(self.max_mid, sm.mid)
+        if STREAM_ID in sm.headers:
+            self._stream_chunk(sm, ticket)
+        body: bytes | None = sm.body
+        if not in_tx and len(sm.body) >= self.spill:
+            body = None  # read back from the journal when delivered
         kind, _, name = sm.key.partition(":")
         if kind == "t":
             keys = [k for k, s in self.subs.items() if s.topic == name and self._matches(k, sm)]
@@ -43,10 +62,36 @@ class _Replay:
             keys = [sm.key]
             destination = f"/queue/{name}" if kind == "q" else sm.key
         for key in keys:
-            msg = Message(sm.mid, destination, sm.headers, sm.body, persistent=True,
+            msg = Message(sm.mid, destination, sm.headers, body, persistent=True,
                           priority=sm.priority, expires=sm.expires, timestamp=sm.timestamp)
+            msg.size = len(sm.body)
             msg.ticket = ticket
             self.live[key][sm.mid] = msg
+
+    def _stream_chunk(self, sm: records.StoredMessage, ticket: Any) -> None:
+        """A chunk on disk tells how far its stream got, even if it was consumed since."""
+        h = sm.headers
+        sid = h[STREAM_ID]
+        st = self.streams.get(sid)
+        if st is None:
+            kind, _, name = sm.key.partition(":")
+            st = StreamState(sid, h.get(NAME, sid), f"/{'topic' if kind == 't' else 'queue'}/"
+                             f"{name}", sm.key)
+            self.streams[sid] = st
+        try:
+            seq, offset = int(h.get(SEQ, "0")), int(h.get(OFFSET, "0"))
+        except ValueError:
+            return
+        if seq + 1 > st.next_seq:
+            st.next_seq = seq + 1
+            st.next_offset = offset + len(sm.body)
+            st.last_ticket = ticket
+        st.chunks += 1
+        st.received_bytes += len(sm.body)
+        if h.get(FINAL) == "true":
+            st.size = int(h.get(SIZE, st.next_offset))
+            st.sha256 = h.get(SHA256)
+            st.state = DISPATCHING
 
     def _matches(self, key: str, sm: records.StoredMessage) -> bool:
         selector = self.selectors.get(key)
@@ -71,7 +116,7 @@ class _Replay:
     def apply_ops(self, ops: list[tuple[int, memoryview]], ticket: Any) -> None:
         for rtype, op in ops:
             if rtype == records.MSG:
-                self.message(op, ticket)
+                self.message(op, ticket, in_tx=True)
             elif rtype == records.ACK:
                 self.acks(op)
 
@@ -100,14 +145,36 @@ class _Replay:
                 queue = broker.durables[key][1]
             else:
                 continue
+            complete_first = queue.policy.stream_dispatch == COMPLETE_FIRST
             for msg in msgs.values():
-                queue.pending.push(msg)
                 broker.store.hold(msg.ticket)
                 restored += 1
+                st = self.streams.get(msg.group) if msg.group is not None else None
+                if complete_first and st is not None and not st.final_stored:
+                    st.held.append((queue, msg))  # type: ignore[arg-type]
+                else:
+                    queue.pending.push(msg)
+        self._install_streams()
         # Ids never repeat across restarts, even after every segment was reclaimed: start no
         # lower than the clock in microseconds (ids are allocated far slower than 1 per µs).
         broker.next_mid = max(self.max_mid + 1, int(time.time() * 1_000_000))
         return restored
+
+
+    def _install_streams(self) -> None:
+        """Open streams (and finished ones with chunks left) keep their state; the rest are
+        remembered as finished so a late resume query still gets a true answer."""
+        broker = self.broker
+        live_groups = {m.group for msgs in self.live.values() for m in msgs.values()}
+        for sid, st in self.streams.items():
+            if st.final_stored and sid not in live_groups and not st.held:
+                st.state = "complete"
+                broker.finished_streams[sid] = st
+                st.last_ticket = None
+                continue
+            broker.streams[sid] = st
+            if st.last_ticket is not None:
+                broker.store.hold(st.last_ticket)  # re-pin the tail, as while running
 
 
 def replay(broker: Broker) -> dict[str, int]:
