@@ -3,17 +3,47 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
-from sluicemq.config import DEFAULT_HOST, DEFAULT_PORT, BrokerConfig
+from sluicemq.config import (
+    DEFAULT_CONSOLE_PORT,
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    DEFAULT_WS_PORT,
+    BrokerConfig,
+)
+
+
+class PortOrOff(click.ParamType):
+    """A TCP port (0 = any free one, printed at start-up) or ``off`` to not listen at all."""
+
+    name = "PORT|off"
+
+    def convert(self, value: object, param: click.Parameter | None,
+                ctx: click.Context | None) -> int | None:
+        if value is None or isinstance(value, int):
+            return value
+        text = str(value).strip().lower()
+        if text in ("off", "none", "no", "false"):
+            return None
+        if text.isdigit() and int(text) < 65536:
+            return int(text)
+        self.fail(f"{value!r} is neither a port number nor 'off'", param, ctx)
 
 
 @click.command()
 @click.option("--host", default=None, help=f"Interface to listen on [default: {DEFAULT_HOST}].")
 @click.option("--port", type=int, default=None,
               help=f"STOMP port, 0 for any free one [default: {DEFAULT_PORT}].")
+@click.option("--console-port", type=PortOrOff(), default=-1,
+              help="Web console, admin API and /metrics on --host; 0 any free port, off disables "
+                   f"[default: {DEFAULT_CONSOLE_PORT}]. No login yet: keep it on loopback.")
+@click.option("--ws-port", type=PortOrOff(), default=-1,
+              help="STOMP over WebSocket on --host; 0 any free port, off disables "
+                   f"[default: {DEFAULT_WS_PORT}].")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the journal lives [default: ./sluice-data].")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False,
@@ -21,13 +51,17 @@ from sluicemq.config import DEFAULT_HOST, DEFAULT_PORT, BrokerConfig
               default=None, help="TOML file with limits and destination policies.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
-def broker(host: str | None, port: int | None, data_dir: Path | None,
+def broker(host: str | None, port: int | None, console_port: int | None, ws_port: int | None,
+           data_dir: Path | None,
            config_file: Path | None, log_level: str) -> None:
     """Run the SluiceMQ broker until SIGTERM or Ctrl-C."""
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # -1: flag not given (the config file or the default decides); None: "off".
+    ports = {k: v for k, v in (("console_port", console_port), ("ws_port", ws_port)) if v != -1}
     try:
         config = BrokerConfig.load(config_file, host=host, port=port, data_dir=data_dir)
+        config = replace(config, **ports)
     except (ValueError, TypeError, OSError) as exc:
         raise click.ClickException(f"bad configuration: {exc}") from exc
     from sluicemq.transport.server import run

@@ -14,10 +14,11 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from sluicemq.cli import broker_cmd, messaging
+    from sluicemq.cli import admin_cmd, broker_cmd, messaging, transfer
 
     cli.add_command(broker_cmd.broker)
-    for command in messaging.COMMANDS:
+    cli.add_command(admin_cmd.admin)
+    for command in (*messaging.COMMANDS, *transfer.COMMANDS):
         cli.add_command(command)
 
 

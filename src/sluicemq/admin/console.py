@@ -1,0 +1,124 @@
+"""The web console: pages, the JSON API and /metrics on one aiohttp server in the broker's loop.
+
+There is no authentication yet (issue #7), so the console listens where ``--host`` says —
+loopback by default — and refuses what a hostile web page in the operator's browser could send:
+requests whose Host is not the console's own loopback name (DNS rebinding), cross-origin
+writes, and writes that are not JSON (which browsers cannot send cross-site without a
+preflight this server never approves). Anyone who can reach the port can still administer
+the broker: bind it to a non-loopback interface only on a trusted network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from sluicemq.admin import api
+from sluicemq.admin.context import AdminContext
+from sluicemq.admin.metrics import CONTENT_TYPE, make_registry, render
+
+log = logging.getLogger("sluicemq.console")
+
+STATIC = Path(__file__).parent / "static"
+PAGES = {
+    "/": "overview.html",
+    "/destinations": "destinations.html",
+    "/destination": "destination.html",
+    "/streams": "streams.html",
+    "/connections": "connections.html",
+}
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
+SAMPLE_EVERY = 1.0
+
+
+def _is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def make_guard(loopback_only: bool) -> api.Handler:
+    """Middleware: the browser-borne attacks a credential-less console must not fall for."""
+
+    @web.middleware
+    async def guard(request: web.Request, handler: api.Handler) -> web.StreamResponse:
+        if loopback_only and not _is_loopback(urlsplit(f"//{request.host}").hostname or ""):
+            return api.reply({"error": "the console answers only to a loopback Host name"}, 403)
+        if request.method not in ("GET", "HEAD", "OPTIONS"):
+            origin = request.headers.get("Origin")
+            if origin and urlsplit(origin).netloc != request.host:
+                return api.reply({"error": "cross-origin request refused"}, 403)
+            if request.method == "POST" and request.content_type != "application/json":
+                return api.reply({"error": "POST bodies must be application/json"}, 415)
+        return await handler(request)
+
+    return guard  # type: ignore[return-value]
+
+
+def make_app(ctx: AdminContext, *, loopback_only: bool = True) -> web.Application:
+    app = web.Application(middlewares=[make_guard(loopback_only), api.errors_as_json])
+    app[api.CTX] = ctx
+    api.add_routes(app)
+    registry = make_registry(ctx)
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=render(registry), headers={"Content-Type": CONTENT_TYPE})
+
+    app.router.add_get("/metrics", metrics)
+    for path, filename in PAGES.items():
+        app.router.add_get(path, _page(STATIC / filename))
+    app.router.add_static("/static/", STATIC)
+    return app
+
+
+def _page(path: Path) -> api.Handler:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.FileResponse(path, headers={"Cache-Control": "no-cache"})
+
+    return handler
+
+
+class AdminConsole:
+    """Owns the console's listening socket and its once-a-second sampling task."""
+
+    def __init__(self, ctx: AdminContext) -> None:
+        self.ctx = ctx
+        self._runner: web.AppRunner | None = None
+        self._ticker: asyncio.Task[None] | None = None
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        """Listen on host:port (0 = any free port); returns the address actually bound."""
+        app = make_app(self.ctx, loopback_only=_is_loopback(host))
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                     shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, reuse_address=True)
+        await site.start()
+        self._ticker = asyncio.get_running_loop().create_task(self._tick())
+        bound = self._runner.addresses[0]
+        return str(bound[0]), int(bound[1])
+
+    async def _tick(self) -> None:
+        while True:
+            try:
+                self.ctx.tick()
+            except Exception:
+                log.exception("console sampling failed")
+            await asyncio.sleep(SAMPLE_EVERY)
+
+    async def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        if self._runner is not None:
+            await self._runner.cleanup()

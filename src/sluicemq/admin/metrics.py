@@ -1,0 +1,186 @@
+"""/metrics: a Prometheus collector that reads broker state at scrape time.
+
+Nothing is counted per message for it: depths and totals come from the queues' own stats,
+journal figures from the journal's stats, rates from the console's once-a-second sampler.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from sluicemq.admin.process import memory_limit, rss_bytes
+
+if TYPE_CHECKING:
+    from sluicemq.admin.context import AdminContext
+
+FSYNC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class FsyncHistogram:
+    """Cumulative fsync-latency buckets built from the journal's recent-samples deque.
+
+    The journal keeps only its last samples (one per group commit), which would make a
+    non-monotonic histogram; folding the new ones every second (``batches`` tells how many are
+    new) gives Prometheus the cumulative counts it expects. Batches beyond the deque's length
+    within one second are counted in neither the buckets nor the sum.
+    """
+
+    def __init__(self, bounds: tuple[float, ...] = FSYNC_BUCKETS) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last slot is +Inf only
+        self.total = 0.0
+        self._batches: int | None = None
+
+    def fold(self, stats: Any) -> None:
+        batches = stats.batches
+        samples = stats.fsync_latency_s.copy()
+        if self._batches is None:
+            fresh = list(samples)
+        else:
+            new = max(0, batches - self._batches)
+            fresh = list(samples)[-new:] if new else []
+        self._batches = batches
+        for s in fresh:
+            self.counts[bisect.bisect_left(self.bounds, s)] += 1
+            self.total += s
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out, running = [], 0
+        for bound, count in zip(self.bounds, self.counts, strict=False):
+            running += count
+            out.append((repr(bound), running))
+        out.append(("+Inf", running + self.counts[-1]))
+        return out
+
+
+class BrokerCollector(Collector):
+    """Per-destination, journal, connection, memory and stream families for one broker."""
+
+    def __init__(self, ctx: AdminContext) -> None:
+        self.ctx = ctx
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._destinations()
+        yield from self._journal()
+        yield from self._process()
+
+    def _destinations(self) -> Iterator[Metric]:
+        broker = self.ctx.broker
+        labels = ["kind", "name"]
+        depth = GaugeMetricFamily("sluice_destination_depth",
+                                  "Messages waiting or in flight", labels=labels)
+        consumers = GaugeMetricFamily("sluice_destination_consumers", "Attached consumers",
+                                      labels=labels)
+        memory = GaugeMetricFamily("sluice_destination_memory_bytes",
+                                   "Body bytes held in memory", labels=labels)
+        counters = {field: CounterMetricFamily(f"sluice_destination_{field}",
+                                               f"Messages {field} since broker start",
+                                               labels=labels)
+                    for field in ("enqueued", "dequeued", "redelivered", "expired",
+                                  "dead_lettered")}
+        for name, q in broker.queues.items():
+            lv = ["queue", name]
+            depth.add_metric(lv, q.depth())
+            consumers.add_metric(lv, len(q.consumers))
+            memory.add_metric(lv, q.pending.bytes)
+            for field, family in counters.items():
+                family.add_metric(lv, getattr(q.stats, field))
+        for name, t in broker.topics.items():
+            lv = ["topic", name]
+            subs = list(t.subscribers.values())
+            depth.add_metric(lv, sum(q.depth() for q in subs))
+            consumers.add_metric(lv, sum(len(q.consumers) for q in subs))
+            memory.add_metric(lv, sum(q.pending.bytes for q in subs))
+            counters["enqueued"].add_metric(lv, t.published)
+            for field in ("dequeued", "redelivered", "expired", "dead_lettered"):
+                counters[field].add_metric(lv, sum(getattr(q.stats, field) for q in subs))
+        yield from (depth, consumers, memory, *counters.values())
+
+        sampler = self.ctx.sampler
+        yield CounterMetricFamily("sluice_messages_received", "Messages sent by producers",
+                                  value=sampler.total_in)
+        yield CounterMetricFamily("sluice_messages_delivered", "MESSAGE frames to consumers",
+                                  value=sampler.total_out)
+        conns = GaugeMetricFamily("sluice_connections", "Open client connections",
+                                  labels=["transport"])
+        by_transport: dict[str, int] = {"tcp": 0, "websocket": 0}
+        for _, transport in self.ctx.connections():
+            by_transport[transport] = by_transport.get(transport, 0) + 1
+        for transport, n in sorted(by_transport.items()):
+            conns.add_metric([transport], n)
+        yield conns
+        yield GaugeMetricFamily("sluice_durable_subscriptions", "Durable topic subscriptions",
+                                value=len(broker.durables))
+        streams = GaugeMetricFamily("sluice_streams", "Large streams by state",
+                                    labels=["state"])
+        by_state: dict[str, int] = {}
+        for st in (getattr(broker, "streams", None) or {}).values():
+            by_state[st.state] = by_state.get(st.state, 0) + 1
+        for state in ("receiving", "dispatching", "resumed", "abandoned", "complete"):
+            streams.add_metric([state], by_state.get(state, 0))
+        yield streams
+        yield GaugeMetricFamily(
+            "sluice_streams_in_progress", "Streams receiving, dispatching or resumed",
+            value=sum(by_state.get(s, 0) for s in ("receiving", "dispatching", "resumed")))
+
+    def _journal(self) -> Iterator[Metric]:
+        store = self.ctx.store
+        if store is None:
+            return
+        journal = store.journal
+        js = journal.stats
+        yield GaugeMetricFamily("sluice_journal_disk_bytes",
+                                "Bytes of live journal segment files", value=journal.disk_bytes())
+        yield CounterMetricFamily("sluice_journal_written_bytes", "Bytes appended to the journal",
+                                  value=js.bytes)
+        yield CounterMetricFamily("sluice_journal_records", "Records made durable",
+                                  value=js.records)
+        yield CounterMetricFamily("sluice_journal_fsyncs", "fdatasync calls", value=js.fsyncs)
+        yield CounterMetricFamily("sluice_journal_batches", "Group commits", value=js.batches)
+        yield CounterMetricFamily("sluice_journal_failures", "Group commits that failed",
+                                  value=js.failures)
+        batch = GaugeMetricFamily("sluice_journal_batch_records",
+                                  "Records per group commit", labels=["stat"])
+        batch.add_metric(["last"], js.last_batch)
+        batch.add_metric(["max"], js.max_batch)
+        batch.add_metric(["mean"], js.mean_batch)
+        yield batch
+        h = self.ctx.fsync
+        yield HistogramMetricFamily("sluice_journal_fsync_seconds",
+                                    "fdatasync latency per group commit",
+                                    buckets=h.buckets(), sum_value=h.total)
+
+    def _process(self) -> Iterator[Metric]:
+        limit, source = memory_limit(getattr(self.ctx.broker.config.limits,
+                                             "max_memory_bytes", None))
+        yield GaugeMetricFamily("sluice_memory_rss_bytes", "Broker process resident memory",
+                                value=rss_bytes())
+        if limit is not None:
+            lim = GaugeMetricFamily("sluice_memory_limit_bytes", "Memory ceiling",
+                                    labels=["source"])
+            lim.add_metric([source], limit)
+            yield lim
+
+
+def make_registry(ctx: AdminContext) -> CollectorRegistry:
+    """A private registry: our collector plus the standard process_* families."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(ctx))
+    registry.register(ProcessCollector(registry=None))
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)

@@ -1,0 +1,110 @@
+"""Once-a-second samples of message rates and stream progress, kept in ring buffers.
+
+Why sampling: the overview chart and the streams page need rates, and deriving them from
+counters the broker already keeps costs nothing on the message path. Messages in are the
+growth of what destinations accepted (queue ``enqueued`` plus topic ``published``), so short
+producer connections count too; messages out are MESSAGE frames delivered, from the sessions'
+own counters (a session's final counts are read after it closes, but a consumer connection
+that opens and closes between two samples is missed).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+HISTORY_SECONDS = 600
+STREAM_WINDOW = 5  # samples a stream's rate is averaged over
+
+
+class Counted(Protocol):
+    """What a session exposes: MESSAGE frames delivered to its peer."""
+
+    delivered: int
+
+
+@dataclass(frozen=True, slots=True)
+class RatePoint:
+    """Messages per second in (accepted by destinations) and out (delivered) at ``t``."""
+
+    t: float
+    msgs_in: float
+    msgs_out: float
+
+
+class RateSampler:
+    """Turns live per-session counters into broker-wide totals and a history of rates."""
+
+    def __init__(self, history: int = HISTORY_SECONDS) -> None:
+        self.points: deque[RatePoint] = deque(maxlen=history)
+        self.total_in = 0
+        self.total_out = 0
+        self._seen: dict[Counted, int] = {}
+        self._routed: int | None = None
+        self._last_t: float | None = None
+
+    def sample(self, now: float, routed: int, sessions: Iterable[Counted]) -> RatePoint | None:
+        """Fold counter growth since the previous call into totals and one rate point.
+
+        ``routed`` is the destinations' accepted-message total; it can shrink when a
+        destination is deleted, which counts as no growth.
+        """
+        d_in = max(0, routed - self._routed) if self._routed is not None else 0
+        self._routed = routed
+        seen: dict[Counted, int] = {}
+        d_out = 0
+        for s in sessions:
+            seen[s] = s.delivered
+        for s, before in self._seen.items():
+            if s not in seen:
+                d_out += s.delivered - before  # closed since: its last counts still count
+        for s, delivered in seen.items():
+            d_out += delivered - self._seen.get(s, 0)
+        self._seen = seen
+        self.total_in += d_in
+        self.total_out += d_out
+        last, self._last_t = self._last_t, now
+        if last is None or now <= last:
+            return None
+        point = RatePoint(now, d_in / (now - last), d_out / (now - last))
+        self.points.append(point)
+        return point
+
+    def latest(self) -> RatePoint | None:
+        return self.points[-1] if self.points else None
+
+    def series(self, seconds: float) -> list[RatePoint]:
+        """The points of the last ``seconds`` seconds, oldest first."""
+        if not self.points:
+            return []
+        since = self.points[-1].t - seconds
+        return [p for p in self.points if p.t > since]
+
+
+class StreamRates:
+    """Bytes per second received and delivered for each stream, over the last few samples."""
+
+    def __init__(self, window: int = STREAM_WINDOW) -> None:
+        self.window = window
+        self._history: dict[Any, deque[tuple[float, int, int]]] = {}
+
+    def sample(self, now: float, streams: Iterable[Any]) -> None:
+        live: dict[Any, deque[tuple[float, int, int]]] = {}
+        for st in streams:
+            hist = self._history.get(st.id) or deque(maxlen=self.window + 1)
+            hist.append((now, int(st.received_bytes or 0), int(st.delivered_bytes or 0)))
+            live[st.id] = hist
+        self._history = live
+
+    def rates(self, stream_id: Any) -> tuple[float, float]:
+        """(received, delivered) bytes/s; zeros until two samples exist."""
+        hist = self._history.get(stream_id)
+        if not hist or len(hist) < 2:
+            return 0.0, 0.0
+        (t0, r0, d0), (t1, r1, d1) = hist[0], hist[-1]
+        span = t1 - t0
+        if span <= 0:
+            return 0.0, 0.0
+        return max(0, r1 - r0) / span, max(0, d1 - d0) / span

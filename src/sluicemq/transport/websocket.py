@@ -1,0 +1,220 @@
+"""STOMP over WebSocket (what stomp.js speaks): same codec, same Session as TCP.
+
+Each incoming WebSocket message, text or binary, is fed to the frame parser as bytes, so a
+message may carry one frame, several, or part of one. Each outgoing frame is one message:
+text when it is valid UTF-8 (what browser STOMP clients expect), binary otherwise.
+
+Writes go through a queue drained by one task per connection; past a high-water mark the
+session reports itself not writable and dispatch stops feeding it, as on TCP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+from aiohttp import WSMsgType, web
+
+from sluicemq.core.session import Session
+from sluicemq.errors import ProtocolError
+from sluicemq.protocol.codec import FrameParser
+from sluicemq.protocol.heartbeat import HeartbeatMonitor
+
+if TYPE_CHECKING:
+    from sluicemq.core.broker import Broker
+
+log = logging.getLogger("sluicemq.websocket")
+
+SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
+WRITE_HIGH_WATER = 4 << 20
+WRITE_LOW_WATER = 1 << 20
+FRAME_SLACK = 64 << 10  # a WebSocket message may hold a maximal frame plus a few small ones
+
+
+class WebSocketConnection:
+    """One WebSocket client: the session's Outbound, a reader loop and a writer task."""
+
+    transport_name = "websocket"
+
+    def __init__(self, broker: Broker, ws: web.WebSocketResponse, peer: str) -> None:
+        self.broker = broker
+        self.ws = ws
+        limits = broker.config.limits
+        self.parser = FrameParser(max_frame_bytes=limits.max_frame_bytes,
+                                  max_headers=limits.max_headers,
+                                  max_header_line=limits.max_header_line, version="1.0")
+        self.session = Session(broker, self, peer)
+        self.session.on_version = self._negotiated
+        self.writable = True
+        self._out: deque[bytes] = deque()
+        self._queued = 0
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._loop = asyncio.get_running_loop()
+        self._last_received = self._last_sent = time.monotonic()
+        self._monitor: HeartbeatMonitor | None = None
+        self._hb_handle: asyncio.TimerHandle | None = None
+
+    # -- Outbound (used by the session) ------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        if self._closing or self.ws.closed:
+            return
+        self._out.append(data)
+        self._queued += len(data)
+        if self._queued > WRITE_HIGH_WATER:
+            self.writable = False
+        self._wake.set()
+
+    def close(self) -> None:
+        """Close once what the session already wrote (an ERROR, a RECEIPT) has gone out."""
+        self._closing = True
+        self._wake.set()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Serve the connection until either side closes it."""
+        writer = self._loop.create_task(self._write_loop())
+        try:
+            await self._read_loop()
+        finally:
+            if self._hb_handle is not None:
+                self._hb_handle.cancel()
+            self.session.connection_lost()
+            if not self._closing:
+                writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+                await writer
+            if not self.ws.closed:
+                await self.ws.close()
+
+    async def _read_loop(self) -> None:
+        session = self.session
+        async for msg in self.ws:
+            if msg.type == WSMsgType.TEXT:
+                data = msg.data.encode()
+            elif msg.type == WSMsgType.BINARY:
+                data = msg.data
+            else:
+                break
+            self._last_received = time.monotonic()
+            if session.closed:
+                continue
+            try:
+                frames = self.parser.feed(data)
+            except ProtocolError as exc:
+                session.error(str(exc), fatal=True)
+                continue
+            for frame in frames:
+                session.handle(frame)
+                if session.closed:
+                    break
+
+    async def _write_loop(self) -> None:
+        ws = self.ws
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._out:
+                data = self._out.popleft()
+                self._queued -= len(data)
+                try:
+                    text = data.decode()
+                except UnicodeDecodeError:
+                    await ws.send_bytes(data)
+                else:
+                    await ws.send_str(text)
+                self._last_sent = time.monotonic()
+                if not self.writable and self._queued <= WRITE_LOW_WATER:
+                    self._resume()
+            if self._closing:
+                await ws.close()
+                return
+
+    def _resume(self) -> None:
+        self.writable = True
+        for consumer in self.session.consumers.values():
+            self.broker.schedule_dispatch(consumer.queue)
+
+    # -- heart-beating -----------------------------------------------------------------------
+    def _negotiated(self, version: str) -> None:
+        self.parser.version = version
+        send_ms, expect_ms = self.session.heartbeat
+        if send_ms or expect_ms:
+            self._monitor = HeartbeatMonitor(send_ms, expect_ms, time.monotonic())
+            self._schedule_heartbeat()
+
+    def _schedule_heartbeat(self) -> None:
+        monitor = self._monitor
+        assert monitor is not None
+        monitor.received(self._last_received)
+        monitor.sent(self._last_sent)
+        deadline = monitor.next_deadline()
+        if deadline is not None:
+            self._hb_handle = self._loop.call_later(max(0.01, deadline - time.monotonic()),
+                                                    self._heartbeat)
+
+    def _heartbeat(self) -> None:
+        monitor = self._monitor
+        if monitor is None or self.session.closed:
+            return
+        now = time.monotonic()
+        monitor.received(self._last_received)
+        monitor.sent(self._last_sent)
+        if monitor.peer_dead(now):
+            log.info("no heart-beat from %s for %.1fs: closing", self.session.peer,
+                     now - self._last_received)
+            self.session.error("heart-beat timeout: no data received", fatal=True)
+            return
+        if monitor.should_send(now):
+            self._out.append(b"\n")
+            self._queued += 1
+            self._wake.set()
+            self._last_sent = now
+        self._schedule_heartbeat()
+
+
+class WebSocketServer:
+    """Accepts STOMP WebSocket upgrades on any path; tracks connections for the console."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.connections: set[WebSocketConnection] = set()
+        self._runner: web.AppRunner | None = None
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        """Listen on host:port (0 = any free port); returns the address actually bound."""
+        app = web.Application()
+        app.router.add_get("/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                     shutdown_timeout=1.0)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, host, port, reuse_address=True).start()
+        bound = self._runner.addresses[0]
+        return str(bound[0]), int(bound[1])
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        limit = self.broker.config.limits.max_frame_bytes + FRAME_SLACK
+        ws = web.WebSocketResponse(protocols=SUBPROTOCOLS, max_msg_size=limit, compress=False)
+        if not ws.can_prepare(request).ok:
+            raise web.HTTPBadRequest(text="this port speaks STOMP over WebSocket only\n")
+        await ws.prepare(request)
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        conn = WebSocketConnection(self.broker, ws,
+                                   f"{peer[0]}:{peer[1]}" if peer else "?")
+        self.connections.add(conn)
+        try:
+            await conn.run()
+        finally:
+            self.connections.discard(conn)
+        return ws
+
+    async def stop(self) -> None:
+        for conn in list(self.connections):
+            with contextlib.suppress(Exception):
+                await conn.ws.close(code=1001, message=b"broker shutting down")
+        if self._runner is not None:
+            await self._runner.cleanup()
