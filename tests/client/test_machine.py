@@ -167,7 +167,8 @@ def test_receipt_ids_are_unique_and_resolved_once() -> None:
     m = connected()
     a, b = m.send("/queue/a").receipt, m.send("/queue/a").receipt
     assert a != b
-    assert m.receive_data(server("RECEIPT", {"receipt-id": a})) == [ReceiptReceived(a)]
+    assert m.receive_data(server("RECEIPT", {"receipt-id": a})) == [
+        ReceiptReceived(a, {"receipt-id": a})]
     assert m.receive_data(server("RECEIPT", {"receipt-id": a})) == []  # unknown now: ignored
     assert m.pending_receipts == {b}
 
@@ -177,7 +178,16 @@ def test_frames_split_across_reads_are_reassembled() -> None:
     receipt = m.send("/queue/a").receipt
     data = server("RECEIPT", {"receipt-id": receipt})
     assert m.receive_data(data[:5]) == []
-    assert m.receive_data(data[5:]) == [ReceiptReceived(receipt)]
+    assert m.receive_data(data[5:]) == [ReceiptReceived(receipt, {"receipt-id": receipt})]
+
+
+def test_receipts_keep_their_extra_headers_for_answers() -> None:
+    m = connected()
+    receipt = m.send("/queue/a").receipt
+    (event,) = m.receive_data(server("RECEIPT", {"receipt-id": receipt,
+                                                 "sluice-stream-next-seq": "3"}))
+    assert isinstance(event, ReceiptReceived)
+    assert event.headers["sluice-stream-next-seq"] == "3"
 
 
 def test_error_answering_a_receipt_goes_to_that_call() -> None:

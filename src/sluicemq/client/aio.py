@@ -143,7 +143,7 @@ class AsyncClient:
         self._machine = machine
         self._reader = reader
         self._writer = writer
-        self._receipts: dict[str, asyncio.Future[None]] = {}
+        self._receipts: dict[str, asyncio.Future[dict[str, str]]] = {}
         self._subscriptions: dict[str, AsyncSubscription] = {}
         self._connected: asyncio.Future[Connected] = asyncio.get_running_loop().create_future()
         self._failure: ClientError | None = None
@@ -210,7 +210,7 @@ class AsyncClient:
     def send_async(self, destination: str, body: bytes | str = b"",
                    headers: dict[str, str] | None = None, *, persistent: bool = True,
                    receipt: bool = True, transaction: TransactionRef | None = None,
-                   ) -> asyncio.Future[None]:
+                   ) -> asyncio.Future[dict[str, str]]:
         """Write the SEND now and return a future of its receipt, to pipeline many sends.
 
         Nothing waits for the socket to drain here; await `drain()` now and then when
@@ -279,15 +279,15 @@ class AsyncClient:
     # ---------------------------------------------------------------- plumbing
 
     def _submit(self, build: Callable[[ClientMachine], Outgoing],
-                ) -> tuple[Outgoing, asyncio.Future[None]]:
+                ) -> tuple[Outgoing, asyncio.Future[dict[str, str]]]:
         if self._failure is not None:
             raise self._failure
         out = build(self._machine)
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[dict[str, str]] = asyncio.get_running_loop().create_future()
         if out.receipt is not None:
             self._receipts[out.receipt] = future
         else:
-            future.set_result(None)
+            future.set_result({})
         if out.data:
             self._writer.write(out.data)
         return out, future
@@ -297,10 +297,12 @@ class AsyncClient:
         await self._settle(future)
         return out
 
-    async def _settle(self, future: asyncio.Future[None]) -> None:
+    async def _settle(self, future: asyncio.Future[dict[str, str]],
+                      timeout: float | None = None) -> dict[str, str]:
+        """Wait for a receipt (client timeout by default); returns the RECEIPT's headers."""
         await self.drain()
         try:
-            await asyncio.wait_for(asyncio.shield(future), self.timeout)
+            return await asyncio.wait_for(asyncio.shield(future), timeout or self.timeout)
         except TimeoutError:
             raise ClientError("no receipt from the broker in time") from None
 
@@ -342,7 +344,7 @@ class AsyncClient:
                                                    event.ack_id, event.ack_mode,
                                                    self._acknowledge))
         elif isinstance(event, ReceiptReceived):
-            _resolve(self._receipts.pop(event.receipt_id, None), None)
+            _resolve(self._receipts.pop(event.receipt_id, None), event.headers)
         elif isinstance(event, ErrorReceived):
             if event.receipt_id is not None and event.receipt_id in self._receipts:
                 _resolve(self._receipts.pop(event.receipt_id), event.error)

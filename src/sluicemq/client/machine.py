@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sluicemq.config import Limits
 from sluicemq.errors import ClientError
@@ -51,9 +51,11 @@ class MessageReceived:
 
 @dataclass(frozen=True, slots=True)
 class ReceiptReceived:
-    """The broker processed the frame that carried `receipt_id`."""
+    """The broker processed the frame that carried `receipt_id`; some receipts carry answers
+    in extra headers (the stream resume query), so all headers are kept."""
 
     receipt_id: str
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,7 +326,7 @@ class ClientMachine:
             self.pending_receipts.discard(receipt_id)
             if receipt_id == self._disconnect_receipt:
                 self.state = "closed"
-            return ReceiptReceived(receipt_id)
+            return ReceiptReceived(receipt_id, dict(frame.headers))
         if command == "ERROR":
             return self._error(frame)
         if command == "CONNECTED":

@@ -10,15 +10,19 @@ full socket can never stop us from reading what the broker sends.
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import select
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
 from types import TracebackType
 
+from sluicemq.client import files
+from sluicemq.client.files import Progress
 from sluicemq.client.inbox import Ended, take
 from sluicemq.client.machine import (
     ClientMachine,
@@ -30,6 +34,12 @@ from sluicemq.client.machine import (
     ReceiptReceived,
 )
 from sluicemq.client.message import Message, TransactionRef, _Received, transaction_id
+from sluicemq.client.streams import (
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_WINDOW,
+    StreamSubscription,
+    StreamWriter,
+)
 from sluicemq.client.url import parse_url
 from sluicemq.config import DEFAULT_URL
 from sluicemq.errors import ClientError, SluiceError
@@ -160,7 +170,7 @@ class Client:
                                       client_id=client_id, heartbeat=heartbeat, version=version)
         self._state = threading.Lock()
         self._write = threading.Lock()
-        self._receipts: dict[str, Future[None]] = {}
+        self._receipts: dict[str, Future[dict[str, str]]] = {}
         self._subscriptions: dict[str, Subscription] = {}
         self._connected: Future[Connected] = Future()
         self._failure: ClientError | None = None
@@ -240,6 +250,38 @@ class Client:
     def transaction(self) -> Transaction:
         return Transaction(self)
 
+    def stream_writer(self, destination: str, name: str = "", *,
+                      chunk_size: int = DEFAULT_CHUNK_SIZE, window: int = DEFAULT_WINDOW,
+                      headers: Mapping[str, str] | None = None, stream_id: str | None = None,
+                      resume: bool = False, wait_for_consumer: float | None = None,
+                      ) -> StreamWriter:
+        """A writable file whose bytes become one stream; see `StreamWriter`."""
+        return StreamWriter(self, destination, name=name, chunk_size=chunk_size, window=window,
+                            headers=headers, stream_id=stream_id, resume=resume,
+                            wait_for_consumer=wait_for_consumer)
+
+    def streams(self, destination: str, *, window: int = DEFAULT_WINDOW,
+                timeout: float | None = None) -> StreamSubscription:
+        """Subscribe for streams; iterate the result for one `StreamReader` per stream."""
+        return StreamSubscription(self, destination, window=window, timeout=timeout)
+
+    def send_file(self, destination: str, path: str | os.PathLike[str], *,
+                  chunk_size: int = DEFAULT_CHUNK_SIZE, window: int = DEFAULT_WINDOW,
+                  resume: bool = True, progress: Progress | None = None,
+                  headers: Mapping[str, str] | None = None,
+                  wait_for_consumer: float | None = None) -> StreamWriter:
+        """Send a file as a stream, resuming an interrupted earlier send of the same file."""
+        return files.send_file(self, destination, path, chunk_size=chunk_size, window=window,
+                               resume=resume, progress=progress, headers=headers,
+                               wait_for_consumer=wait_for_consumer)
+
+    def receive_file(self, destination: str, directory: str | os.PathLike[str], *,
+                     window: int = DEFAULT_WINDOW, timeout: float | None = None,
+                     progress: Progress | None = None) -> Path:
+        """Receive the next stream into `directory` (verified, then renamed); its path."""
+        return files.receive_file(self, destination, directory, window=window,
+                                  timeout=timeout, progress=progress)
+
     def disconnect(self) -> None:
         """Polite close: DISCONNECT, wait for its receipt, then close the socket."""
         if self._closing:
@@ -276,7 +318,7 @@ class Client:
 
         Registration precedes the write so the reader can never see a receipt nobody awaits.
         """
-        future: Future[None] = Future()
+        future: Future[dict[str, str]] = Future()
         with self._write:
             with self._state:
                 if self._failure is not None:
@@ -285,7 +327,7 @@ class Client:
                 if out.receipt is not None:
                     self._receipts[out.receipt] = future
                 else:
-                    future.set_result(None)
+                    future.set_result({})
             if out.data:
                 try:
                     self._sock.sendall(out.data)
@@ -345,7 +387,8 @@ class Client:
             return lambda: sub._deliver(message)
         if isinstance(event, ReceiptReceived):
             future = self._receipts.pop(event.receipt_id, None)
-            return _nothing if future is None else lambda: _resolve(future, None)
+            headers = event.headers
+            return _nothing if future is None else lambda: _resolve(future, headers)
         if isinstance(event, ErrorReceived):
             error = event.error
             if event.receipt_id is not None:
@@ -398,16 +441,17 @@ class Receipt:
     """Handle of a frame in flight; `result()` waits for its receipt (client timeout by default)
     and raises ClientError if the broker refused it or the connection died first."""
 
-    def __init__(self, future: Future[None], timeout: float) -> None:
+    def __init__(self, future: Future[dict[str, str]], timeout: float) -> None:
         self._future = future
         self._timeout = timeout
 
     def done(self) -> bool:
         return self._future.done()
 
-    def result(self, timeout: float | None = None) -> None:
+    def result(self, timeout: float | None = None) -> dict[str, str]:
+        """The RECEIPT's headers (empty when the frame asked for no receipt)."""
         try:
-            self._future.result(self._timeout if timeout is None else timeout)
+            return self._future.result(self._timeout if timeout is None else timeout)
         except FutureTimeout:
             raise ClientError("no receipt from the broker in time") from None
 

@@ -1,0 +1,78 @@
+"""Sorting a consumer's chunk deliveries by stream, sans-IO; shared by both clients.
+
+With `sluice-max-streams:1` the broker sends one stream at a time, but a reader must not
+trust that blindly: chunks of another stream that arrive while one is being read are held
+back (bounded by the prefetch window, beyond which the broker is plainly not honouring the
+limit), chunks of streams the reader refused are sent back, and late copies of streams it
+finished are acknowledged and dropped.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from typing import Generic, TypeVar
+
+from sluicemq.streaming.errors import StreamProtocolError
+from sluicemq.streaming.manifest import ChunkInfo
+
+M = TypeVar("M")
+
+
+class Route(enum.Enum):
+    READ = "read"  # belongs to the stream being read (or starts the next one)
+    HELD = "held"  # another stream's chunk, kept for later
+    REFUSE = "refuse"  # a stream this reader gave up on: NACK it
+    DROP = "drop"  # a late copy of a finished stream: ACK it, pass nothing on
+
+
+class StreamDemux(Generic[M]):
+    """Where each arriving chunk goes, given which stream (if any) is being read."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.reading: str | None = None
+        self._held: deque[tuple[ChunkInfo, M]] = deque()
+        self._refused: set[str] = set()
+        self._finished: set[str] = set()
+
+    def start(self, stream_id: str) -> None:
+        self.reading = stream_id
+
+    def finish(self, stream_id: str, *, complete: bool) -> None:
+        """The reader closed the stream: fully read (`complete`) or given up on."""
+        (self._finished if complete else self._refused).add(stream_id)
+        if self.reading == stream_id:
+            self.reading = None
+
+    def sort(self, info: ChunkInfo, message: M) -> Route:
+        """Route one arriving chunk; a HELD chunk is kept here until `take()` asks for it."""
+        sid = info.stream_id
+        if sid in self._refused:
+            return Route.REFUSE
+        if sid in self._finished:
+            return Route.DROP
+        if self.reading is None or sid == self.reading:
+            return Route.READ
+        if len(self._held) >= self.limit:
+            raise StreamProtocolError(
+                f"chunks of stream {sid} keep arriving while {self.reading} is being read: the "
+                "broker is interleaving streams (does it honour sluice-max-streams:1?)")
+        self._held.append((info, message))
+        return Route.HELD
+
+    def take(self) -> tuple[ChunkInfo, M] | None:
+        """The oldest held chunk that belongs to the stream being read (or, between
+        streams, the oldest of any stream), or None."""
+        for index, (info, message) in enumerate(self._held):
+            if self.reading is None or info.stream_id == self.reading:
+                del self._held[index]
+                return info, message
+        return None
+
+    def abandon(self, stream_id: str) -> list[M]:
+        """The broker gave up on a stream: forget it and return its held chunks."""
+        dropped = [m for info, m in self._held if info.stream_id == stream_id]
+        self._held = deque(item for item in self._held if item[0].stream_id != stream_id)
+        self._refused.add(stream_id)
+        return dropped
