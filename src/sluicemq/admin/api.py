@@ -193,6 +193,7 @@ async def _transfer(request: web.Request, *, copy: bool) -> web.Response:
     target = data.get("to")
     if not isinstance(target, str) or not target:
         raise ops.OperationError("'to' (the target destination) is required")
+    ops.parse_target(target)
     q = snapshot.find_queue(ctx.broker, request.match_info["name"])
     count = ops.transfer(ctx.broker, q, target, _ids(data), copy=copy)
     await wait_durable(ctx.broker)
