@@ -238,15 +238,21 @@ def run_broker(name: str, scenarios: list[Scenario], opts: argparse.Namespace,
                   file=sys.stderr, flush=True)
             result = stompload(opts.python, broker, scenario_args(scenario, opts),
                                label=f"{name}:{scenario.name}", timeout=opts.timeout)
-            result.update(broker=name, name=scenario.name, loadavg_before=round(load, 2))
+            result.update(broker=name, name=scenario.name, loadavg_before=round(load, 2),
+                          run=opts.run_id, quick=opts.quick)
             peak = max(peak, int(result.get("rss_peak_mib", 0) * MIB))
             record(out, result)
             yield result
         rss, hwm = read_rss(broker.pid)
-        summary = {"broker": name, "name": "rss", "scenario": "rss",
+        default_set = [s.name for s in SCENARIOS if not s.opt_in]
+        # Only a run of the default set gives the table's RSS rows; others are kept, labelled.
+        label = "rss" if [s.name for s in scenarios] == default_set else "rss:" + ",".join(
+            s.name for s in scenarios)
+        summary = {"broker": name, "name": label, "scenario": "rss",
                    "rss_idle_mib": round(idle / MIB, 1), "rss_peak_mib": round(peak / MIB, 1),
                    "rss_final_mib": round(rss / MIB, 1), "rss_hwm_mib": round(hwm / MIB, 1),
-                   "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+                   "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "run": opts.run_id,
+                   "quick": opts.quick}
         record(out, summary)
         yield summary
     finally:
@@ -335,6 +341,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path,
                         default=HERE / "results" / f"compare-{time.strftime('%Y-%m-%d')}.jsonl")
     parser.add_argument("--table", type=Path, help="only print the table of an existing JSONL")
+    parser.add_argument("--run", action="append", default=[],
+                        help="with --table: only these run ids (default: every non-quick run)")
     opts = parser.parse_args(argv)
     opts.brokers = [b for b in opts.brokers.split(",") if b]
     unknown = set(opts.brokers) - set(BROKER_NAMES)
@@ -345,6 +353,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     opts.selected = [s for s in SCENARIOS if (s.name in wanted if wanted else not s.opt_in)]
     if opts.repeat is None:
         opts.repeat = 1 if opts.quick else 3
+    opts.run_id = time.strftime("%Y-%m-%dT%H:%M:%S")
     return opts
 
 
@@ -352,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
     if opts.table is not None:
         results = [json.loads(ln) for ln in opts.table.read_text().splitlines() if ln.strip()]
+        results = [r for r in results
+                   if (r.get("run") in opts.run if opts.run else not r.get("quick"))]
         print(table(results, opts.brokers))
         return 0
     results: list[Result] = []
