@@ -1,0 +1,56 @@
+"""/metrics: Prometheus text that prometheus_client parses, with the families operators need."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+
+from console_client import send
+from prometheus_client.parser import text_string_to_metric_families
+
+EXPECTED_FAMILIES = {
+    "sluice_destination_depth", "sluice_destination_consumers",
+    "sluice_destination_memory_bytes", "sluice_destination_enqueued",
+    "sluice_destination_dequeued", "sluice_destination_redelivered",
+    "sluice_destination_dead_lettered", "sluice_messages_received", "sluice_messages_delivered",
+    "sluice_connections", "sluice_journal_disk_bytes", "sluice_journal_written_bytes",
+    "sluice_journal_records", "sluice_journal_fsyncs", "sluice_journal_batches",
+    "sluice_journal_batch_records", "sluice_journal_fsync_seconds", "sluice_memory_rss_bytes",
+    "sluice_streams", "sluice_streams_in_progress", "process_resident_memory_bytes",
+}
+
+
+def scrape(url: str) -> dict[str, object]:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+        assert resp.headers["Content-Type"].startswith("text/plain")
+        text = resp.read().decode()
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def value(family, suffix: str = "", **labels: str) -> float:
+    for s in family.samples:
+        if s.name == family.name + suffix and all(s.labels.get(k) == v
+                                                  for k, v in labels.items()):
+            return s.value
+    raise AssertionError(f"no sample {family.name}{suffix} {labels}")
+
+
+def test_metrics_expose_destinations_journal_and_process(broker, raw) -> None:
+    conn = raw()
+    conn.connect()
+    for i in range(3):
+        send(conn, "/queue/m", f"m{i}", persistent="true")
+    time.sleep(1.2)  # one sampler tick folds the fsync latencies into the histogram
+    families = scrape(broker.console_url)
+    assert set(families) >= EXPECTED_FAMILIES, EXPECTED_FAMILIES - set(families)
+    assert value(families["sluice_destination_depth"], kind="queue", name="m") == 3
+    assert value(families["sluice_destination_enqueued"], "_total", kind="queue",
+                 name="m") == 3
+    assert value(families["sluice_connections"], transport="tcp") == 1
+    fsync = families["sluice_journal_fsync_seconds"]
+    assert fsync.type == "histogram"
+    assert value(fsync, "_count") >= 3
+    assert value(fsync, "_bucket", le="+Inf") == value(fsync, "_count")
+    assert value(families["sluice_journal_records"], "_total") >= 3
+    assert value(families["sluice_memory_rss_bytes"]) > 1 << 20
+    assert value(families["sluice_streams_in_progress"]) == 0
