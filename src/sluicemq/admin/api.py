@@ -37,7 +37,7 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
     try:
         return await handler(request)
     except NotFound as exc:
-        return reply({"error": str(exc).strip("'\"")}, 404)
+        return reply({"error": str(exc)}, 404)
     except ops.Conflict as exc:
         return reply({"error": str(exc)}, 409)
     except ops.OperationError as exc:
