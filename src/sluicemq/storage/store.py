@@ -41,9 +41,13 @@ class Store:
     two callbacks passed to ``start``, which hop back to the loop through ``call_soon_threadsafe``.
     """
 
-    def __init__(self, journal: Journal, schedule: Callable[[Callable[[], None]], Any]) -> None:
+    def __init__(self, journal: Journal, schedule: Callable[[Callable[[], None]], Any],
+                 *, inline_commit: bool = True) -> None:
         self.journal = journal
         self._schedule = schedule
+        self._inline_commit = inline_commit
+        self._turn_scheduled = False
+        journal.wake_on_append = False  # one hand-off per loop turn, decided in _end_turn
         self.durable_seq = 0
         self.appended_seq = 0
         self._releases: deque[tuple[int, TicketLike]] = deque()
@@ -74,7 +78,20 @@ class Store:
     def _append(self, rtype: int, payload: bytes) -> TicketLike:
         ticket = self.journal.append(rtype, payload)
         self.appended_seq = ticket.seq
+        if not self._turn_scheduled:
+            self._turn_scheduled = True
+            self._schedule(self._end_turn)
         return ticket
+
+    def _end_turn(self) -> None:
+        """Everything this loop turn appended goes to disk as one batch: in place when it is
+        small and the writer idles (lowest latency), else on the writer thread."""
+        self._turn_scheduled = False
+        if self._acks:
+            self.flush()
+            self._turn_scheduled = False
+        if not (self._inline_commit and self.journal.commit_now()):
+            self.journal.kick()
 
     def append_message(self, key: str, mid: int, timestamp: int, expires: int, priority: int,
                        headers: dict[str, str], body: bytes) -> TicketLike:
