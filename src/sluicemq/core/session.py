@@ -106,10 +106,7 @@ class Session:
         if consumer.resumed and msg.group in consumer.resumed:
             consumer.resumed.discard(msg.group)
             h[RESUMED] = "true"
-        for k, v in msg.headers.items():
-            h.setdefault(k, v)
-        if "timestamp" not in h and msg.timestamp:
-            h["timestamp"] = str(msg.timestamp)
+        h.update(msg.headers)  # stored headers never use the keys above (filtered at SEND)
         self.delivered += 1
         body = msg.body if msg.body is not None else self.broker.body_of(msg)
         frame = Frame("MESSAGE", h, body)
@@ -312,11 +309,14 @@ class Session:
 
     def _message(self, kind: str, name: str, h: dict[str, str], body: bytes) -> Message:
         headers = {k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}
+        now = self.broker.now_ms()
+        if "timestamp" not in headers:
+            headers["timestamp"] = str(now)  # as ActiveMQ: when the broker got it
         return Message(self.broker.allocate_mid(), f"/{kind}/{name}", headers, bytes(body),
                        persistent=h.get("persistent") == "true",
                        priority=parse_priority(h.get("priority")),
                        expires=parse_expires(h.get("expires")),
-                       timestamp=self.broker.now_ms())
+                       timestamp=now)
 
     # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------------
     def _subscribe(self, frame: Frame) -> None:
