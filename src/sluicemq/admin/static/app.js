@@ -21,9 +21,9 @@ function el(tag, attrs = {}, ...children) {
 }
 async function api(method, path, body) {
   const init = { method, headers: { "Accept": "application/json" } };
-  if (body !== undefined) {
+  if (method === "POST") {  // the console refuses non-JSON writes (see console.py)
     init.headers["Content-Type"] = "application/json";
-    init.body = JSON.stringify(body);
+    init.body = JSON.stringify(body || {});
   }
   const resp = await fetch(path, init);
   const data = await resp.json().catch(() => ({}));
