@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import TracebackType
 
+from sluicemq.client import aio_streams
+from sluicemq.client.aio_streams import AsyncStreamSubscription, AsyncStreamWriter
+from sluicemq.client.files import Progress
 from sluicemq.client.inbox import Ended, take
 from sluicemq.client.machine import (
     ClientMachine,
@@ -23,6 +28,7 @@ from sluicemq.client.machine import (
     ReceiptReceived,
 )
 from sluicemq.client.message import AsyncMessage, TransactionRef, _Received, transaction_id
+from sluicemq.client.streams import DEFAULT_CHUNK_SIZE, DEFAULT_WINDOW
 from sluicemq.client.url import parse_url
 from sluicemq.config import DEFAULT_URL
 from sluicemq.errors import ClientError, SluiceError
@@ -250,6 +256,38 @@ class AsyncClient:
 
     def transaction(self) -> AsyncTransaction:
         return AsyncTransaction(self)
+
+    def stream_writer(self, destination: str, name: str = "", *,
+                      chunk_size: int = DEFAULT_CHUNK_SIZE, window: int = DEFAULT_WINDOW,
+                      headers: Mapping[str, str] | None = None, stream_id: str | None = None,
+                      resume: bool = False, wait_for_consumer: float | None = None,
+                      ) -> AsyncStreamWriter:
+        """A stream writer; use `async with` (it asks the broker to resume on entry)."""
+        return AsyncStreamWriter(self, destination, name=name, chunk_size=chunk_size,
+                                 window=window, headers=headers, stream_id=stream_id,
+                                 resume=resume, wait_for_consumer=wait_for_consumer)
+
+    def streams(self, destination: str, *, window: int = DEFAULT_WINDOW,
+                timeout: float | None = None) -> AsyncStreamSubscription:
+        """Streams on `destination`: `async for` them, one `AsyncStreamReader` each."""
+        return AsyncStreamSubscription(self, destination, window=window, timeout=timeout)
+
+    async def send_file(self, destination: str, path: str | os.PathLike[str], *,
+                        chunk_size: int = DEFAULT_CHUNK_SIZE, window: int = DEFAULT_WINDOW,
+                        resume: bool = True, progress: Progress | None = None,
+                        headers: Mapping[str, str] | None = None,
+                        wait_for_consumer: float | None = None) -> AsyncStreamWriter:
+        """Send a file as a stream, resuming an interrupted earlier send of the same file."""
+        return await aio_streams.send_file(
+            self, destination, path, chunk_size=chunk_size, window=window, resume=resume,
+            progress=progress, headers=headers, wait_for_consumer=wait_for_consumer)
+
+    async def receive_file(self, destination: str, directory: str | os.PathLike[str], *,
+                           window: int = DEFAULT_WINDOW, timeout: float | None = None,
+                           progress: Progress | None = None) -> Path:
+        """Receive the next stream into `directory` (verified, then renamed); its path."""
+        return await aio_streams.receive_file(self, destination, directory, window=window,
+                                              timeout=timeout, progress=progress)
 
     async def disconnect(self) -> None:
         """Polite close: DISCONNECT, wait for its receipt, then close the socket."""

@@ -105,11 +105,11 @@ class Landing:
         self.marker.unlink(missing_ok=True)
 
 
-def expected_total(stream: StreamReader) -> int | None:
-    """The stream's size if known, else the producer's advisory file size (for progress)."""
-    if stream.size is not None:
-        return stream.size
-    hint = stream.headers.get(wire.FILE_SIZE, "")
+def expected_total(size: int | None, headers: Mapping[str, str]) -> int | None:
+    """A stream's size if known, else the producer's advisory file size (for progress)."""
+    if size is not None:
+        return size
+    hint = headers.get(wire.FILE_SIZE, "")
     return int(hint) if hint.isdigit() else None
 
 
@@ -149,7 +149,7 @@ def save_stream(stream: StreamReader, directory: str | os.PathLike[str],
                 f.flush()  # in the kernel before the next read() acknowledges it
                 done += len(data)
                 if progress is not None:
-                    progress(done, expected_total(stream))
+                    progress(done, expected_total(stream.size, stream.headers))
             if not stream.verified:
                 raise StreamIntegrityError(f"stream {stream.id} could not be verified")
             final = landing.commit(f)

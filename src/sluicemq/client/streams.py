@@ -22,11 +22,11 @@ from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from sluicemq.client.cursor import ChunkCursor
 from sluicemq.client.demux import Route, StreamDemux
 from sluicemq.client.message import Message
 from sluicemq.errors import ClientError
 from sluicemq.streaming import manifest as wire
-from sluicemq.streaming.assembler import Assembler, Verdict
 from sluicemq.streaming.chunker import Chunk, Chunker
 from sluicemq.streaming.errors import (
     NoConsumerError,
@@ -150,12 +150,12 @@ class StreamWriter(io.RawIOBase):
         try:
             answer = receipt.result()
         except ClientError as exc:
-            raise _chunk_error(exc, self.stream_id) from exc
+            raise chunk_error(exc, self.stream_id) from exc
         if answer.get(wire.DUPLICATE) == "true":
             self.duplicates += 1
 
 
-def _chunk_error(exc: ClientError, stream_id: str) -> ClientError:
+def chunk_error(exc: ClientError, stream_id: str) -> ClientError:
     """Turn the broker's refusal of a chunk into the stream error it stands for."""
     if not wire.is_gap_error(exc.headers):
         return exc
@@ -180,30 +180,24 @@ class StreamReader(io.RawIOBase):
         self.headers = first.headers
         self.offset = info.offset
         self._source = source
-        self._assembler = Assembler(info.stream_id)
-        self._next: tuple[ChunkInfo, Message] | None = (info, first)
-        self._view = memoryview(b"")
-        self._current: Message | None = None  # chunk whose bytes are being handed out
-        self._handed: list[Message] = []  # fully handed out, ACK on the next read
-        self._final: Message | None = None  # ACKed on a clean close only
-        self._rejected: list[Message] = []  # chunks that failed a check: NACKed on close
+        self._cursor: ChunkCursor[Message] = ChunkCursor(info, first)
 
     @property
     def size(self) -> int | None:
-        return self._assembler.size
+        return self._cursor.assembler.size
 
     @property
     def complete(self) -> bool:
         """All bytes were read (and verified, when verifiable)."""
-        return self._assembler.complete and not self._view
+        return self._cursor.exhausted
 
     @property
     def verified(self) -> bool:
-        return self._assembler.verified
+        return self._cursor.assembler.verified
 
     def seed(self, prefix_sha: Any, length: int) -> None:
         """Supply a SHA-256 of bytes [0, `length`) so a resumed delivery is verified too."""
-        self._assembler.seed(prefix_sha, length)
+        self._cursor.assembler.seed(prefix_sha, length)
 
     def readable(self) -> bool:
         return True
@@ -213,15 +207,15 @@ class StreamReader(io.RawIOBase):
             raise ValueError("read from a closed stream")
         if size is None or size < 0:
             return self.readall()
-        self._ack_handed()
-        while not self._view and not self._assembler.complete:
-            self._advance()
-        data = bytes(self._view[:size])
-        self._view = self._view[len(data):]
-        if not self._view and self._current is not None:
-            self._hand_over(self._current)
-            self._current = None
-        return data
+        cursor = self._cursor
+        for message in cursor.due_acks():
+            message.ack()
+        while cursor.needs_chunk():
+            info, message = cursor.take_first() or self._source._next_chunk(self.id)
+            duplicate = cursor.place(info, message)
+            if duplicate is not None:
+                duplicate.ack()
+        return cursor.hand_out(size)
 
     def readall(self) -> bytes:
         parts = []
@@ -244,53 +238,17 @@ class StreamReader(io.RawIOBase):
     def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
         self._finish(clean=exc_type is None)
 
-    def _advance(self) -> None:
-        if self._next is not None:
-            info, message = self._next
-            self._next = None
-        else:
-            info, message = self._source._next_chunk(self.id)
-        try:
-            verdict = self._assembler.accept(info, message.body)
-        except ClientError:
-            self._rejected.append(message)
-            raise
-        if verdict is Verdict.DUPLICATE:
-            message.ack()
-        elif info.final:
-            self._final = message
-            self._view = memoryview(message.body)
-        elif message.body:
-            self._current = message
-            self._view = memoryview(message.body)
-        else:
-            self._hand_over(message)
-
-    def _hand_over(self, message: Message) -> None:
-        if message is not self._final:
-            self._handed.append(message)
-
-    def _ack_handed(self) -> None:
-        handed, self._handed = self._handed, []
-        for message in handed:
-            message.ack()
-
     def _finish(self, *, clean: bool) -> None:
         if self.closed:
             return
         super().close()
-        complete = clean and self.complete
+        complete = clean and self._cursor.exhausted
+        acks, nacks = self._cursor.settle(clean=clean)
         try:
-            if clean:
-                self._ack_handed()
-            if complete and self._final is not None:
-                self._final.ack()
-            else:
-                refused = [*self._handed, self._current, self._final, *self._rejected,
-                           self._next[1] if self._next else None]
-                for message in refused:
-                    if message is not None:
-                        message.nack()
+            for message in acks:
+                message.ack()
+            for message in nacks:
+                message.nack()
         except ClientError:
             if self._source.client.is_open:
                 raise  # otherwise the broker already redelivers everything unacknowledged

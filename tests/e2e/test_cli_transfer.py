@@ -1,0 +1,92 @@
+"""Spec of `sluice send` / `sluice receive`, run as real subprocesses against a real broker,
+including kill -9 mid-transfer on either side and a rerun that finishes the job."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sluicemq.cli.transfer import parse_size
+
+SLUICE = [sys.executable, "-m", "sluicemq"]
+
+
+def sluice(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*SLUICE, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def kill_after(args: list[str], seconds: float) -> None:
+    """Start `sluice ARGS`, let it work for `seconds`, then kill -9 it (it must not finish)."""
+    proc = subprocess.Popen([*SLUICE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(seconds)
+    assert proc.poll() is None, "finished before it could be interrupted"
+    proc.kill()
+    proc.wait()
+
+
+def test_parse_size_units() -> None:
+    assert parse_size("4096") == 4096
+    assert parse_size("64KiB") == parse_size("64k") == 64 * 1024
+    assert parse_size("1MiB") == 1 << 20
+    assert parse_size("2MB") == 2_000_000
+    with pytest.raises(ValueError):
+        parse_size("lots")
+
+
+def test_send_then_receive_files(broker, tmp_path: Path) -> None:
+    files = [tmp_path / "a.bin", tmp_path / "empty.txt", tmp_path / "c.dat"]
+    for f, size in zip(files, (300_001, 0, 70_000), strict=True):
+        f.write_bytes(os.urandom(size))
+    out = ok(sluice("send", *map(str, files), "--url", broker.url, "--to", "files",
+                    "--chunk-size", "64KiB"))
+    assert out.count("sent ") == 3 and "to /queue/files as stream" in out
+    result = sluice("receive", "--url", broker.url, "--from", "files", "--dir",
+                    str(tmp_path / "out"), "--count", "3", "--timeout", "10")
+    received = ok(result).split()
+    assert sorted(Path(p).name for p in received) == ["a.bin", "c.dat", "empty.txt"]
+    for f in files:
+        assert (tmp_path / "out" / f.name).read_bytes() == f.read_bytes()
+
+
+def test_receive_times_out_when_fewer_files_arrive(broker, tmp_path: Path) -> None:
+    result = sluice("receive", "--url", broker.url, "--from", "none", "--dir", str(tmp_path),
+                    "--count", "1", "--timeout", "0.5", "-q")
+    assert result.returncode == 1
+    assert "received 0 of 1" in result.stderr
+
+
+def test_bad_chunk_size_is_a_usage_error(broker, tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"x")
+    result = sluice("send", str(tmp_path / "f"), "--url", broker.url, "--to", "q",
+                    "--chunk-size", "huge")
+    assert result.returncode == 2 and "not a size" in result.stderr
+
+
+def test_killed_send_and_killed_receive_both_resume_on_rerun(broker, tmp_path: Path) -> None:
+    src = tmp_path / "big.bin"
+    src.write_bytes(os.urandom(6 << 20))
+    out_dir = tmp_path / "out"
+    send = ["send", str(src), "--url", broker.url, "--to", "big", "--chunk-size", "64KiB",
+            "--window", "1"]
+    kill_after([*send, "--limit-rate", "2MiB"], 1.5)
+    assert "resumed at byte" in ok(sluice(*send, "-q"))
+
+    receive = ["receive", "--url", broker.url, "--from", "big", "--dir", str(out_dir),
+               "--count", "1", "--timeout", "10", "--window", "1"]
+    kill_after([*receive, "--limit-rate", "2MiB"], 1.5)
+    parts = list((out_dir / ".sluice-partial").glob("*.part"))
+    assert len(parts) == 1 and 0 < parts[0].stat().st_size < src.stat().st_size
+    assert not (out_dir / "big.bin").exists()
+    assert ok(sluice(*receive, "-q")).strip() == str(out_dir / "big.bin")
+    assert (out_dir / "big.bin").read_bytes() == src.read_bytes()
+    assert not list((out_dir / ".sluice-partial").iterdir())
