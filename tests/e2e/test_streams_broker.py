@@ -289,3 +289,28 @@ def test_large_chunks_round_trip_through_the_journal(raw) -> None:
         got.append(f.body)
         c.send("ACK", {"id": f.headers["ack"]})
     assert got == chunks
+
+
+def test_nack_gives_the_stream_back_in_order(raw) -> None:
+    p = raw()
+    p.connect()
+    send_stream(p, "nk", [b"0", b"1", b"2"])
+    c1 = raw()
+    c1.connect()
+    subscribe(c1, prefetch=10)
+    frames = [c1.recv() for _ in range(3)]
+    ack_and_wait(c1, frames[0].headers["ack"])
+    c2 = raw()
+    c2.connect()
+    subscribe(c2, prefetch=10)
+    c1.send("NACK", {"id": frames[1].headers["ack"], "receipt": "n"})
+    wait_receipt(c1, "n")
+    got = []
+    for conn in (c1, c2):
+        try:
+            while True:
+                got.append((conn, conn.recv(timeout=1)))
+        except TimeoutError:
+            pass
+    assert [f.headers["sluice-stream-seq"] for _, f in got] == ["1", "2"]
+    assert got[0][0] is got[1][0], "the rest of a stream goes to one consumer"

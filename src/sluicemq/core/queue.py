@@ -165,6 +165,19 @@ class Queue:
             del self.groups[group]
         self.owner.stream_finished(self, group)
 
+    def release_stream(self, consumer: Consumer, group: str) -> list[Message]:
+        """The consumer gives a stream back (NACK): returns its held and unread chunks, for the
+        caller to put back, so that the next consumer resumes the stream."""
+        held = consumer.stream_acked.pop(group, [])
+        unread = [m for m in consumer.inflight.values() if m.group == group]
+        for m in unread:
+            del consumer.inflight[m.mid]
+        consumer.open_streams.discard(group)
+        consumer.resumed.discard(group)
+        if self.groups.get(group) is consumer:
+            del self.groups[group]
+        return held + unread
+
     def take_group(self, group: str) -> list[Message]:
         """Remove every pending message of one group (stream discard and abandonment)."""
         kept: list[Message] = []

@@ -457,7 +457,11 @@ class Session:
             return
         consumer, msgs = self._resolve_ack(h, nack)
         if nack:
-            consumer.queue.return_messages(msgs)
+            returned = list(msgs)
+            for group in {m.group for m in msgs if m.group in consumer.open_streams}:
+                returned += consumer.queue.release_stream(consumer, group)
+            returned.sort(key=lambda m: m.mid)  # a stream's chunks go back in sequence order
+            consumer.queue.return_messages(returned)
         else:
             consumer.queue.acknowledge(msgs, consumer=consumer)
         self.receipt(frame)
