@@ -13,6 +13,7 @@ DEFAULT_PORT = 61613
 DEFAULT_URL = f"stomp://{DEFAULT_HOST}:{DEFAULT_PORT}"
 DEFAULT_CONSOLE_PORT = 8161  # web console, admin API, /metrics (ActiveMQ's console port)
 DEFAULT_WS_PORT = 61614  # STOMP over WebSocket (ActiveMQ's ws port)
+DEFAULT_TLS_PORT = 61612  # STOMP over TLS (ActiveMQ's stomp+ssl port)
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +24,57 @@ class Limits:
     max_headers: int = 1000  # header lines per frame
     max_header_line: int = 8192  # bytes per header line (and per command line)
     heartbeat_ms: int = 10_000  # what the broker offers and wants (cx, cy upper bound)
+    max_connections: int = 10_000  # STOMP connections broker-wide (TCP and TLS); more get ERROR
+    max_subscriptions: int = 1000  # per connection
+    max_unacked: int = 10_000  # per subscription: caps activemq.prefetchSize
+    max_transactions: int = 100  # open at once per connection
+    slow_reader_seconds: float = 30.0  # output backed up this long with no drain: disconnect
+    # Memory and flow control (0: derived from the machine, see core/flow.py and the README).
+    # Sizes are bytes or strings such as "512 MiB".
+    memory_limit: int | str = 0  # messages held in RAM, all destinations together
+    store_limit: int | str = 0  # journal disk space; persistent producers wait beyond it
+    temp_limit: int | str = 0  # temp files of non-persistent overflow; producers wait beyond it
+    max_message_bytes: int | str = 0  # one message's body; 0: max_frame_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class UserEntry:
+    """A `[[security.users]]` table; `password` is an argon2 hash made by `sluice passwd`."""
+
+    name: str
+    password: str
+    groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AclEntry:
+    """A `[[security.acl]]` table: who (user or group names, "*" anyone) may do what where."""
+
+    destination: str  # "/queue/orders.>", "/topic/*", or a bare pattern for both kinds
+    read: tuple[str, ...] = ()
+    write: tuple[str, ...] = ()
+    admin: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SecuritySettings:
+    """`[security]`: authentication and authorization; an empty section leaves the broker open."""
+
+    users: tuple[UserEntry, ...] = ()
+    acl: tuple[AclEntry, ...] = ()
+    anonymous: bool | None = None  # None: allowed only while no user is configured
+    login_failure_delay: float = 1.0  # seconds before a failed login hears its ERROR
+    max_login_failures: int = 10  # per address per minute; beyond it logins are refused unchecked
+
+
+@dataclass(frozen=True, slots=True)
+class TlsSettings:
+    """`[tls]` or --tls-*: STOMP over TLS, listening only when a certificate and key are given."""
+
+    port: int = DEFAULT_TLS_PORT
+    cert: Path | None = None
+    key: Path | None = None
+    ca: Path | None = None  # when set, client certificates are asked for and verified (CN → user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +87,12 @@ class Policy:
     stream_redelivery: str = "resume"  # resume | restart | discard, when a stream's consumer dies
     stream_dispatch: str = "progressive"  # progressive | complete (hold chunks until the final)
     stream_timeout: float = 60.0  # seconds without a chunk before an open stream is abandoned
+    cursor: str = "store"  # store: page persistent backlog from the journal | vm: all in RAM
+    cursor_window: int = 2000  # messages a store cursor keeps in RAM for its consumers
+    memory_limit: int | str = 0  # RAM this destination may hold; 0: only the broker-wide limit
+    fail_if_no_space: bool = False  # a full destination answers SEND with ERROR, not a wait
+    max_message_bytes: int | str = 0  # 0: the broker-wide [limits] max_message_bytes
+    max_consumers: int = 0  # subscriptions at once; 0: unlimited
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +144,8 @@ class BrokerConfig:
     journal: JournalSettings = field(default_factory=JournalSettings)
     policy: Policy = field(default_factory=Policy)
     policies: tuple[PolicyEntry, ...] = ()
+    security: SecuritySettings = field(default_factory=SecuritySettings)
+    tls: TlsSettings = field(default_factory=TlsSettings)
 
     def policy_for(self, kind: str, name: str) -> Policy:
         """The default policy with every matching `[[policy]]` entry applied in file order."""
@@ -148,4 +208,24 @@ def _from_toml(data: dict[str, Any]) -> BrokerConfig:
             raise ValueError(f"unknown policy setting(s): {', '.join(sorted(unknown))}")
         entries.append(PolicyEntry(kind, pattern, raw))
     kwargs["policies"] = tuple(entries)
+    if "security" in data:
+        kwargs["security"] = _security(data["security"])
+    if "tls" in data:
+        raw_tls = {k: Path(v) if k in ("cert", "key", "ca") else v
+                   for k, v in data["tls"].items()}
+        kwargs["tls"] = _section(TlsSettings, raw_tls, "tls")
     return BrokerConfig(**kwargs)
+
+
+def _security(raw: dict[str, Any]) -> SecuritySettings:
+    raw = dict(raw)
+    users = tuple(_section(UserEntry, dict(u, groups=tuple(u.get("groups", ()))), "security.users")
+                  for u in raw.pop("users", []))
+    for user in users:
+        if not user.password.startswith("$argon2"):
+            raise ValueError(f"user {user.name!r}: password must be a hash from `sluice passwd`")
+    acl = tuple(_section(AclEntry, {k: v if k == "destination" else tuple(v)
+                                    for k, v in a.items()}, "security.acl")
+                for a in raw.pop("acl", []))
+    settings = _section(SecuritySettings, raw, "security")
+    return replace(settings, users=users, acl=acl)

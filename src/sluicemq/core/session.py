@@ -31,6 +31,7 @@ from sluicemq.core.message import (
 )
 from sluicemq.core.names import QUEUE, parse_destination
 from sluicemq.core.queue import Queue
+from sluicemq.core.security import READ, WRITE, User, for_broker
 from sluicemq.core.selectors import SelectorError, compile_selector
 from sluicemq.core.spool import TxSpool
 from sluicemq.core.streams import (
@@ -54,6 +55,8 @@ log = logging.getLogger("sluicemq.session")
 
 SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
 OP_SEND, OP_ACK = 1, 2
+MAX_HELD_FRAMES = 100  # frames pipelined behind a CONNECT whose login is still being checked
+MAX_HELD_BYTES = 16 << 20
 _session_ids = itertools.count(1)
 _BOOT = os.urandom(4).hex()
 
@@ -81,6 +84,10 @@ class Session:
         self.closed = False
         self.client_id: str | None = None
         self.login: str | None = None
+        self.user: User | None = None  # None: anonymous (or security off)
+        self.cert_user: str | None = None  # CN of a verified TLS client certificate
+        self.security = for_broker(broker)
+        self._held: list[Frame] | None = None  # set while a login is being verified
         self.heartbeat = (0, 0)  # (we send every ms, we expect every ms)
         self.consumers: dict[str, Consumer] = {}
         self.by_index: dict[int, Consumer] = {}
@@ -135,8 +142,18 @@ class Session:
         """Process one frame; errors become ERROR frames, never exceptions to the transport."""
         if self.closed:
             return
+        if self._held is not None:
+            held_bytes = sum(len(f.body) for f in self._held) + len(frame.body)
+            if len(self._held) >= MAX_HELD_FRAMES or held_bytes > MAX_HELD_BYTES:
+                self.error("too many frames before the login was checked", frame, fatal=True)
+                return
+            self._held.append(frame)
+            return
+        self._guarded(self._dispatch, frame)
+
+    def _guarded(self, step: Callable[[Frame], None], frame: Frame) -> None:
         try:
-            self._dispatch(frame)
+            step(frame)
         except ProtocolError as exc:
             self.error(str(exc), frame, fatal=exc.fatal)
         except Exception:
@@ -207,6 +224,29 @@ class Session:
         client_hb = parse_heart_beat(h.get("heart-beat"))
         server_ms = self.broker.config.limits.heartbeat_ms
         self.heartbeat = negotiate(client_hb, (server_ms, server_ms))
+        if self.security.enabled:
+            self._held = []
+            self.security.begin_login(h.get("login"), h.get("passcode"), self.peer,
+                                      self.cert_user, lambda user, reason:
+                                      self._logged_in(frame, user, reason))
+            return
+        self._accept(frame)
+
+    def _logged_in(self, frame: Frame, user: User | None, reason: str) -> None:
+        """The login check finished: accept or refuse, then run what was pipelined behind it."""
+        held, self._held = self._held or [], None
+        if self.closed:
+            return
+        if reason:
+            self.error(reason, frame, fatal=True)
+            return
+        self.user = user
+        self._guarded(self._accept, frame)
+        for later in held:
+            self.handle(later)
+
+    def _accept(self, frame: Frame) -> None:
+        h = frame.headers
         client_id = h.get("client-id")
         if client_id:
             owner = self.broker.client_ids.get(client_id)
@@ -263,6 +303,7 @@ class Session:
     def _send(self, frame: Frame) -> None:
         h = frame.headers
         kind, name = parse_destination(h.get("destination"))
+        self._authorize(WRITE, kind, name)
         self.received += 1
         if QUERY in h:
             self._stream_query(frame, kind, name)
@@ -289,6 +330,13 @@ class Session:
             return
         self.broker.publish(kind, name, self._message(kind, name, h, frame.body))
         self.receipt(frame)
+
+    def _authorize(self, action: str, kind: str, name: str) -> None:
+        if not self.security.authorize(self.user, action, f"/{kind}/{name}"):
+            who = self.user.name if self.user else "anonymous"
+            log.warning("refused %s on /%s/%s to %s from %s", action, kind, name, who, self.peer)
+            raise ProtocolError(f"user {who!r} is not authorized to {action} /{kind}/{name}",
+                                fatal=False)
 
     def _stream_query(self, frame: Frame, kind: str, name: str) -> None:
         """Where should a reconnecting producer resume?  Optionally wait for a consumer."""
@@ -323,6 +371,11 @@ class Session:
         h = frame.headers
         destination = h.get("destination")
         kind, name = parse_destination(destination)
+        self._authorize(READ, kind, name)
+        limits = self.broker.config.limits
+        if len(self.consumers) >= limits.max_subscriptions:
+            raise ProtocolError(f"too many subscriptions on this connection (limit "
+                                f"{limits.max_subscriptions})", fatal=False)
         sub_id = h.get("id")
         if sub_id is None:
             if self.version != "1.0":
@@ -344,6 +397,7 @@ class Session:
                                     fatal=False) from None
             if prefetch < 1:
                 raise ProtocolError("activemq.prefetchSize must be at least 1", fatal=False)
+        prefetch = min(prefetch, limits.max_unacked)
         selector_text = h.get("selector") or None
         try:
             selector = compile_selector(selector_text) if selector_text else None
@@ -364,6 +418,7 @@ class Session:
             if not self.client_id:
                 raise ProtocolError("a durable subscription needs a client-id on CONNECT",
                                     fatal=False)
+            self._claim_durable(durable_name)
             queue = self.broker.durable_subscription(self.client_id, durable_name, name,
                                                      selector_text)
             if queue.consumers:
@@ -396,8 +451,19 @@ class Session:
             if not self.client_id:
                 raise ProtocolError("removing a durable subscription needs a client-id",
                                     fatal=False)
+            self._claim_durable(durable_name)
             self.broker.remove_durable(f"d:{self.client_id}:{durable_name}")
+            if self.security.durables is not None:
+                self.security.durables.release(f"d:{self.client_id}:{durable_name}")
         self.receipt(frame)
+
+    def _claim_durable(self, durable_name: str) -> None:
+        """A durable subscription belongs to the user who made it; refuse anyone else."""
+        owners = self.security.durables
+        if owners is not None and not owners.claim(f"d:{self.client_id}:{durable_name}",
+                                                   self.user):
+            raise ProtocolError(f"durable subscription {durable_name!r} belongs to another user",
+                                fatal=False)
 
     def _drop_consumer(self, consumer: Consumer) -> None:
         queue = consumer.queue
@@ -486,6 +552,10 @@ class Session:
         txid = self._tx_id(frame)
         if txid in self.transactions:
             raise ProtocolError(f"transaction {txid!r} already open", fatal=False)
+        limit = self.broker.config.limits.max_transactions
+        if len(self.transactions) >= limit:
+            raise ProtocolError(f"too many open transactions on this connection (limit {limit})",
+                                fatal=False)
         directory = Path(self.broker.config.data_dir) / "tmp"
         directory.mkdir(parents=True, exist_ok=True)
         self.transactions[txid] = TxSpool(directory, txid)
