@@ -77,7 +77,8 @@ class Chunker:
         return self._sha.hexdigest()
 
     def _cut(self, length: int, *, final: bool) -> Chunk:
-        body = bytes(self._buf[:length])
+        with memoryview(self._buf) as view:
+            body = view[:length].tobytes()  # one copy; a bytearray slice would make two
         del self._buf[:length]
         size = self.next_offset + length if final else None
         info = ChunkInfo(self.stream_id, self.next_seq, self.next_offset, self.name, final,
