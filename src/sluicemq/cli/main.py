@@ -14,10 +14,11 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from sluicemq.cli import admin_cmd, broker_cmd, messaging, transfer
+    from sluicemq.cli import admin_cmd, broker_cmd, messaging, passwd_cmd, transfer
 
     cli.add_command(broker_cmd.broker)
     cli.add_command(admin_cmd.admin)
+    cli.add_command(passwd_cmd.passwd)
     for command in (*messaging.COMMANDS, *transfer.COMMANDS):
         cli.add_command(command)
 

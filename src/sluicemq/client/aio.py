@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import ssl
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -29,7 +30,7 @@ from sluicemq.client.machine import (
 )
 from sluicemq.client.message import AsyncMessage, TransactionRef, _Received, transaction_id
 from sluicemq.client.streams import DEFAULT_CHUNK_SIZE, DEFAULT_WINDOW
-from sluicemq.client.url import parse_url
+from sluicemq.client.url import parse_url, tls_context
 from sluicemq.config import DEFAULT_URL
 from sluicemq.errors import ClientError, SluiceError
 
@@ -168,16 +169,17 @@ class AsyncClient:
         version: str = "1.2",
         timeout: float = 30.0,
         host: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> AsyncClient:
-        """Open the socket, exchange CONNECT/CONNECTED and return a ready client."""
+        """Open the socket (TLS for stomps://), exchange CONNECT/CONNECTED, return the client."""
         scheme, address, port = parse_url(url)
-        if scheme == "stomps":
-            raise ClientError("stomps:// (TLS) is not supported yet")
+        tls = tls_context(ssl_context) if scheme == "stomps" else None
         machine = ClientMachine(host=host or address, login=login, passcode=passcode,
                                 client_id=client_id, heartbeat=heartbeat, version=version)
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(address, port, limit=READ_CHUNK), timeout)
+                asyncio.open_connection(address, port, limit=READ_CHUNK, ssl=tls,
+                                        server_hostname=address if tls else None), timeout)
         except (OSError, TimeoutError) as exc:
             raise ClientError(f"cannot connect to {address}:{port}: {exc or 'timed out'}") from exc
         client = cls(machine, reader, writer, timeout)

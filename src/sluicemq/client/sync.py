@@ -14,6 +14,7 @@ import os
 import queue
 import select
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
@@ -40,7 +41,7 @@ from sluicemq.client.streams import (
     StreamSubscription,
     StreamWriter,
 )
-from sluicemq.client.url import parse_url
+from sluicemq.client.url import parse_url, tls_context
 from sluicemq.config import DEFAULT_URL
 from sluicemq.errors import ClientError, SluiceError
 
@@ -160,10 +161,9 @@ class Client:
         version: str = "1.2",
         timeout: float = 30.0,
         host: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         scheme, address, port = parse_url(url)
-        if scheme == "stomps":
-            raise ClientError("stomps:// (TLS) is not supported yet")
         self.url = url
         self.timeout = timeout
         self._machine = ClientMachine(host=host or address, login=login, passcode=passcode,
@@ -177,8 +177,11 @@ class Client:
         self._closing = False
         try:
             self._sock = socket.create_connection((address, port), timeout=timeout)
-            self._sock.settimeout(None)
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if scheme == "stomps":
+                self._sock = tls_context(ssl_context).wrap_socket(self._sock,
+                                                                  server_hostname=address)
+            self._sock.settimeout(None)
             self._sock.sendall(self._machine.connect())
         except OSError as exc:
             raise ClientError(f"cannot connect to {address}:{port}: {exc}") from exc
@@ -361,7 +364,8 @@ class Client:
                     finally:
                         self._write.release()
                 timeout_ms = None if check.wait is None else max(1, int(check.wait * 1000) + 1)
-                if not poller.poll(timeout_ms):
+                buffered = isinstance(self._sock, ssl.SSLSocket) and self._sock.pending()
+                if not buffered and not poller.poll(timeout_ms):  # TLS may hold decrypted bytes
                     continue
                 data = self._sock.recv(READ_CHUNK)
                 if not data:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import ssl
 from urllib.parse import urlsplit
 
 DEFAULT_PORT = 61613
+DEFAULT_TLS_PORT = 61612
 SCHEMES = frozenset({"stomp", "stomps"})
 
 
@@ -12,7 +15,7 @@ def parse_url(url: str) -> tuple[str, str, int]:
     """Split a broker URL into (scheme, host, port).
 
     A bare `host[:port]` is accepted as plain STOMP so a typo-free shorthand works on the
-    command line; `stomps` is parsed now so configs stay valid once TLS lands.
+    command line; `stomps` (STOMP over TLS) defaults to port 61612.
     """
     text = url.strip()
     if "://" not in text:
@@ -30,4 +33,23 @@ def parse_url(url: str) -> tuple[str, str, int]:
         raise ValueError(f"no host in {url!r}")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         raise ValueError(f"unexpected path or query in {url!r}")
-    return scheme, host, port if port is not None else DEFAULT_PORT
+    if port is None:
+        port = DEFAULT_TLS_PORT if scheme == "stomps" else DEFAULT_PORT
+    return scheme, host, port
+
+
+def tls_context(given: ssl.SSLContext | None = None) -> ssl.SSLContext:
+    """The context for a stomps:// connection: `given`, else one built from the environment.
+
+    SLUICE_TLS_CA (CA file to trust instead of the system roots), SLUICE_TLS_CERT and
+    SLUICE_TLS_KEY (a client certificate) and SLUICE_TLS_INSECURE=1 (no verification, for
+    throwaway test brokers) let every CLI command speak TLS without extra flags.
+    """
+    if given is not None:
+        return given
+    from sluicemq.transport.tls import client_context
+
+    return client_context(os.environ.get("SLUICE_TLS_CA") or None,
+                          os.environ.get("SLUICE_TLS_CERT") or None,
+                          os.environ.get("SLUICE_TLS_KEY") or None,
+                          verify=os.environ.get("SLUICE_TLS_INSECURE", "") not in ("1", "true"))

@@ -59,12 +59,33 @@ class BrokerServer:
         self.store.start(loop.call_soon_threadsafe)
         await self._start_operations()
         self._ticker = loop.create_task(self._tick())
+        await self._start_tls()
         server = await loop.create_server(
             lambda: StompProtocol(self.broker, self.connections),  # type: ignore[arg-type]
             self.config.host, self.config.port, reuse_address=True, backlog=1024)
         self._servers.append(server)
         host, port = server.sockets[0].getsockname()[:2]
         print(f"sluice: listening on stomp://{host}:{port} (data in {data_dir})", flush=True)
+
+    async def _start_tls(self) -> None:
+        """STOMP over TLS beside plain STOMP, when a certificate and key are configured.
+
+        Announced before the plain listener so that, once `listening on stomp://` is printed,
+        every listener is up.
+        """
+        from sluicemq.transport.tls import server_context
+
+        tls = self.config.tls
+        if tls.cert is None or tls.key is None:
+            return
+        ctx = server_context(tls.cert, tls.key, tls.ca)
+        server = await asyncio.get_running_loop().create_server(
+            lambda: StompProtocol(self.broker, self.connections),  # type: ignore[arg-type]
+            self.config.host, tls.port, ssl=ctx, reuse_address=True, backlog=1024,
+            ssl_handshake_timeout=10.0)
+        self._servers.append(server)
+        host, port = server.sockets[0].getsockname()[:2]
+        print(f"sluice: listening on stomps://{host}:{port}", flush=True)
 
     async def _tick(self) -> None:
         """The broker's once-a-second housekeeping (stream timeouts, consumer waits)."""

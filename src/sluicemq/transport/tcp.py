@@ -16,6 +16,7 @@ from sluicemq.core.session import Session
 from sluicemq.errors import ProtocolError
 from sluicemq.protocol.codec import FrameParser
 from sluicemq.protocol.heartbeat import HeartbeatMonitor
+from sluicemq.transport.tls import peer_common_name
 
 if TYPE_CHECKING:
     from sluicemq.core.broker import Broker
@@ -47,6 +48,8 @@ class StompProtocol(asyncio.Protocol):
         self._last_sent = time.monotonic()
         self._hb_handle: asyncio.TimerHandle | None = None
         self._monitor: HeartbeatMonitor | None = None
+        self._slow_handle: asyncio.TimerHandle | None = None
+        self._backlog_at_pause = 0
 
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -55,6 +58,14 @@ class StompProtocol(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.session = Session(self.broker, self, f"{peer[0]}:{peer[1]}" if peer else "?")
         self.session.on_version = self._negotiated
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None:
+            self.session.cert_user = peer_common_name(ssl_object.getpeercert())
+        limit = self.broker.config.limits.max_connections
+        if len(self.connections) >= limit:
+            log.warning("refusing %s: %d connections is the limit", self.session.peer, limit)
+            self.session.error(f"too many connections (limit {limit})", fatal=True)
+            return
         self.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
@@ -79,15 +90,42 @@ class StompProtocol(asyncio.Protocol):
         self.connections.discard(self)
         if self._hb_handle is not None:
             self._hb_handle.cancel()
+        if self._slow_handle is not None:
+            self._slow_handle.cancel()
         if self.session is not None:
             self.session.connection_lost()
         self.transport = None
 
     def pause_writing(self) -> None:
         self.writable = False
+        seconds = self.broker.config.limits.slow_reader_seconds
+        if seconds > 0 and self._slow_handle is None and self.transport is not None:
+            self._backlog_at_pause = self.transport.get_write_buffer_size()
+            self._slow_handle = self._loop.call_later(seconds, self._check_slow_reader)
+
+    def _check_slow_reader(self) -> None:
+        """Output has stayed above the high-water mark: drop a peer that drained nothing.
+
+        Its unacknowledged messages go back to their queues (connection_lost releases them),
+        so one stuck consumer cannot hold messages or broker memory hostage.
+        """
+        self._slow_handle = None
+        if self.transport is None or self.writable:
+            return
+        backlog = self.transport.get_write_buffer_size()
+        if backlog < self._backlog_at_pause:
+            self.pause_writing()  # it is draining, slowly: keep watching
+            return
+        log.warning("slow reader %s: %d bytes unread for %.1fs, disconnecting",
+                    self.session.peer if self.session else "?", backlog,
+                    self.broker.config.limits.slow_reader_seconds)
+        self.transport.abort()
 
     def resume_writing(self) -> None:
         self.writable = True
+        if self._slow_handle is not None:
+            self._slow_handle.cancel()
+            self._slow_handle = None
         if self.session is not None:
             for consumer in self.session.consumers.values():
                 self.broker.schedule_dispatch(consumer.queue)
