@@ -27,8 +27,9 @@ CTX: web.AppKey[AdminContext] = web.AppKey("admin_context")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def reply(data: Any, status: int = 200) -> web.Response:
-    return web.Response(text=json.dumps(data), status=status, content_type="application/json")
+def reply(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(text=json.dumps(data), status=status, content_type="application/json",
+                        headers=headers)
 
 
 @web.middleware

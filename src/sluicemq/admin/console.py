@@ -1,11 +1,12 @@
 """The web console: pages, the JSON API and /metrics on one aiohttp server in the broker's loop.
 
-There is no authentication yet (issue #7), so the console listens where ``--host`` says —
-loopback by default — and refuses what a hostile web page in the operator's browser could send:
-requests whose Host is not the console's own loopback name (DNS rebinding), cross-origin
-writes, and writes that are not JSON (which browsers cannot send cross-site without a
-preflight this server never approves). Anyone who can reach the port can still administer
-the broker: bind it to a non-loopback interface only on a trusted network.
+When the broker has users (``[security]``), every console request needs HTTP basic credentials
+of a user with broker-wide ``admin`` rights (an ACL rule on ``>``). An open broker has an open
+console, so it listens where ``--host`` says — loopback by default. Either way the console
+refuses what a hostile web page in the operator's browser could send: requests whose Host is
+not a loopback name while bound to loopback (DNS rebinding), cross-origin writes, and writes
+that are not JSON (which browsers cannot send cross-site without a preflight this server never
+approves).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from aiohttp import web
 from sluicemq.admin import api
 from sluicemq.admin.context import AdminContext
 from sluicemq.admin.metrics import CONTENT_TYPE, make_registry, render
+from sluicemq.core.security import ADMIN, Security, for_broker
 
 log = logging.getLogger("sluicemq.console")
 
@@ -64,8 +66,34 @@ def make_guard(loopback_only: bool) -> api.Handler:
     return guard  # type: ignore[return-value]
 
 
-def make_app(ctx: AdminContext, *, loopback_only: bool = True) -> web.Application:
-    app = web.Application(middlewares=[make_guard(loopback_only), api.errors_as_json])
+def make_auth(security: Security | None) -> api.Handler:
+    """Middleware: basic credentials of a broker-wide admin, once the broker has users."""
+
+    @web.middleware
+    async def auth(request: web.Request, handler: api.Handler) -> web.StreamResponse:
+        if security is None or not security.enabled:
+            return await handler(request)
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        address = f"{peer[0]}:{peer[1]}" if peer else "?"
+        user, reason = await security.authenticate_basic(request.headers.get("Authorization"),
+                                                         address)
+        if reason:
+            await asyncio.sleep(security.settings.login_failure_delay)
+        if reason or (user is None and not security.authorize(None, ADMIN, None)):
+            return api.reply({"error": reason or "authentication required"}, 401,
+                             headers={"WWW-Authenticate": 'Basic realm="SluiceMQ console"'})
+        if not security.authorize(user, ADMIN, None):
+            name = user.name if user else "anonymous"
+            return api.reply({"error": f"{name} has no broker-wide admin rights"}, 403)
+        return await handler(request)
+
+    return auth  # type: ignore[return-value]
+
+
+def make_app(ctx: AdminContext, *, loopback_only: bool = True,
+             security: Security | None = None) -> web.Application:
+    app = web.Application(middlewares=[make_guard(loopback_only), make_auth(security),
+                                       api.errors_as_json])
     app[api.CTX] = ctx
     api.add_routes(app)
     registry = make_registry(ctx)
@@ -97,7 +125,8 @@ class AdminConsole:
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Listen on host:port (0 = any free port); returns the address actually bound."""
-        app = make_app(self.ctx, loopback_only=_is_loopback(host))
+        app = make_app(self.ctx, loopback_only=_is_loopback(host),
+                       security=for_broker(self.ctx.broker))
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
                                      shutdown_timeout=1.0)
         await self._runner.setup()

@@ -6,6 +6,7 @@ destination, a refused action (the API's own error message is shown).
 
 from __future__ import annotations
 
+import base64
 import json
 import urllib.error
 import urllib.request
@@ -23,14 +24,17 @@ TIMEOUT = 30.0
 class Console:
     """A tiny JSON client for the admin API."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, user: str | None = None, password: str | None = None) -> None:
         self.url = url.rstrip("/")
+        self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if user is not None:
+            token = base64.b64encode(f"{user}:{password or ''}".encode()).decode()
+            self.headers["Authorization"] = f"Basic {token}"
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         data = json.dumps(body or {}).encode() if method == "POST" else None
         req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json",
-                                              "Accept": "application/json"})
+                                     headers=self.headers)
         try:
             with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:
                 return json.loads(resp.read() or b"null")
@@ -98,10 +102,14 @@ def _echo_json(data: Any) -> None:
 @click.group()
 @click.option("--console-url", envvar="SLUICE_CONSOLE_URL", default=DEFAULT_CONSOLE_URL,
               show_default=True, help="Web console address (env SLUICE_CONSOLE_URL).")
+@click.option("--user", envvar="SLUICE_USER", default=None,
+              help="Admin login when the broker has users (env SLUICE_USER).")
+@click.option("--password", envvar="SLUICE_PASSWORD", default=None,
+              help="Its password (env SLUICE_PASSWORD).")
 @click.pass_context
-def admin(ctx: click.Context, console_url: str) -> None:
+def admin(ctx: click.Context, console_url: str, user: str | None, password: str | None) -> None:
     """Inspect and manage a running broker through its console's admin API."""
-    ctx.obj = Console(console_url)
+    ctx.obj = Console(console_url, user, password)
 
 
 @admin.command("list")
