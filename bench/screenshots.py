@@ -49,7 +49,8 @@ class Stomp:
 
 def start_broker(data: Path) -> tuple[subprocess.Popen[str], str, int]:
     proc = subprocess.Popen([sys.executable, "-m", "sluicemq", "broker", "--port", "0",
-                             "--console-port", "0", "--ws-port", "0", "--data-dir", str(data)],
+                             "--console-port", "auto", "--ws-port", "auto",
+                             "--data-dir", str(data)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     console = port = None
     assert proc.stdout is not None

@@ -64,7 +64,7 @@ class RssSampler(threading.Thread):
 def start_broker(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "sluicemq", "broker", "--port", "0", "--data-dir", str(data_dir),
-         "--console-port", "0", "--ws-port", "0", "--log-level", "warning"],
+         "--console-port", "auto", "--ws-port", "auto", "--log-level", "warning"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     for line in proc.stdout:

@@ -36,8 +36,8 @@ class BrokerProcess:
         self.output: list[str] = []
         # Console and WebSocket listen on ephemeral ports (learned from the start-up lines)
         # unless extra_args choose ports or "off" themselves.
-        self.console_port = 0
-        self.ws_port = 0
+        self.console_port: int | str = "auto"  # the real ports are kept for restart()
+        self.ws_port: int | str = "auto"
         self.console_url: str | None = None
         self.ws_url: str | None = None
 

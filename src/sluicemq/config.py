@@ -137,8 +137,8 @@ class BrokerConfig:
 
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
-    console_port: int | None = DEFAULT_CONSOLE_PORT  # 0 any free port, None no console
-    ws_port: int | None = DEFAULT_WS_PORT  # 0 any free port, None no STOMP over WebSocket
+    console_port: int | None = DEFAULT_CONSOLE_PORT  # 0: any free port; None: no console
+    ws_port: int | None = DEFAULT_WS_PORT  # 0: any free port; None: no STOMP over WebSocket
     data_dir: Path = Path("sluice-data")
     limits: Limits = field(default_factory=Limits)
     journal: JournalSettings = field(default_factory=JournalSettings)
@@ -185,7 +185,9 @@ def _from_toml(data: dict[str, Any]) -> BrokerConfig:
         for spelling in (key, key.replace("_", "-")):
             if spelling in broker:
                 value = broker[spelling]
-                kwargs[key] = None if value in (False, "off") else value
+                if key in ("console_port", "ws_port"):  # 0/off: none; "auto": any free port
+                    value = None if value in (False, 0, "off") else 0 if value == "auto" else value
+                kwargs[key] = value
     if "data-dir" in broker or "data_dir" in broker:
         kwargs["data_dir"] = Path(broker.get("data-dir", broker.get("data_dir")))
     if "limits" in data:

@@ -18,20 +18,22 @@ from sluicemq.config import (
 
 
 class PortOrOff(click.ParamType):
-    """A TCP port (0 = any free one, printed at start-up) or ``off`` to not listen at all."""
+    """A TCP port, ``auto`` for any free one (printed at start-up), or ``0``/``off`` for none."""
 
-    name = "PORT|off"
+    name = "PORT|auto|off"
 
     def convert(self, value: object, param: click.Parameter | None,
                 ctx: click.Context | None) -> int | None:
         if value is None or isinstance(value, int):
             return value
         text = str(value).strip().lower()
-        if text in ("off", "none", "no", "false"):
+        if text in ("0", "off", "none", "no", "false"):
             return None
+        if text == "auto":
+            return 0
         if text.isdigit() and int(text) < 65536:
             return int(text)
-        self.fail(f"{value!r} is neither a port number nor 'off'", param, ctx)
+        self.fail(f"{value!r} is neither a port number, 'auto' nor 'off'", param, ctx)
 
 
 @click.command()
@@ -39,10 +41,10 @@ class PortOrOff(click.ParamType):
 @click.option("--port", type=int, default=None,
               help=f"STOMP port, 0 for any free one [default: {DEFAULT_PORT}].")
 @click.option("--console-port", type=PortOrOff(), default=-1,
-              help="Web console, admin API and /metrics on --host; 0 any free port, off disables "
+              help="Web console, admin API and /metrics on --host; auto: any free port; 0 disables "
                    f"[default: {DEFAULT_CONSOLE_PORT}]. No login yet: keep it on loopback.")
 @click.option("--ws-port", type=PortOrOff(), default=-1,
-              help="STOMP over WebSocket on --host; 0 any free port, off disables "
+              help="STOMP over WebSocket on --host; auto: any free port; 0 disables "
                    f"[default: {DEFAULT_WS_PORT}].")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the journal lives [default: ./sluice-data].")
