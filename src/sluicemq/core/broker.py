@@ -16,9 +16,12 @@ from typing import Any
 
 from sluicemq.config import BrokerConfig, Policy
 from sluicemq.core.consumer import Consumer
+from sluicemq.core.cursor import Pager
 from sluicemq.core.dispatch import dispatch
+from sluicemq.core.flow import FlowControl, MemoryAccount, resolve_limits
 from sluicemq.core.message import Message
 from sluicemq.core.names import QUEUE, TOPIC, destination_of
+from sluicemq.core.pending import PendingList
 from sluicemq.core.queue import Queue
 from sluicemq.core.recovery import replay
 from sluicemq.core.selectors import Selector, compile_selector
@@ -37,6 +40,7 @@ from sluicemq.core.topic import Topic
 from sluicemq.errors import ProtocolError
 from sluicemq.storage import records
 from sluicemq.storage.store import Store, TicketLike
+from sluicemq.storage.tempstore import TempStore
 
 log = logging.getLogger("sluicemq.broker")
 
@@ -67,6 +71,12 @@ class Broker:
         self.streams: dict[str, StreamState] = {}
         self.finished_streams: dict[str, StreamState] = {}  # recent, for resume queries
         self._consumer_waits: list[tuple[float, str, str, Callable[[int], None]]] = []
+        self.limits = resolve_limits(config.limits, config.data_dir)
+        self.memory = MemoryAccount(self.limits.memory)
+        self.temp = TempStore(config.data_dir / "tmp")
+        self.pager = Pager(store, self.temp, config.journal.spill_bytes)
+        self.flow = FlowControl(self.limits, self.memory, store.disk_estimate,
+                                lambda: self.temp.bytes_used)
         store.on_durable = self._on_durable
         store.on_failed = self._on_failed
 
@@ -76,6 +86,23 @@ class Broker:
     # -- destinations ------------------------------------------------------------------------
     def policy(self, kind: str, name: str) -> Policy:
         return self.config.policy_for(kind, name)
+
+    def make_pending(self, destination: str, policy: Policy) -> PendingList:
+        """A destination's cursor: paging (``store``) unless its policy says ``vm``."""
+        pager = self.pager if policy.cursor == "store" else None
+        return PendingList(pager, destination=destination, window=policy.cursor_window,
+                           account=self.memory)
+
+    def room_for(self, kind: str, name: str, persistent: bool) -> str | None:
+        """Why ``kind/name`` cannot take a message now (producer flow control), or None."""
+        policy = self.policy(kind, name)
+        if kind == QUEUE:
+            q = self.queues.get(name)
+            used = q.pending.memory if q is not None else 0
+        else:
+            t = self.topics.get(name)
+            used = sum(q.pending.memory for q in t.subscribers.values()) if t else 0
+        return self.flow.full(policy, persistent, used)
 
     def queue(self, name: str) -> Queue:
         q = self.queues.get(name)
@@ -106,6 +133,7 @@ class Broker:
             q = self.queue(name)
             if msg.persistent:
                 msg.ticket = self._append_msg(q.key, msg)
+                msg.inner = 0
                 self.store.hold(msg.ticket)
                 if msg.size >= self.config.journal.spill_bytes:
                     msg.body = None  # the journal has it; memory keeps the headers only
@@ -122,6 +150,7 @@ class Broker:
         durable = [q for q in targets if q.durable]
         if msg.persistent and durable:
             ticket = self._append_msg(f"t:{name}", msg)
+            msg.inner = 0
             self.store.hold(ticket, len(durable))
         if ticket is not None and msg.size >= self.config.journal.spill_bytes:
             msg.body = None
@@ -139,7 +168,10 @@ class Broker:
         """The body, from memory or read back from the journal (large persistent messages)."""
         if msg.body is not None:
             return msg.body
-        return records.message_body(self.store.read(msg.ticket.loc))
+        payload: bytes | memoryview = self.store.read(msg.ticket.loc)
+        if msg.inner > 0:  # stored inside a transaction record
+            payload = records.tx_op_at(payload, msg.inner)
+        return records.message_body(payload)
 
     def _append_msg(self, key: str, msg: Message) -> TicketLike:
         return self.store.append_message(key, msg.mid, msg.timestamp, msg.expires,
@@ -333,6 +365,7 @@ class Broker:
             self._dirty.clear()
             for q in batch:
                 dispatch(q, now)
+        self.flow.poll()
 
     def record_removal(self, queue: Queue, msgs: list[Message]) -> None:
         if not queue.durable:
@@ -357,6 +390,7 @@ class Broker:
                 dlq.key, moved.mid, moved.timestamp, moved.expires, moved.priority,
                 moved.headers, moved.body)))
             ticket = self.store.append_tx(f"dlq:{msg.mid}", ops, final=True)
+            moved.inner = records.tx_op_offsets(f"dlq:{msg.mid}", ops)[-1]
             if queue.durable and msg.ticket is not None:
                 self.store.release_after(ticket.seq, [msg.ticket])
             moved.ticket = ticket
@@ -412,7 +446,7 @@ class Broker:
             raise ProtocolError(f"no durable subscription {key.split(':', 2)[-1]!r}", fatal=False)
         sub, q = entry
         self.drop_topic_subscription(sub.topic, key)
-        held = [m for m in q.pending.clear() if m.ticket is not None]
+        held = [m for m in q.pending.drain_stubs() if m.ticket is not None]
         ticket = self.store.append_unsub(key)
         self.store.release_after(ticket.seq, [m.ticket for m in held])
 
@@ -432,12 +466,14 @@ class Broker:
         size = 0
         routed: list[tuple[Queue, Message]] = []
         part_msgs: list[Message] = []
+        pos = records.tx_op_offsets(txid, [(records.MSG, b"")])[0]  # where op payloads start
 
         def close_part() -> None:
-            nonlocal ops, size, part_msgs
+            nonlocal ops, size, part_msgs, pos
             parts.append(ops)
             holds.append((len(parts) - 1, part_msgs))
             ops, size, part_msgs = [], 0, []
+            pos = records.tx_op_offsets(txid, [(records.MSG, b"")])[0]
 
         for kind, name, msg in messages:
             if kind == QUEUE:
@@ -453,6 +489,7 @@ class Broker:
             for q in targets:
                 copy = msg if kind == QUEUE else msg.copy_for(msg.destination)
                 copy.persistent = msg.persistent and q.durable
+                copy.inner = pos
                 routed.append((q, copy))
                 if copy.persistent:
                     part_msgs.append(copy)
@@ -461,6 +498,7 @@ class Broker:
                                                  msg.priority, msg.headers, msg.body)
                 ops.append((records.MSG, payload))
                 size += len(payload)
+                pos += len(payload) + records.OP_HEAD_SIZE
                 if size >= TX_RECORD_BYTES:
                     close_part()
         removals: list[Any] = []
@@ -500,9 +538,11 @@ class Broker:
         heapq.heappush(self._waiters, (seq, next(self._waiter_order), callback))
 
     def _on_durable(self, seq: int) -> None:
+        self.pager.settle(seq)
         waiters = self._waiters
         while waiters and waiters[0][0] <= seq:
             heapq.heappop(waiters)[2](None)
+        self.flow.poll()
 
     def _on_failed(self, first: int, last: int, exc: BaseException) -> None:
         """Records [first, last] never reached the disk: their receipts become ERRORs."""

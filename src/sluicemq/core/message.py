@@ -20,10 +20,13 @@ class Message:
     ``deliveries`` counts how often it was handed out (redelivery and DLQ decisions).
     ``body`` is None when the body lives only in the journal (large persistent messages):
     memory then holds the headers and ``size``, and delivery reads the body back.
+    ``inner`` is where the message's encoding starts inside its record (0: a plain message
+    record; > 0: inside a transaction record; -1: unknown, so the store cursor keeps the
+    object rather than paging it out).
     """
 
     __slots__ = (
-        "body", "deliveries", "destination", "expires", "group", "headers", "mid",
+        "body", "deliveries", "destination", "expires", "group", "headers", "inner", "mid",
         "persistent", "priority", "size", "ticket", "timestamp",
     )
 
@@ -50,6 +53,7 @@ class Message:
         self.timestamp = timestamp
         self.group = headers.get("JMSXGroupID")
         self.ticket: Any = None
+        self.inner = -1
         self.deliveries = 0
 
     @property
@@ -65,6 +69,7 @@ class Message:
                     persistent=self.persistent, priority=self.priority,
                     expires=self.expires, timestamp=self.timestamp)
         m.size = self.size
+        m.inner = self.inner
         return m
 
     def __repr__(self) -> str:

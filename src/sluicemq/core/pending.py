@@ -1,71 +1,240 @@
-"""Messages waiting for a consumer, highest JMS priority first, FIFO within a priority."""
+"""Messages waiting for a consumer, highest JMS priority first, FIFO within a priority.
+
+This is the destination's cursor. Each of the ten priority lanes is an in-memory head (a deque
+of ``Message``) followed by a paged-out tail (``SpillFifo``: compact slots pointing at journal
+or temp records). Pushes go to the head while the head has room and the tail is empty, so a
+consumer that keeps up is served from memory and nothing is read back; once the window (per
+destination) or the broker-wide memory budget is full, pushes go to the tail, and the head is
+refilled from the tail in batches as consumers drain it. Without a pager (``cursor = "vm"``)
+everything stays in memory.
+"""
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
+from sluicemq.core.cursor import JOURNAL, OBJ, Pager, Slot, SpillFifo
 from sluicemq.core.message import MAX_PRIORITY, Message
+
+if TYPE_CHECKING:
+    from sluicemq.core.flow import MemoryAccount
+    from sluicemq.storage.segment import Location
+
+REFILL_BATCH = 256
+
+
+class _Lane:
+    __slots__ = ("head", "tail")
+
+    def __init__(self) -> None:
+        self.head: deque[Message] = deque()
+        self.tail = SpillFifo()
 
 
 class PendingList:
-    """Ten FIFO lanes, one per priority; cheap push, push-front (redelivery) and pop."""
+    """Ten lanes, one per priority; cheap push, push-front (redelivery) and pop.
 
-    __slots__ = ("_lanes", "_size", "bytes")
+    ``bytes`` is the body bytes held in memory; ``stored_bytes`` those of paged-out messages;
+    ``memory`` an estimate of the RAM the in-memory messages cost (what the limits measure).
+    """
 
-    def __init__(self) -> None:
-        self._lanes: list[deque[Message]] = [deque() for _ in range(MAX_PRIORITY + 1)]
+    __slots__ = ("_in_head", "_lanes", "_size", "account", "bytes", "destination", "memory",
+                 "pager", "stored_bytes", "window")
+
+    def __init__(self, pager: Pager | None = None, *, destination: str = "",
+                 window: int = 2000, account: MemoryAccount | None = None) -> None:
+        self._lanes = [_Lane() for _ in range(MAX_PRIORITY + 1)]
         self._size = 0
+        self._in_head = 0
         self.bytes = 0
+        self.stored_bytes = 0
+        self.memory = 0
+        self.pager = pager
+        self.destination = destination
+        self.window = window
+        self.account = account
 
     def __len__(self) -> int:
         return self._size
 
+    @property
+    def paged(self) -> int:
+        """Messages currently in the tails (paged out or waiting to be)."""
+        return self._size - self._in_head
+
+    # -- accounting ----------------------------------------------------------------------------
+    def _hold(self, msg: Message) -> None:
+        cost = footprint(msg)
+        self.memory += cost
+        self.bytes += msg.size if msg.body is not None else 0
+        if self.account is not None:
+            self.account.used += cost
+
+    def _unhold(self, msg: Message) -> None:
+        cost = footprint(msg)
+        self.memory -= cost
+        self.bytes -= msg.size if msg.body is not None else 0
+        if self.account is not None:
+            self.account.used -= cost
+
+    def _has_room(self) -> bool:
+        if self._in_head >= self.window:
+            return False
+        return self.account is None or self.account.cursor_room()
+
+    # -- producers and redelivery --------------------------------------------------------------
     def push(self, msg: Message) -> None:
-        self._lanes[msg.priority].append(msg)
+        lane = self._lanes[msg.priority]
         self._size += 1
-        self.bytes += msg.size
+        if self.pager is None or (not lane.tail and self._has_room()):
+            lane.head.append(msg)
+            self._in_head += 1
+            self._hold(msg)
+            return
+        tail = lane.tail
+        self.pager.page_out(tail, msg)
+        if tail.src[-1] == OBJ:
+            self._hold(msg)
+        else:
+            self.stored_bytes += msg.size
 
     def push_front(self, msg: Message) -> None:
         """Put a returned message back where it was: before everything of its priority."""
-        self._lanes[msg.priority].appendleft(msg)
+        self._lanes[msg.priority].head.appendleft(msg)
         self._size += 1
-        self.bytes += msg.size
+        self._in_head += 1
+        self._hold(msg)
 
+    def adopt(self, priority: int, mid: int, seg: int, off: int, length: int, inner: int,
+              size: int) -> None:
+        """Recovery: append a stored message as a compact slot, without reading it."""
+        self._lanes[priority].tail.append(mid, JOURNAL, seg, off, length, inner, size)
+        self._size += 1
+        self.stored_bytes += size
+
+    # -- consumers -----------------------------------------------------------------------------
     def pop(self) -> Message | None:
-        for lane in reversed(self._lanes):
-            if lane:
-                msg = lane.popleft()
+        for prio in range(MAX_PRIORITY, -1, -1):
+            lane = self._lanes[prio]
+            if not lane.head and lane.tail:
+                self._refill(lane, prio)
+            if lane.head:
+                msg = lane.head.popleft()
                 self._size -= 1
-                self.bytes -= msg.size
+                self._in_head -= 1
+                self._unhold(msg)
                 return msg
         return None
+
+    def _refill(self, lane: _Lane, prio: int) -> None:
+        """Page a batch of the tail into the head (its order is kept: the head was empty)."""
+        assert self.pager is not None
+        tail = lane.tail
+        room = max(1, min(REFILL_BATCH, self.window - self._in_head))
+        for _ in range(min(room, len(tail))):
+            slot = tail.popleft()
+            msg = self.pager.page_in(tail, slot, self.destination, prio)
+            if slot[1] != OBJ:
+                self.stored_bytes -= slot[6]
+                self._hold(msg)
+            lane.head.append(msg)
+            self._in_head += 1
 
     def restore(self, skipped: list[Message]) -> None:
         """Undo pops of messages nobody could take, keeping their original order."""
         for msg in reversed(skipped):
             self.push_front(msg)
 
+    # -- admin ---------------------------------------------------------------------------------
     def remove(self, mid: int) -> Message | None:
         """Take one message out by id (admin actions, recovery); O(n), not for the hot path."""
-        for lane in self._lanes:
-            for msg in lane:
+        for prio, lane in enumerate(self._lanes):
+            for msg in lane.head:
                 if msg.mid == mid:
-                    lane.remove(msg)
+                    lane.head.remove(msg)
                     self._size -= 1
-                    self.bytes -= msg.size
+                    self._in_head -= 1
+                    self._unhold(msg)
                     return msg
+            i = lane.tail.index_of(mid)
+            if i >= 0:
+                slot = lane.tail.delete(i)
+                return self._take_slot(lane, slot, prio)
         return None
 
+    def _take_slot(self, lane: _Lane, slot: Slot, prio: int) -> Message:
+        assert self.pager is not None
+        self._size -= 1
+        msg = self.pager.page_in(lane.tail, slot, self.destination, prio)
+        if slot[1] == OBJ:
+            self._unhold(msg)
+        else:
+            self.stored_bytes -= slot[6]
+        return msg
+
     def __iter__(self) -> Iterator[Message]:
-        """Dispatch order: priority 9 down to 0."""
-        for lane in reversed(self._lanes):
-            yield from lane
+        """Dispatch order: priority 9 down to 0; paged-out messages are read back one by one
+        (browsing), without leaving the cursor."""
+        for prio in range(MAX_PRIORITY, -1, -1):
+            lane = self._lanes[prio]
+            yield from list(lane.head)
+            tail = lane.tail
+            if tail and self.pager is not None:
+                for i in list(tail.indexes()):
+                    if i < len(tail.mid):
+                        yield self.pager.page_in(tail, tail.slot(i), self.destination, prio,
+                                                 consume=False)
 
     def clear(self) -> list[Message]:
-        out = list(self)
-        for lane in self._lanes:
-            lane.clear()
-        self._size = 0
-        self.bytes = 0
+        """Take every message out, fully read back (admin moves)."""
+        out: list[Message] = []
+        while (m := self.pop()) is not None:
+            out.append(m)
         return out
+
+    def drain_stubs(self) -> list[Message]:
+        """Take every message out without reading paged-out ones back: those come as stubs
+        carrying only what journaling their removal needs (purge, unsubscribe)."""
+        out: list[Message] = []
+        for lane in self._lanes:
+            while lane.head:
+                msg = lane.head.popleft()
+                self._unhold(msg)
+                out.append(msg)
+            tail = lane.tail
+            while tail:
+                slot = tail.popleft()
+                assert self.pager is not None
+                msg = self.pager.stub(tail, slot, self.destination)
+                if slot[1] == OBJ:
+                    self._unhold(msg)
+                out.append(msg)
+        self._size = self._in_head = 0
+        self.stored_bytes = 0
+        return out
+
+    # -- journal compaction --------------------------------------------------------------------
+    def journal_slots(self, segment: int) -> Iterator[tuple[int, int, int, int, int]]:
+        """(mid, seg, off, length, inner) of paged-out messages stored in ``segment``."""
+        for lane in self._lanes:
+            tail = lane.tail
+            for i in tail.indexes():
+                if tail.src[i] == JOURNAL and tail.seg[i] == segment:
+                    yield tail.mid[i], segment, tail.off[i], tail.length[i], tail.inner[i]
+
+    def in_memory(self) -> Iterator[Message]:
+        """Message objects this cursor holds (heads, and tail objects)."""
+        for lane in self._lanes:
+            yield from lane.head
+            yield from lane.tail.objs.values()
+
+    def relocate(self, moved: dict[tuple[int, int, int], Location]) -> int:
+        return sum(lane.tail.relocate(moved) for lane in self._lanes)
+
+
+def footprint(msg: Message) -> int:
+    """Estimated RAM of one in-memory message: its body plus the object, headers dict and
+    strings (measured at roughly 1 KiB for typical STOMP headers)."""
+    return (msg.size if msg.body is not None else 0) + 1024

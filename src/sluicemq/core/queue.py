@@ -25,6 +25,8 @@ class QueueOwner(Protocol):
 
     def schedule_dispatch(self, queue: Queue) -> None: ...
 
+    def make_pending(self, destination: str, policy: Policy) -> PendingList: ...
+
     def record_removal(self, queue: Queue, msgs: Iterable[Message]) -> None: ...
 
     def dead_letter(self, queue: Queue, msg: Message) -> None: ...
@@ -70,7 +72,7 @@ class Queue:
         self.policy = policy
         self.durable = durable
         self.selector = selector  # topic subscriptions filter at publish time
-        self.pending = PendingList()
+        self.pending = owner.make_pending(destination, policy)
         self.consumers: list[Consumer] = []
         self.groups: dict[str, Consumer] = {}
         self.rr = 0
@@ -212,7 +214,7 @@ class Queue:
             self.owner.schedule_dispatch(self)
 
     def purge(self) -> int:
-        removed = self.pending.clear()
+        removed = self.pending.drain_stubs()  # a paged-out backlog is not read back to drop it
         self.acknowledge(removed)
         return len(removed)
 

@@ -307,6 +307,17 @@ class Journal:
             self._segs[loc.segment] += 1
             self._horizon = max(self._horizon, (loc.segment, loc.offset))
 
+    def retain_counts(self, counts: dict[int, int], newest: tuple[int, int]) -> None:
+        """Many retains at once (segment -> records; ``newest`` the latest (segment, offset)
+        among them): start-up hands over a whole recovered backlog in one call."""
+        with self._lock:
+            for seg in counts:
+                if seg not in self._segs:
+                    raise StorageError(f"segment {seg} is gone (reclaimed)")
+            for seg, n in counts.items():
+                self._segs[seg] += n
+            self._horizon = max(self._horizon, newest)
+
     def release(self, loc: Location) -> None:
         """One fewer live record in loc's segment; call reclaim() after a run of releases."""
         with self._lock:
@@ -363,6 +374,10 @@ class Journal:
             with contextlib.suppress(FileNotFoundError):
                 total += self.segment_path(seg).stat().st_size
         return total
+
+    def segment_count(self) -> int:
+        """Segments not yet reclaimed (the active one included)."""
+        return len(self._segs)
 
     @property
     def durable_seq(self) -> int:

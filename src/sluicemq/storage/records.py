@@ -24,6 +24,7 @@ _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _TX_HEAD = struct.Struct("<BH")  # final flag, txid length
 _OP_HEAD = struct.Struct("<BI")  # op type, op length
+OP_HEAD_SIZE = _OP_HEAD.size
 
 
 @dataclass(slots=True)
@@ -114,6 +115,31 @@ def decode_tx(payload: bytes | memoryview) -> tuple[str, bool, list[tuple[int, m
         ops.append((rtype, view[pos:pos + length]))
         pos += length
     return txid, bool(final), ops
+
+
+def tx_op_offsets(txid: str, ops: Iterable[tuple[int, bytes]]) -> list[int]:
+    """Where each op's payload starts inside ``encode_tx(txid, ops)`` (for ``tx_op_at``)."""
+    pos = _TX_HEAD.size + len(txid.encode())
+    out = []
+    for _rtype, payload in ops:
+        pos += _OP_HEAD.size
+        out.append(pos)
+        pos += len(payload)
+    return out
+
+
+def tx_op_at(payload: bytes | memoryview, offset: int) -> memoryview:
+    """The op payload starting at ``offset`` of a TX record (a message inside a transaction)."""
+    _rtype, length = _OP_HEAD.unpack_from(payload, offset - _OP_HEAD.size)
+    return memoryview(payload)[offset:offset + length]
+
+
+def message_head(payload: bytes | memoryview) -> tuple[int, int, int, str, int, int]:
+    """(mid, priority, flags, key, header bytes offset, header length) without decoding the
+    headers: replay needs no more for most records."""
+    mid, _ts, _exp, priority, flags, klen, hlen = _MSG_HEAD.unpack_from(payload, 0)
+    pos = _MSG_HEAD.size
+    return mid, priority, flags, bytes(payload[pos:pos + klen]).decode(), pos + klen, hlen
 
 
 @dataclass(slots=True)

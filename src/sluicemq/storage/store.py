@@ -156,6 +156,10 @@ class Store:
         log.error("journal could not store records %d..%d: %s", first, last, exc)
         self.on_failed(first, last, exc)
 
+    def disk_estimate(self) -> int:
+        """Journal bytes on disk, cheaply (asked on every SEND): live segments times their size."""
+        return self.journal.segment_count() * self.journal.segment_bytes
+
     @property
     def idle(self) -> bool:
         """Nothing appended is still waiting for its fsync."""

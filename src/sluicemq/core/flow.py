@@ -1,0 +1,169 @@
+"""Memory, store and temp accounting, and producer flow control.
+
+Why limits rather than "as much as fits": a broker that grows until the kernel kills it loses
+every non-persistent message and stalls every client. So RAM held by queued messages is
+budgeted (store cursors page persistent backlog out at ``CURSOR_HIGH_WATER`` of the memory
+limit, non-persistent overflow goes to temp files), and when a destination cannot take more -
+journal disk at its store limit, temp files at their limit, a VM-cursor destination at its
+memory limit - its producers are slowed: the SEND waits (its connection stops being read, so
+its receipt is late) until there is room again, or, with ``fail_if_no_space``, is refused with
+an ERROR. Other destinations, and the waiting producer's consumers elsewhere, are not held up.
+
+Defaults, when a limit is 0 in the config, come from the machine (``resolve_limits``):
+memory: 1/8 of physical RAM, between 64 MiB and 2 GiB; store: 90 % of the space the journal
+could use (free disk plus what it holds), at most 1 TiB; temp: half the free disk, at most
+100 GiB; max message size: the frame limit.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sluicemq.config import Limits, Policy
+
+MiB, GiB = 1 << 20, 1 << 30
+CURSOR_HIGH_WATER = 0.7  # fraction of the memory limit store cursors may fill before paging
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": MiB, "mb": 10**6,
+          "mib": MiB, "g": GiB, "gb": 10**9, "gib": GiB, "t": 1 << 40, "tb": 10**12,
+          "tib": 1 << 40}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(value: int | str) -> int:
+    """Bytes from an int or a string such as "512 MiB", "2GB", "100k"."""
+    if isinstance(value, int):
+        return value
+    m = _SIZE.match(value)
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _UNITS:
+        raise ValueError(f"not a size: {value!r} (use bytes or e.g. '512 MiB')")
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedLimits:
+    """The broker-wide limits in bytes, defaults filled in."""
+
+    memory: int
+    store: int
+    temp: int
+    max_message: int
+
+
+def physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 4 * GiB
+
+
+def resolve_limits(limits: Limits, data_dir: Path, journal_bytes: int = 0) -> ResolvedLimits:
+    """Fill in the machine-derived defaults (see the module docstring)."""
+    memory = parse_size(limits.memory_limit)
+    if memory <= 0:
+        memory = min(2 * GiB, max(64 * MiB, physical_memory() // 8))
+    free = _free_disk(data_dir)
+    store = parse_size(limits.store_limit)
+    if store <= 0:
+        store = min(1 << 40, int((free + journal_bytes) * 0.9))
+    temp = parse_size(limits.temp_limit)
+    if temp <= 0:
+        temp = min(100 * GiB, free // 2)
+    max_message = parse_size(limits.max_message_bytes) or limits.max_frame_bytes
+    return ResolvedLimits(memory, store, temp, max_message)
+
+
+def _free_disk(path: Path) -> int:
+    probe = Path(path)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return shutil.disk_usage(probe).free
+
+
+class MemoryAccount:
+    """RAM held by queued messages across the broker (cursors add and subtract)."""
+
+    __slots__ = ("high_water", "limit", "used")
+
+    def __init__(self, limit: int, high_water: float = CURSOR_HIGH_WATER) -> None:
+        self.limit = limit
+        self.high_water = int(limit * high_water)
+        self.used = 0
+
+    def cursor_room(self) -> bool:
+        """May a store cursor keep one more message in memory?"""
+        return self.used < self.high_water
+
+    @property
+    def full(self) -> bool:
+        return self.used >= self.limit
+
+
+Waiter = tuple[Callable[[], str | None], Callable[[], None]]
+
+
+class FlowControl:
+    """Decides whether a destination can take a message now, and resumes waiting producers.
+
+    Sans-IO: usage comes from callables (the journal's and temp store's sizes), and resuming
+    a producer is a callback; the transport does the actual pausing.
+    """
+
+    def __init__(self, limits: ResolvedLimits, memory: MemoryAccount,
+                 store_used: Callable[[], int], temp_used: Callable[[], int]) -> None:
+        self.limits = limits
+        self.memory = memory
+        self._store_used = store_used
+        self._temp_used = temp_used
+        self._waiters: list[Waiter] = []
+        self.blocked_total = 0  # lifetime count of SENDs that had to wait
+        self.failed_total = 0  # lifetime count of SENDs refused (fail_if_no_space)
+
+    def too_large(self, policy: Policy, size: int) -> str | None:
+        limit = parse_size(policy.max_message_bytes) or self.limits.max_message
+        if size > limit:
+            return f"message of {size} bytes exceeds the limit of {limit} bytes"
+        return None
+
+    def full(self, policy: Policy, persistent: bool, dest_memory: int) -> str | None:
+        """Why a destination with this policy cannot take a message now, or None."""
+        if persistent and self._store_used() >= self.limits.store:
+            return f"store limit reached ({self.limits.store} bytes of journal)"
+        dest_limit = parse_size(policy.memory_limit)
+        if dest_limit and dest_memory >= dest_limit:
+            return f"destination memory limit reached ({dest_limit} bytes)"
+        if policy.cursor == "vm" or not persistent:
+            if self.memory.full:
+                return f"memory limit reached ({self.limits.memory} bytes)"
+            if (not persistent and not self.memory.cursor_room()
+                    and self._temp_used() >= self.limits.temp):
+                return f"temp limit reached ({self.limits.temp} bytes)"
+        return None
+
+    def wait(self, recheck: Callable[[], str | None], resume: Callable[[], None]) -> None:
+        """Call ``resume`` once ``recheck`` finds room (checked on every ``poll``)."""
+        self.blocked_total += 1
+        self._waiters.append((recheck, resume))
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def poll(self) -> None:
+        """Resume, in arrival order, every waiter whose destination has room now."""
+        if not self._waiters:
+            return
+        waiters, self._waiters = self._waiters, []
+        ready = []
+        for recheck, resume in waiters:
+            if recheck() is None:
+                ready.append(resume)
+            else:
+                self._waiters.append((recheck, resume))
+        for resume in ready:
+            resume()
