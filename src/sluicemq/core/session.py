@@ -16,6 +16,7 @@ import itertools
 import json
 import logging
 import os
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -88,6 +89,7 @@ class Session:
         self.cert_user: str | None = None  # CN of a verified TLS client certificate
         self.security = for_broker(broker)
         self._held: list[Frame] | None = None  # set while a login is being verified
+        self._waiting: deque[Frame] | None = None  # a SEND waiting for room, and what follows
         self.heartbeat = (0, 0)  # (we send every ms, we expect every ms)
         self.consumers: dict[str, Consumer] = {}
         self.by_index: dict[int, Consumer] = {}
@@ -148,6 +150,9 @@ class Session:
                 self.error("too many frames before the login was checked", frame, fatal=True)
                 return
             self._held.append(frame)
+            return
+        if self._waiting is not None:  # reading is paused: only what was already parsed
+            self._waiting.append(frame)
             return
         self._guarded(self._dispatch, frame)
 
@@ -304,6 +309,8 @@ class Session:
         h = frame.headers
         kind, name = parse_destination(h.get("destination"))
         self._authorize(WRITE, kind, name)
+        if QUERY not in h and self._no_room(frame, kind, name):
+            return
         self.received += 1
         if QUERY in h:
             self._stream_query(frame, kind, name)
@@ -330,6 +337,54 @@ class Session:
             return
         self.broker.publish(kind, name, self._message(kind, name, h, frame.body))
         self.receipt(frame)
+
+    def _no_room(self, frame: Frame, kind: str, name: str) -> bool:
+        """Producer flow control: True when this SEND was refused or must wait for room.
+
+        Waiting pauses reading this connection (its later frames wait behind the SEND, in
+        order) until the destination has room; other connections carry on. A transactional
+        SEND only goes to the spool, so only its size is checked.
+        """
+        flow = self.broker.flow
+        policy = self.broker.policy(kind, name)
+        too_large = flow.too_large(policy, len(frame.body))
+        if too_large is not None:
+            raise ProtocolError(too_large, fatal=False)
+        if "transaction" in frame.headers:
+            return False
+        persistent = frame.headers.get("persistent") == "true"
+        reason = self.broker.room_for(kind, name, persistent)
+        if reason is None:
+            return False
+        if policy.fail_if_no_space:
+            flow.failed_total += 1
+            raise ProtocolError(f"/{kind}/{name} cannot take the message: {reason}",
+                                fatal=False)
+        log.info("flow control: %s waits for /%s/%s (%s)", self.peer, kind, name, reason)
+        self._waiting = deque([frame])
+        pause = getattr(self.out, "pause_reading", None)
+        if pause is not None:
+            pause()
+
+        def recheck() -> str | None:
+            return None if self.closed else self.broker.room_for(kind, name, persistent)
+
+        flow.wait(recheck, self._room_again)
+        return True
+
+    def _room_again(self) -> None:
+        """The destination has room: run the waiting SEND and what followed it."""
+        waiting, self._waiting = self._waiting, None
+        if self.closed or waiting is None:
+            return
+        resume = getattr(self.out, "resume_reading", None)
+        if resume is not None:
+            resume()
+        while waiting:
+            self.handle(waiting.popleft())
+            if self._waiting is not None:  # full again: the rest keeps waiting
+                self._waiting.extend(waiting)
+                return
 
     def _authorize(self, action: str, kind: str, name: str) -> None:
         if not self.security.authorize(self.user, action, f"/{kind}/{name}"):

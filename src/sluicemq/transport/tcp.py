@@ -48,6 +48,7 @@ class StompProtocol(asyncio.Protocol):
         self._last_sent = time.monotonic()
         self._hb_handle: asyncio.TimerHandle | None = None
         self._monitor: HeartbeatMonitor | None = None
+        self._reading_paused = False  # producer flow control: its destination is full
         self._slow_handle: asyncio.TimerHandle | None = None
         self._backlog_at_pause = 0
 
@@ -131,6 +132,18 @@ class StompProtocol(asyncio.Protocol):
                 self.broker.schedule_dispatch(consumer.queue)
 
     # -- Outbound (used by the session) ------------------------------------------------------
+    def pause_reading(self) -> None:
+        """Flow control: stop reading this peer (TCP backpressure slows it) until resumed."""
+        if self.transport is not None and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None and self._reading_paused:
+            self._reading_paused = False
+            self._last_received = time.monotonic()  # its heart-beats were not being read
+            self.transport.resume_reading()
+
     def write(self, data: bytes) -> None:
         if self.transport is None:
             return
@@ -185,6 +198,8 @@ class StompProtocol(asyncio.Protocol):
         if monitor is None or self.transport is None:
             return
         now = time.monotonic()
+        if self._reading_paused:
+            self._last_received = now  # we are not reading it: its silence is ours
         monitor.received(self._last_received)
         monitor.sent(self._last_sent)
         if monitor.peer_dead(now):
