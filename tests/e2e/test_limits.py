@@ -1,0 +1,155 @@
+"""Spec of per-connection and broker-wide resource limits, each set low in a [limits] table."""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+import pytest
+
+from sluicemq.client import Client
+from sluicemq.errors import ClientError
+from sluicemq.protocol.codec import FrameParser, encode_frame
+from sluicemq.protocol.frames import Frame
+
+LIMITS = """
+[limits]
+max-connections = 5
+max-subscriptions = 3
+max-unacked = 5
+max-transactions = 2
+slow-reader-seconds = 1.0
+max-frame-bytes = 1048576
+max-headers = 20
+"""
+
+
+@pytest.fixture
+def limited(broker_factory: Any) -> Any:
+    return broker_factory(config_text=LIMITS)
+
+
+class Raw:
+    """A bare STOMP 1.2 socket; `rcvbuf` shrinks the kernel buffer to play a stuck reader."""
+
+    def __init__(self, b: Any, rcvbuf: int | None = None) -> None:
+        self.sock = socket.socket()
+        if rcvbuf is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(10)
+        self.sock.connect((b.host, b.port))
+        self.parser = FrameParser(version="1.2")
+        self.frames: list[Frame] = []
+
+    def send(self, command: str, headers: dict[str, str] | None = None,
+             body: bytes = b"") -> None:
+        self.sock.sendall(encode_frame(Frame(command, headers or {}, body), "1.2"))
+
+    def recv(self, timeout: float = 10) -> Frame:
+        deadline = time.monotonic() + timeout
+        while not self.frames:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            data = self.sock.recv(1 << 20)
+            if not data:
+                raise ConnectionError("closed by broker")
+            self.frames.extend(self.parser.feed(data))
+        return self.frames.pop(0)
+
+    def connect(self) -> Frame:
+        self.send("CONNECT", {"accept-version": "1.2", "host": "h", "heart-beat": "0,0"})
+        return self.recv()
+
+
+def test_connections_beyond_the_limit_get_an_error_and_are_closed(limited: Any) -> None:
+    held = [Raw(limited) for _ in range(5)]
+    for r in held:
+        assert r.connect().command == "CONNECTED"
+    extra = Raw(limited)
+    reply = extra.recv()
+    assert reply.command == "ERROR"
+    assert "too many connections" in reply.headers["message"]
+    with pytest.raises((ConnectionError, OSError)):
+        extra.recv(3)
+    held.pop().sock.close()
+    time.sleep(0.3)
+    assert Raw(limited).connect().command == "CONNECTED"  # a freed slot is usable again
+
+
+def test_subscriptions_per_connection_are_capped(limited: Any) -> None:
+    with Client(limited.url, timeout=10) as c:
+        for i in range(3):
+            c.subscribe(f"/queue/s{i}")
+        with pytest.raises(ClientError, match="too many subscriptions"):
+            c.subscribe("/queue/s3")
+        c.send("/queue/s0", b"the connection stays usable")
+
+
+def test_unacked_messages_per_subscription_are_capped(limited: Any) -> None:
+    with Client(limited.url, timeout=10) as c:
+        for i in range(12):
+            c.send("/queue/u", str(i).encode())
+        sub = c.subscribe("/queue/u", ack="client-individual", prefetch=100)
+        first = [sub.get(5) for _ in range(5)]
+        assert all(m is not None for m in first)
+        assert sub.get(0.5) is None  # prefetch 100 asked, 5 allowed
+        first[0].ack()  # type: ignore[union-attr]
+        assert sub.get(5) is not None
+
+
+def test_open_transactions_per_connection_are_capped(limited: Any) -> None:
+    r = Raw(limited)
+    assert r.connect().command == "CONNECTED"
+    for tx in ("t1", "t2", "t3"):
+        r.send("BEGIN", {"transaction": tx, "receipt": tx})
+    assert r.recv().headers["receipt-id"] == "t1"
+    assert r.recv().headers["receipt-id"] == "t2"
+    refused = r.recv()
+    assert refused.command == "ERROR"
+    assert "too many open transactions" in refused.headers["message"]
+    r.send("ABORT", {"transaction": "t1", "receipt": "a1"})
+    assert r.recv().headers["receipt-id"] == "a1"
+    r.send("BEGIN", {"transaction": "t3", "receipt": "t3"})
+    assert r.recv().headers["receipt-id"] == "t3"
+
+
+def test_frames_over_the_size_limit_are_refused(limited: Any) -> None:
+    r = Raw(limited)
+    assert r.connect().command == "CONNECTED"
+    r.send("SEND", {"destination": "/queue/big"}, b"x" * (1 << 20))
+    reply = r.recv()
+    assert reply.command == "ERROR"
+    with Client(limited.url, timeout=10) as c:  # the broker is fine
+        c.send("/queue/big", b"x" * 1000)
+
+
+def test_too_many_headers_are_refused(limited: Any) -> None:
+    r = Raw(limited)
+    assert r.connect().command == "CONNECTED"
+    r.send("SEND", {"destination": "/queue/h", **{f"h{i}": "v" for i in range(30)}}, b"x")
+    assert r.recv().command == "ERROR"
+
+
+def test_a_reader_that_stops_reading_is_dropped_and_its_messages_redelivered(
+        broker_factory: Any) -> None:
+    limited = broker_factory(config_text="[limits]\nslow-reader-seconds = 1.0\n")
+    stuck = Raw(limited, rcvbuf=4096)
+    assert stuck.connect().command == "CONNECTED"
+    stuck.send("SUBSCRIBE", {"destination": "/queue/slow", "id": "1", "ack": "client",
+                             "activemq.prefetchSize": "50", "receipt": "s"})
+    assert stuck.recv().headers["receipt-id"] == "s"
+    body = b"z" * (512 << 10)
+    count = 24  # 12 MiB: more than the kernel buffers plus the 4 MiB high-water mark
+    with Client(limited.url, timeout=20) as producer:
+        for _ in range(count):
+            producer.send("/queue/slow", body)
+        deadline = time.monotonic() + 15
+        while "slow reader" not in limited.log() and time.monotonic() < deadline:
+            producer.send("/queue/alive", b"the broker keeps serving others")
+            time.sleep(0.2)
+    assert "slow reader" in limited.log()
+    with Client(limited.url, timeout=20) as consumer:
+        sub = consumer.subscribe("/queue/slow", prefetch=5)
+        got = [sub.get(10) for _ in range(count)]
+    assert all(m is not None and m.body == body for m in got)
+    assert sum(m.headers.get("redelivered") == "true" for m in got) >= 1  # type: ignore[union-attr]
