@@ -164,7 +164,7 @@ def test_slow_hash_checks_do_not_stall_connected_clients(secured: Any) -> None:
         def guess() -> None:
             while not stop.is_set():
                 with contextlib.suppress(ClientError):
-                    Client(secured.url, login="app", passcode="guess", timeout=10).close()
+                    Client(secured.url, login="app", passcode="guess", timeout=10).disconnect()
 
         threads = [threading.Thread(target=guess) for _ in range(8)]
         for t in threads:
