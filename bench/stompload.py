@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -107,6 +108,20 @@ class RssSampler:
         }
 
 
+async def wait_progress(conn: StompConnection, fut: asyncio.Future[None],
+                        progress: Callable[[], int], idle_timeout: float, what: str) -> None:
+    """Wait for `fut` while `progress()` keeps moving: a stalled broker is an error, not a hang."""
+    seen = -1
+    while not fut.done():
+        now = progress()
+        if now == seen:
+            raise TimeoutError(f"{what} stalled at {now} for {idle_timeout:g}s")
+        seen = now
+        with contextlib.suppress(TimeoutError):
+            await conn.guard(asyncio.shield(fut), idle_timeout)
+    fut.result()
+
+
 # ---------------------------------------------------------------- producing
 
 
@@ -130,8 +145,10 @@ class Producer:
         persistent: bool,
         stamp: bool = False,
         rate: float = 0.0,
+        idle_timeout: float = 30.0,
     ) -> None:
         self.conn = conn
+        self.idle_timeout = idle_timeout
         self.count = count
         self.body = body
         self.window = window
@@ -162,7 +179,8 @@ class Producer:
             self.conn.on_receipt = self._on_receipt
             self._pump()
             self.conn.flush()
-            await self.conn.guard(self._done)
+            await wait_progress(self.conn, self._done, lambda: self.receipted, self.idle_timeout,
+                                "receipts")
         elif self.rate > 0:
             await self._paced()
         else:
@@ -198,7 +216,7 @@ class Producer:
             self.conn.writelines(parts)
             await self.conn.drain()
         assert last is not None
-        await self.conn.guard(last)
+        await self.conn.guard(last, self.idle_timeout)
         self.receipted = self.count
 
     async def _paced(self) -> None:
@@ -214,7 +232,7 @@ class Producer:
             if parts:
                 self.conn.writelines(parts)
             await asyncio.sleep(max(0.0, start + self.sent / self.rate - time.perf_counter()))
-        await self.conn.guard(last)
+        await self.conn.guard(last, self.idle_timeout)
         self.receipted = self.count
 
 
@@ -275,17 +293,8 @@ class Consumer:
 
     async def wait(self, idle_timeout: float) -> None:
         """Wait for every message; give up when nothing arrives for `idle_timeout` seconds."""
-        seen = -1
-        while not self.done.done():
-            if self.received == seen:
-                raise TimeoutError(
-                    f"consumer stalled at {self.received}/{self.count} messages"
-                )
-            seen = self.received
-            try:
-                await self.conn.guard(asyncio.shield(self.done), idle_timeout)
-            except TimeoutError:
-                continue
+        await wait_progress(self.conn, self.done, lambda: self.received, idle_timeout,
+                            f"consumer (of {self.count} messages)")
 
     def report(self) -> Result:
         return {
@@ -384,11 +393,16 @@ async def produce(opts: argparse.Namespace, dest: bytes, count: int, body: bytes
     conns = [await connect(opts) for _ in range(opts.producers)]
     producers = [
         Producer(conn, dest, n, body, window=window, persistent=persistent, stamp=stamp,
-                 rate=rate / opts.producers)
+                 rate=rate / opts.producers, idle_timeout=opts.idle_timeout)
         for conn, n in zip(conns, split(count, opts.producers), strict=True)
     ]
     started = time.perf_counter()
-    await asyncio.gather(*(p.run() for p in producers))
+    try:
+        await asyncio.gather(*(p.run() for p in producers))
+    except BaseException:
+        for conn in conns:
+            conn.abort()
+        raise
     elapsed = time.perf_counter() - started
     await asyncio.gather(*(c.close() for c in conns))
     return elapsed, producers
@@ -398,8 +412,12 @@ async def drain(opts: argparse.Namespace, dest: bytes, count: int) -> Result:
     conn = await connect(opts)
     consumer = Consumer(conn, dest, count)
     started = time.monotonic_ns()
-    await consumer.subscribe()
-    await consumer.wait(opts.idle_timeout)
+    try:
+        await consumer.subscribe()
+        await consumer.wait(opts.idle_timeout)
+    except BaseException:
+        conn.abort()
+        raise
     elapsed = (consumer.last_ns - started) / 1e9
     await conn.close()
     return {"drained": consumer.received, "drain_msgs_per_s": round(count / elapsed)}

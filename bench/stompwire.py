@@ -332,6 +332,12 @@ class StompConnection(asyncio.Protocol):
             self.failed.result()
         raise TimeoutError("timed out waiting for the broker")
 
+    def abort(self) -> None:
+        """Drop the connection without a goodbye (after a failed run)."""
+        self.closing = True
+        if self.transport is not None:
+            self.transport.abort()
+
     async def close(self, timeout: float = 5.0) -> None:
         """DISCONNECT with a receipt so everything sent before is known to be processed."""
         if self.transport is None or self.transport.is_closing():

@@ -6,6 +6,7 @@ Run with `.venv/bin/python -m pytest bench/test_stompwire.py` (bench/ is outside
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from stompload import combine, latency_summary, percentile, split
+from stompload import build_parser, combine, latency_summary, percentile, run_once, split
 from stompwire import FrameParser, WireError, WireFrame, encode_frame, header_value
 
 MESSAGE = (
@@ -164,3 +165,24 @@ def test_combine_takes_medians_and_keeps_runs_and_errors() -> None:
     assert out["errors"] == ["boom"]
     assert out["params"]["persistent"] is True
     assert len(out["runs"]) == 4
+
+
+def test_a_broker_that_stops_answering_fails_the_run_instead_of_hanging() -> None:
+    async def scenario() -> dict[str, object]:
+        async def silent_broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\x00")
+            writer.write(b"CONNECTED\nversion:1.2\n\n\x00")  # then never a RECEIPT
+            await reader.read()
+
+        server = await asyncio.start_server(silent_broker, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        opts = build_parser().parse_args(
+            ["persist", "--port", str(port), "--count", "5", "--window", "1",
+             "--idle-timeout", "0.3"])
+        async with server:
+            return await run_once(opts)
+
+    started = time.perf_counter()
+    result = asyncio.run(scenario())
+    assert "stalled" in str(result["error"])
+    assert time.perf_counter() - started < 5
