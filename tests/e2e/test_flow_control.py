@@ -214,3 +214,17 @@ def test_a_full_disk_refuses_sends_loses_nothing_receipted_and_recovers(
         assert "recovered 0 messages" in broker.log().split("sluice: stopped")[-1]
     finally:
         broker.kill()
+
+
+def test_max_consumers_refuses_one_subscription_too_many(broker_factory) -> None:
+    broker = broker_factory(config_text='[[policy]]\nqueue = "solo"\nmax_consumers = 1\n')
+    first, second = client(broker), client(broker)
+    first.send("SUBSCRIBE", {"destination": "/queue/solo", "id": "a", "receipt": "a"})
+    assert first.recv().command == "RECEIPT"
+    second.send("SUBSCRIBE", {"destination": "/queue/solo", "id": "b", "receipt": "b"})
+    frame = second.recv()
+    assert frame.command == "ERROR" and "maximum of 1 consumers" in frame.headers["message"]
+    first.send("UNSUBSCRIBE", {"id": "a", "receipt": "u"})
+    assert first.recv().command == "RECEIPT"
+    second.send("SUBSCRIBE", {"destination": "/queue/solo", "id": "b", "receipt": "b2"})
+    assert second.recv().headers.get("receipt-id") == "b2"

@@ -399,10 +399,18 @@ class Broker:
 
     # -- subscriptions -----------------------------------------------------------------------
     def subscribe_queue(self, name: str) -> Queue:
+        self._check_max_consumers(QUEUE, name)
         return self.queue(name)
+
+    def _check_max_consumers(self, kind: str, name: str) -> None:
+        limit = self.policy(kind, name).max_consumers
+        if limit and self._consumer_count(kind, name) >= limit:
+            raise ProtocolError(f"/{kind}/{name} already has its maximum of {limit} consumers",
+                                fatal=False)
 
     def subscribe_topic(self, name: str, key: str, selector: Selector | None) -> Queue:
         """A private, non-durable queue that receives the topic's messages from now on."""
+        self._check_max_consumers(TOPIC, name)
         topic = self.topic(name)
         q = Queue(self, key, topic.destination, self.policy(TOPIC, name),
                   durable=False, selector=selector)
@@ -418,6 +426,7 @@ class Broker:
                              selector_text: str | None) -> Queue:
         """Find or create (journaled) a durable subscription; a changed definition replaces it."""
         key = f"d:{client_id}:{sub_name}"
+        self._check_max_consumers(TOPIC, topic_name)
         existing = self.durables.get(key)
         if existing is not None:
             sub, q = existing
