@@ -11,7 +11,7 @@ import heapq
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from sluicemq.config import BrokerConfig, Policy
@@ -39,6 +39,8 @@ from sluicemq.core.streams import (
 from sluicemq.core.topic import Topic
 from sluicemq.errors import ProtocolError
 from sluicemq.storage import records
+from sluicemq.storage.compaction import Compactor, Holder
+from sluicemq.storage.segment import Location
 from sluicemq.storage.store import Store, TicketLike
 from sluicemq.storage.tempstore import TempStore
 
@@ -61,6 +63,7 @@ class Broker:
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
         self.durables: dict[str, tuple[records.DurableSub, Queue]] = {}
+        self.sub_tickets: dict[str, TicketLike] = {}  # SUB records pin their segment
         self.client_ids: dict[str, object] = {}
         self.next_mid = 1
         self._dirty: dict[int, Queue] = {}
@@ -77,6 +80,7 @@ class Broker:
         self.pager = Pager(store, self.temp, config.journal.spill_bytes)
         self.flow = FlowControl(self.limits, self.memory, store.disk_estimate,
                                 lambda: self.temp.bytes_used)
+        self.compactor = Compactor(store, self._compaction_holders, self._compaction_relocate)
         store.on_durable = self._on_durable
         store.on_failed = self._on_failed
 
@@ -313,9 +317,12 @@ class Broker:
         self._consumer_waits = keep
 
     def tick(self) -> None:
-        """Once a second: abandon silent streams, answer consumer waits that timed out."""
+        """Once a second: abandon silent streams, answer consumer waits that timed out,
+        compact the journal, resume producers whose destinations have room."""
         now = self._clock()
         self._check_consumer_waits(now)
+        self.compactor.tick()
+        self.flow.poll()
         for st in list(self.streams.values()):
             if st.final_stored or st.state in (ABANDONED, DISCARDED):
                 continue
@@ -349,6 +356,77 @@ class Broker:
                 q.stats.dead_lettered += 1
                 self.dead_letter(q, m)
         self._unpin_stream(st)
+
+    # -- journal compaction ------------------------------------------------------------------
+    def _journaled_queues(self) -> Iterator[Queue]:
+        yield from self.queues.values()
+        for _, q in self.durables.values():
+            yield q
+
+    def _held_objects(self, q: Queue) -> Iterator[Message]:
+        """Every message object of a queue that may pin a journal record."""
+        yield from q.pending.in_memory()
+        for c in q.consumers:
+            yield from c.inflight.values()
+            for msgs in c.stream_acked.values():
+                yield from msgs
+        for st in self.streams.values():
+            for hq, m in st.held:  # type: ignore[misc]
+                if hq is q:
+                    yield m
+
+    def _compaction_holders(self, segment: int) -> list[Holder] | None:
+        """Who holds records of ``segment``; None when something we cannot move does."""
+        for st in self.streams.values():
+            pin = st.last_ticket
+            if pin is not None and pin.loc is not None and pin.loc.segment == segment:
+                return None
+        holders = [Holder(key, -1, t.loc, 0) for key, t in self.sub_tickets.items()
+                   if t.loc is not None and t.loc.segment == segment]
+        for q in self._journaled_queues():
+            for mid, seg, off, length, inner in q.pending.journal_slots(segment):
+                holders.append(Holder(q.key, mid, Location(seg, off, length), inner))
+            for m in self._held_objects(q):
+                loc = m.ticket.loc if m.ticket is not None else None
+                if loc is not None and loc.segment == segment:
+                    if m.inner < 0:
+                        return None
+                    holders.append(Holder(q.key, m.mid, loc, m.inner))
+        return holders
+
+    def _compaction_relocate(self, plan: list[tuple[Holder, TicketLike]]) -> list[bool]:
+        """Point each holder at its durable copy; False where the holder is gone."""
+        by_key = {q.key: q for q in self._journaled_queues()}
+        moved: dict[str, dict[tuple[int, int, int], Location]] = {}
+        for h, t in plan:
+            assert t.loc is not None
+            if h.mid < 0:  # a durable subscription's SUB record
+                continue
+            moved.setdefault(h.key, {})[(h.loc.segment, h.loc.offset, h.inner)] = t.loc
+        found: dict[str, set[tuple[int, int, int]]] = {}
+        for key, m in moved.items():
+            q = by_key.get(key)
+            found[key] = q.pending.relocate(m) if q is not None else set()
+        result = []
+        for h, t in plan:
+            if h.mid < 0:
+                current = self.sub_tickets.get(h.key)
+                ok = current is not None and current.loc == h.loc
+                if ok:
+                    self.sub_tickets[h.key] = t
+                result.append(ok)
+                continue
+            k = (h.loc.segment, h.loc.offset, h.inner)
+            ok = k in found[h.key]
+            q = by_key.get(h.key)
+            if not ok and q is not None:
+                for m in self._held_objects(q):
+                    if m.mid == h.mid and m.ticket is not None and m.ticket.loc == h.loc:
+                        m.ticket, m.inner = t, 0
+                        ok = True
+                        break
+            result.append(ok)
+        return result
 
     # -- QueueOwner --------------------------------------------------------------------------
     def schedule_dispatch(self, queue: Queue) -> None:
@@ -436,7 +514,9 @@ class Broker:
                 raise ProtocolError(f"durable subscription {sub_name!r} is in use", fatal=False)
             self.remove_durable(key)
         sub = records.DurableSub(key, topic_name, client_id, sub_name, selector_text)
-        self.store.append_sub(sub)
+        ticket = self.store.append_sub(sub)
+        self.store.hold(ticket)
+        self.sub_tickets[key] = ticket
         return self._install_durable(sub)
 
     def _install_durable(self, sub: records.DurableSub) -> Queue:
@@ -457,7 +537,11 @@ class Broker:
         self.drop_topic_subscription(sub.topic, key)
         held = [m for m in q.pending.drain_stubs() if m.ticket is not None]
         ticket = self.store.append_unsub(key)
-        self.store.release_after(ticket.seq, [m.ticket for m in held])
+        pins = [m.ticket for m in held]
+        sub_ticket = self.sub_tickets.pop(key, None)
+        if sub_ticket is not None:
+            pins.append(sub_ticket)
+        self.store.release_after(ticket.seq, pins)
 
     def attach(self, consumer: Consumer) -> None:
         consumer.queue.add_consumer(consumer)

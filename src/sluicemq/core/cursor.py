@@ -116,19 +116,20 @@ class SpillFifo:
     def indexes(self) -> range:
         return range(self._start, len(self.mid))
 
-    def relocate(self, moved: dict[tuple[int, int, int], Location]) -> int:
+    def relocate(self, moved: dict[tuple[int, int, int], Location]) -> set[tuple[int, int, int]]:
         """Journal slots whose (seg, off, inner) is in ``moved`` now point at the new location:
-        compaction rewrote the message as a plain record there. Returns how many moved."""
-        n = 0
+        compaction rewrote the message as a plain record there. Returns the keys found."""
+        found: set[tuple[int, int, int]] = set()
         segs = {key[0] for key in moved}
         for i in self.indexes():
             if self.src[i] == JOURNAL and self.seg[i] in segs:
-                new = moved.get((self.seg[i], self.off[i], self.inner[i]))
+                key = (self.seg[i], self.off[i], self.inner[i])
+                new = moved.get(key)
                 if new is not None:
                     self.seg[i], self.off[i], self.length[i] = new.segment, new.offset, new.length
                     self.inner[i] = 0
-                    n += 1
-        return n
+                    found.add(key)
+        return found
 
     def clear(self) -> None:
         for a in (self.mid, self.src, self.seg, self.off, self.length, self.inner, self.size):

@@ -230,8 +230,13 @@ class PendingList:
             yield from lane.head
             yield from lane.tail.objs.values()
 
-    def relocate(self, moved: dict[tuple[int, int, int], Location]) -> int:
-        return sum(lane.tail.relocate(moved) for lane in self._lanes)
+    def relocate(self, moved: dict[tuple[int, int, int], Location]
+                 ) -> set[tuple[int, int, int]]:
+        """Point paged-out messages at their compacted copies; returns the keys found."""
+        found: set[tuple[int, int, int]] = set()
+        for lane in self._lanes:
+            found |= lane.tail.relocate(moved)
+        return found
 
 
 def footprint(msg: Message) -> int:

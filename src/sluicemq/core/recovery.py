@@ -108,6 +108,7 @@ class _Replay:
         self.broker = broker
         self.live: dict[str, _Live] = defaultdict(_Live)
         self.subs: dict[str, records.DurableSub] = {}
+        self.sub_locs: dict[str, Location] = {}  # where each live SUB record is
         self.selectors: dict[str, Any] = {}
         self.tx_parts: dict[str, list[Any]] = defaultdict(list)
         self.max_mid = 0
@@ -193,25 +194,33 @@ class _Replay:
             elif rtype == records.ACK:
                 self.acks(op)
 
-    def sub(self, payload: bytes | memoryview) -> None:
+    def sub(self, payload: bytes | memoryview, loc: Location) -> None:
         sub = records.decode_sub(payload)
+        self.sub_locs[sub.key] = loc
+        if self.subs.get(sub.key) == sub:
+            return  # restated by compaction: the subscription and its messages stay
         self.subs[sub.key] = sub
         self.selectors[sub.key] = compile_selector(sub.selector) if sub.selector else None
         self.live[sub.key] = _Live()
 
     def unsub(self, payload: bytes | memoryview) -> None:
         key = records.decode_unsub(payload)
+        self.sub_locs.pop(key, None)
         self.subs.pop(key, None)
         self.selectors.pop(key, None)
         self.live.pop(key, None)
 
     def install(self) -> int:
         broker = self.broker
-        for sub in self.subs.values():
-            broker._install_durable(sub)
         restored = 0
         held: dict[int, int] = defaultdict(int)  # segment -> records held
         newest = (0, -1)
+        for sub in self.subs.values():
+            broker._install_durable(sub)
+            loc = self.sub_locs[sub.key]
+            broker.sub_tickets[sub.key] = RecoveredTicket(loc)
+            held[loc.segment] += 1
+            newest = max(newest, (loc.segment, loc.offset))
         for key, live in self.live.items():
             kind, _, name = key.partition(":")
             if kind == "q":
@@ -285,7 +294,7 @@ def replay(broker: Broker) -> dict[str, int]:
         elif rtype == records.TX:
             r.tx(payload, ticket.loc)
         elif rtype == records.SUB:
-            r.sub(payload)
+            r.sub(payload, ticket.loc)
         elif rtype == records.UNSUB:
             r.unsub(payload)
         else:

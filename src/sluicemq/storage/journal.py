@@ -375,6 +375,11 @@ class Journal:
                 total += self.segment_path(seg).stat().st_size
         return total
 
+    def live_counts(self) -> list[tuple[int, int]]:
+        """(segment, live records) oldest first, the active segment last (compaction)."""
+        with self._lock:
+            return list(self._segs.items())
+
     def segment_count(self) -> int:
         """Segments not yet reclaimed (the active one included)."""
         return len(self._segs)
