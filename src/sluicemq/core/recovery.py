@@ -122,7 +122,8 @@ class _Replay:
         self.max_mid = max(self.max_mid, mid)
         size = len(payload) - hpos - hlen
         sm: records.StoredMessage | None = None
-        if _STREAM_MARK in bytes(payload[hpos:hpos + hlen]):
+        raw = payload if isinstance(payload, bytes) else bytes(payload)
+        if raw.find(_STREAM_MARK, hpos, hpos + hlen) >= 0:
             sm = records.decode_message(payload)
             if STREAM_ID in sm.headers:
                 self._stream_chunk(sm, RecoveredTicket(loc))

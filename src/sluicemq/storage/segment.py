@@ -39,6 +39,7 @@ _POSITION = struct.Struct("<QQ")
 MAX_PAYLOAD = 0xFFFFFFFF
 _IOV_MAX = 1024
 _ZERO_CHUNK = 1 << 20
+_ZEROS = bytes(_ZERO_CHUNK)
 _NAME = re.compile(r"^(\d{20})\.log$")
 TMP_SUFFIX = ".tmp"
 
@@ -127,6 +128,9 @@ def first_nonzero(buf: Buffer, start: int, end: int) -> int:
     pos = start
     while pos < end:
         chunk = buf[pos : min(pos + _ZERO_CHUNK, end)]
+        if len(chunk) == _ZERO_CHUNK and chunk == _ZEROS:  # memcmp: preallocated space is fast
+            pos += _ZERO_CHUNK
+            continue
         rest = chunk.lstrip(b"\0")
         if rest:
             return pos + len(chunk) - len(rest)
@@ -168,7 +172,18 @@ def scan(
     """
     size = len(buf)
     pos = 0
+    unpack, crc, position = HEADER.unpack_from, zlib.crc32, _POSITION.pack
     while pos < size:
+        if size - pos >= HEADER_SIZE:  # fast path: an intact record (what check_record does)
+            magic, rtype, _flags, length, pcrc, hcrc = unpack(buf, pos)  # type: ignore[arg-type]
+            start = pos + HEADER_SIZE
+            if (magic == MAGIC and rtype and start + length <= size
+                    and crc(buf[pos:pos + 12], crc(position(segment, pos))) == hcrc):
+                payload = buf[start:start + length]
+                if crc(payload) == pcrc:
+                    yield pos, rtype, payload
+                    pos = start + length
+                    continue
         found = check_record(buf, segment, pos)
         if not isinstance(found, str):
             yield pos, found[0], found[1]
