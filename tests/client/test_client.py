@@ -229,8 +229,3 @@ def test_killed_broker_fails_waiting_calls(broker) -> None:
 def test_connection_refused_is_a_client_error() -> None:
     with pytest.raises(ClientError, match="cannot connect"):
         Client("stomp://127.0.0.1:1", timeout=2)
-
-
-def test_tls_urls_are_not_supported_yet() -> None:
-    with pytest.raises(ClientError, match="TLS"):
-        Client("stomps://127.0.0.1:1")

@@ -42,7 +42,7 @@ class PortOrOff(click.ParamType):
               help=f"STOMP port, 0 for any free one [default: {DEFAULT_PORT}].")
 @click.option("--console-port", type=PortOrOff(), default=-1,
               help="Web console, admin API and /metrics on --host; auto: any free port; 0 disables "
-                   f"[default: {DEFAULT_CONSOLE_PORT}]. No login yet: keep it on loopback.")
+                   f"[default: {DEFAULT_CONSOLE_PORT}]. Needs an admin login once users exist.")
 @click.option("--ws-port", type=PortOrOff(), default=-1,
               help="STOMP over WebSocket on --host; auto: any free port; 0 disables "
                    f"[default: {DEFAULT_WS_PORT}].")
@@ -51,11 +51,21 @@ class PortOrOff(click.ParamType):
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False,
                                                           path_type=Path),
               default=None, help="TOML file with limits and destination policies.")
+@click.option("--tls-port", type=int, default=None,
+              help="STOMP over TLS (stomps://) port, used with --tls-cert/--tls-key "
+                   "[default: 61612].")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="PEM certificate chain for the TLS listener.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="PEM private key for the TLS listener.")
+@click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="CA bundle: ask for and verify client certificates (CN → user).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 def broker(host: str | None, port: int | None, console_port: int | None, ws_port: int | None,
            data_dir: Path | None,
-           config_file: Path | None, log_level: str) -> None:
+           config_file: Path | None, tls_port: int | None, tls_cert: Path | None,
+           tls_key: Path | None, tls_ca: Path | None, log_level: str) -> None:
     """Run the SluiceMQ broker until SIGTERM or Ctrl-C."""
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -64,6 +74,10 @@ def broker(host: str | None, port: int | None, console_port: int | None, ws_port
     try:
         config = BrokerConfig.load(config_file, host=host, port=port, data_dir=data_dir)
         config = replace(config, **ports)
+        tls = {k: v for k, v in (("port", tls_port), ("cert", tls_cert), ("key", tls_key),
+                                 ("ca", tls_ca)) if v is not None}
+        if tls:
+            config = replace(config, tls=replace(config.tls, **tls))
     except (ValueError, TypeError, OSError) as exc:
         raise click.ClickException(f"bad configuration: {exc}") from exc
     from sluicemq.transport.server import run
