@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from conftest import BrokerProcess, RawStomp
+from sluice_testing import BrokerProcess, RawStomp
 from sluicemq.protocol.codec import encode_frame
 from sluicemq.protocol.frames import Frame
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BrokerProcess, RawStomp
+from sluice_testing import BrokerProcess, RawStomp
 
 CONFIG = """
 [limits]

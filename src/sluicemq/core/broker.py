@@ -60,6 +60,7 @@ class Broker:
         self.store = store
         self._schedule = schedule
         self._clock = clock
+        self._policies: dict[tuple[str, str], Policy] = {}
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
         self.durables: dict[str, tuple[records.DurableSub, Queue]] = {}
@@ -89,7 +90,12 @@ class Broker:
 
     # -- destinations ------------------------------------------------------------------------
     def policy(self, kind: str, name: str) -> Policy:
-        return self.config.policy_for(kind, name)
+        """The destination's policy; cached, since the config never changes while running."""
+        key = (kind, name)
+        policy = self._policies.get(key)
+        if policy is None:
+            policy = self._policies[key] = self.config.policy_for(kind, name)
+        return policy
 
     def make_pending(self, destination: str, policy: Policy) -> PendingList:
         """A destination's cursor: paging (``store``) unless its policy says ``vm``."""

@@ -51,7 +51,9 @@ def dispatch(queue: Queue, now_ms: int, scan_limit: int = DEFAULT_SCAN_LIMIT) ->
     auto_acked: list[Message] = []
     pending = queue.pending
     scanned = 0
-    while scanned < scan_limit and any(c.ready() for c in candidates):
+    # Readiness only changes within a pass by our own deliveries, so count it, don't poll it.
+    n_ready = sum(1 for c in candidates if c.ready())
+    while n_ready and scanned < scan_limit:
         msg = pending.pop()
         if msg is None:
             break
@@ -87,6 +89,8 @@ def dispatch(queue: Queue, now_ms: int, scan_limit: int = DEFAULT_SCAN_LIMIT) ->
             consumer.inflight[msg.mid] = msg
         consumer.delivery.deliver(consumer, msg)
         delivered += 1
+        if not consumer.ready():
+            n_ready -= 1
     pending.restore(skipped)
     if expired:
         queue.stats.expired += len(expired)

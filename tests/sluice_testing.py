@@ -1,0 +1,180 @@
+"""Test support: a real `sluice broker` process and a bare STOMP connection.
+
+Imported by tests/conftest.py (fixtures) and by any test module that needs the classes
+themselves (`from sluice_testing import BrokerProcess, RawStomp`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+LISTEN_RE = re.compile(r"listening on stomp://([\d.]+):(\d+)")
+CONSOLE_RE = re.compile(r"sluice: console on (http://[\d.]+:(\d+))")
+WS_RE = re.compile(r"sluice: websocket on (ws://[\d.]+:(\d+))")
+
+
+class BrokerProcess:
+    """A broker subprocess that can be stopped, killed (-9) and restarted on the same data dir."""
+
+    def __init__(self, data_dir: Path, extra_args: list[str] | None = None,
+                 config_text: str | None = None) -> None:
+        self.data_dir = data_dir
+        self.extra_args = list(extra_args or [])
+        self.config_path: Path | None = None
+        if config_text is not None:
+            self.config_path = data_dir.parent / f"{data_dir.name}.toml"
+            self.config_path.write_text(config_text)
+        self.proc: subprocess.Popen[str] | None = None
+        self.host = "127.0.0.1"
+        self.port = 0
+        self.output: list[str] = []
+        # Console and WebSocket listen on ephemeral ports (learned from the start-up lines)
+        # unless extra_args choose ports or "off" themselves.
+        self.console_port: int | str = "auto"  # the real ports are kept for restart()
+        self.ws_port: int | str = "auto"
+        self.console_url: str | None = None
+        self.ws_url: str | None = None
+
+    @property
+    def url(self) -> str:
+        return f"stomp://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> BrokerProcess:
+        args = [sys.executable, "-m", "sluicemq", "broker", "--host", "127.0.0.1",
+                "--port", str(self.port), "--data-dir", str(self.data_dir), *self.extra_args]
+        if self.config_path is not None:
+            args += ["--config", str(self.config_path)]
+        if "--console-port" not in self.extra_args:
+            args += ["--console-port", str(self.console_port)]
+        if "--ws-port" not in self.extra_args:
+            args += ["--ws-port", str(self.ws_port)]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, env=env)
+        found = threading.Event()
+
+        def pump(proc: subprocess.Popen[str]) -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                self.output.append(line)
+                if m := CONSOLE_RE.search(line):
+                    self.console_url, self.console_port = m.group(1), int(m.group(2))
+                if m := WS_RE.search(line):
+                    self.ws_url, self.ws_port = m.group(1), int(m.group(2))
+                m = LISTEN_RE.search(line)
+                if m and not found.is_set():
+                    self.host, self.port = m.group(1), int(m.group(2))
+                    found.set()
+
+        threading.Thread(target=pump, args=(self.proc,), daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not found.wait(0.05):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("broker did not start:\n" + "".join(self.output))
+        return self
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """Graceful stop (SIGTERM); returns the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """kill -9: no flush, no goodbye."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def restart(self) -> BrokerProcess:
+        """Start again on the same data dir and port (port reuse keeps client URLs valid)."""
+        return self.start()
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def log(self) -> str:
+        return "".join(self.output)
+
+
+
+class RawStomp:
+    """A bare STOMP connection for protocol-level tests: send bytes/frames, read frames."""
+
+    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
+        import socket
+
+        from sluicemq.protocol.codec import FrameParser
+
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.parser = FrameParser(version="1.2")
+        self.frames: list = []
+        self.version = "1.2"
+
+    def send_bytes(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send(self, command: str, headers: dict[str, str] | None = None,
+             body: bytes = b"") -> None:
+        from sluicemq.protocol.codec import encode_frame
+        from sluicemq.protocol.frames import Frame
+
+        self.sock.sendall(encode_frame(Frame(command, dict(headers or {}), body), self.version))
+
+    def connect(self, version: str = "1.2", **headers: str):
+        h = {"accept-version": version, "host": "localhost"}
+        h.update({k.replace("_", "-"): v for k, v in headers.items()})
+        self.send("CONNECT", h)
+        frame = self.recv()
+        assert frame.command == "CONNECTED", frame
+        self.version = frame.headers.get("version", "1.0")
+        self.parser.version = self.version
+        return frame
+
+    def recv(self, timeout: float = 10.0):
+        """Next frame, or raise TimeoutError; EOF raises ConnectionError."""
+
+        deadline = time.monotonic() + timeout
+        while not self.frames:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("no frame received")
+            self.sock.settimeout(remaining)
+            try:
+                data = self.sock.recv(1 << 20)
+            except TimeoutError:
+                raise TimeoutError("no frame received") from None
+            if not data:
+                raise ConnectionError("connection closed by broker")
+            self.frames.extend(self.parser.feed(data))
+        return self.frames.pop(0)
+
+    def expect_closed(self, timeout: float = 5.0) -> None:
+        """Drain until the broker closes the connection."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self.recv(max(0.01, deadline - time.monotonic()))
+            except ConnectionError:
+                return
+            except TimeoutError:
+                break
+        raise AssertionError("broker did not close the connection")
+
+    def close(self) -> None:
+        self.sock.close()
