@@ -64,6 +64,23 @@ class SpillFifo:
         self.size.append(size)
         return self.base + len(self.mid) - 1 - self._start
 
+    def extend(self, mid: array, seg: array, off: array, length: array, inner: array,
+               size: array) -> None:
+        """Append journal slots in bulk, column by column (index snapshot: C speed)."""
+        self.mid.extend(mid)
+        self.src.frombytes(bytes(len(mid)))  # JOURNAL == 0
+        self.seg.extend(seg)
+        self.off.extend(off)
+        self.length.extend(length)
+        self.inner.extend(inner)
+        self.size.extend(size)
+
+    def columns(self) -> tuple[array, array, array, array, array, array, array]:
+        """Copies of the live part of every column: mid, src, seg, off, length, inner, size."""
+        i = self._start
+        return (self.mid[i:], self.src[i:], self.seg[i:], self.off[i:], self.length[i:],
+                self.inner[i:], self.size[i:])
+
     def append_obj(self, msg: Message) -> int:
         self.objs[msg.mid] = msg
         return self.append(msg.mid, OBJ, 0, 0, 0, 0, msg.size)

@@ -11,6 +11,7 @@ everything stays in memory.
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -113,6 +114,19 @@ class PendingList:
         self._lanes[priority].tail.append(mid, JOURNAL, seg, off, length, inner, size)
         self._size += 1
         self.stored_bytes += size
+
+    def adopt_lane(self, priority: int, mid: array, seg: array, off: array, length: array,
+                   inner: array, size: array) -> None:
+        """Index snapshot: ``adopt`` for a whole lane's worth of slots at once."""
+        self._lanes[priority].tail.extend(mid, seg, off, length, inner, size)
+        self._size += len(mid)
+        self.stored_bytes += sum(size)
+
+    def lanes(self) -> Iterator[tuple[int, deque[Message], SpillFifo]]:
+        """(priority, head, tail) of each non-empty lane, in dispatch order within each."""
+        for prio, lane in enumerate(self._lanes):
+            if lane.head or lane.tail:
+                yield prio, lane.head, lane.tail
 
     # -- consumers -----------------------------------------------------------------------------
     def pop(self) -> Message | None:

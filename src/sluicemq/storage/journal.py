@@ -48,6 +48,7 @@ from sluicemq.storage.recovery import Recovery, RecoveryReport
 from sluicemq.storage.segment import (
     HEADER_SIZE,
     MAX_PAYLOAD,
+    TMP_SUFFIX,
     Location,
     create_segment,
     encode_header,
@@ -142,6 +143,7 @@ class Journal:
         self._segs: dict[int, int] = {}
         self._last: dict[int, tuple[int, int]] = {}
         self._horizon = (0, -1)
+        self._tail = (0, -1)  # (segment, offset) of the last record appended or recovered
         self._fds: dict[int, int] = {}
         self._doomed: list[int] = []
         self._undeleted: list[int] = []
@@ -166,7 +168,30 @@ class Journal:
         self._segs = dict.fromkeys(recovery.segments, 0)
         self._segs.setdefault(self._seg, 0)
         self._horizon = recovery.last
+        self._tail = recovery.last
         self._state = "recovered"
+
+    def resume(self, segments: list[int], active: int, end: int, last: tuple[int, int]) -> None:
+        """Instead of recover(): take a verified index snapshot's word for the log's shape
+        (live segments oldest first, the append position, the last record), without a scan."""
+        if self._state != "new":
+            raise StorageError("resume() replaces recover(), before start()")
+        for leftover in self.directory.glob("*" + TMP_SUFFIX):
+            leftover.unlink(missing_ok=True)
+        self._seg, self._off = active, end
+        self._segs = dict.fromkeys(segments, 0)
+        self._segs.setdefault(active, 0)
+        self._horizon = self._tail = last
+        self.report = RecoveryReport(segments=len(segments))
+        self._state = "recovered"
+
+    def position(self) -> tuple[list[int], int, int, tuple[int, int]] | None:
+        """(live segments, active segment, end offset, last record) of a closed journal, or
+        None when this run rewound a failed batch (its tail is then not worth vouching for)."""
+        if self._state != "closed" or self.stats.failures:
+            return None
+        with self._lock:
+            return list(self._segs), self._seg, self._off, self._tail
 
     def start(
         self,
@@ -186,8 +211,12 @@ class Journal:
         self._state = "running"
         self._writer.start()
 
-    def close(self) -> None:
-        """Write and sync everything pending, stop the threads, close the files."""
+    def close(self, on_closed: Callable[[], None] | None = None) -> None:
+        """Write and sync everything pending, stop the threads, close the files.
+
+        ``on_closed`` runs after that but before the directory lock is released: an index
+        snapshot written there cannot race a new process opening the journal.
+        """
         if self._state == "closed":
             return
         if self._writer is not None:
@@ -210,7 +239,11 @@ class Journal:
                 os.close(fd)
             self._fds.clear()
         self._state = "closed"
-        os.close(self._dir_lock)
+        try:
+            if on_closed is not None:
+                on_closed()
+        finally:
+            os.close(self._dir_lock)
 
     # ---------------------------------------------------------------- loop-thread API
 
@@ -236,6 +269,7 @@ class Journal:
             self._pending.append(_Entry(ticket, loc, rtype, data))
             self._unwritten[loc] = data
             self._last[loc.segment] = (ticket.seq, loc.offset)
+            self._tail = (loc.segment, loc.offset)
             if self._writer_idle and self.wake_on_append:
                 self._writer_idle = False
                 self._wake.notify()

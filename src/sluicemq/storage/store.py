@@ -70,9 +70,23 @@ class Store:
             lambda first, last, exc: call_soon_threadsafe(self._failed, first, last, exc),
         )
 
-    def close(self) -> None:
+    def close(self, on_closed: Callable[[], None] | None = None) -> None:
+        """Journal the last acks and close; ``on_closed`` as in ``Journal.close``."""
         self.flush()
-        self.journal.close()
+        self.journal.close(on_closed)
+
+    def settled_counts(self) -> dict[int, int] | None:
+        """Live records per segment once every queued release has been applied; None while a
+        release waits for a record that is not durable. After close(), this is what the
+        broker's holders must add up to (index snapshot self-check)."""
+        counts = dict(self.journal.live_counts())
+        durable = self.journal.durable_seq
+        for seq, t in self._releases:
+            if seq > durable:
+                return None
+            if t.loc is not None:
+                counts[t.loc.segment] = counts.get(t.loc.segment, 0) - 1
+        return counts
 
     # -- appends -----------------------------------------------------------------------------
     def _append(self, rtype: int, payload: bytes) -> TicketLike:

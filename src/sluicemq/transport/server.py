@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from sluicemq.config import BrokerConfig
 from sluicemq.core.broker import Broker
+from sluicemq.core.recovery import save_snapshot
 from sluicemq.storage.journal import Journal
 from sluicemq.storage.store import Store
 from sluicemq.transport.tcp import StompProtocol
@@ -142,7 +143,9 @@ class BrokerServer:
             await self.websocket.stop()
         await asyncio.sleep(0)
         if self.store is not None:
-            self.store.close()
+            broker = self.broker
+            # The index snapshot lets the next start skip the journal scan (core/recovery.py).
+            self.store.close(on_closed=(lambda: save_snapshot(broker)) if broker else None)
         print("sluice: stopped", flush=True)
 
 
