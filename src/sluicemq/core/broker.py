@@ -48,6 +48,7 @@ log = logging.getLogger("sluicemq.broker")
 
 Waiter = Callable[[BaseException | None], None]
 TX_RECORD_BYTES = 4 << 20  # a COMMIT larger than this is journaled as several parts + final
+DISPATCH_BUDGET = 512  # deliveries per queue per loop turn
 
 
 class Broker:
@@ -442,13 +443,20 @@ class Broker:
             self._schedule(self.run_dispatch)
 
     def run_dispatch(self) -> None:
+        """Dispatch every queue that changed. A queue that used its whole per-turn budget goes
+        round again on the next loop turn, after the sockets were read: a busy consumer cannot
+        starve producers (their receipts) or other connections."""
         self._dispatch_scheduled = False
         now = self.now_ms()
+        again: list[Queue] = []
         while self._dirty:
             batch = list(self._dirty.values())
             self._dirty.clear()
             for q in batch:
-                dispatch(q, now)
+                if dispatch(q, now, max_deliveries=DISPATCH_BUDGET) >= DISPATCH_BUDGET:
+                    again.append(q)
+        for q in again:
+            self.schedule_dispatch(q)
         self.flow.poll()
 
     def record_removal(self, queue: Queue, msgs: list[Message]) -> None:

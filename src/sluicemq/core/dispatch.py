@@ -40,8 +40,9 @@ def _pick(queue: Queue, candidates: list[Consumer], msg: Message,
     return None
 
 
-def dispatch(queue: Queue, now_ms: int, scan_limit: int = DEFAULT_SCAN_LIMIT) -> int:
-    """Run one pass; returns how many messages were delivered."""
+def dispatch(queue: Queue, now_ms: int, scan_limit: int = DEFAULT_SCAN_LIMIT,
+             max_deliveries: int = 1 << 30) -> int:
+    """Run one pass; returns how many messages were delivered (at most ``max_deliveries``)."""
     candidates = _candidates(queue)
     if not candidates or not queue.pending:
         return 0
@@ -53,7 +54,7 @@ def dispatch(queue: Queue, now_ms: int, scan_limit: int = DEFAULT_SCAN_LIMIT) ->
     scanned = 0
     # Readiness only changes within a pass by our own deliveries, so count it, don't poll it.
     n_ready = sum(1 for c in candidates if c.ready())
-    while n_ready and scanned < scan_limit:
+    while n_ready and scanned < scan_limit and delivered < max_deliveries:
         msg = pending.pop()
         if msg is None:
             break
