@@ -104,7 +104,9 @@ class Store:
         if self._acks:
             self.flush()
             self._turn_scheduled = False
-        if not (self._inline_commit and self.journal.commit_now()):
+        if self._inline_commit and self.journal.commit_now():
+            self._durable(self.journal.durable_seq)  # answer receipts now, not a turn later
+        else:
             self.journal.kick()
 
     def append_message(self, key: str, mid: int, timestamp: int, expires: int, priority: int,
