@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from sluicemq.core.session import Session
 from sluicemq.errors import ProtocolError
 from sluicemq.protocol.codec import FrameParser
-from sluicemq.protocol.heartbeat import HeartbeatMonitor
+from sluicemq.transport.keepalive import Keepalive
 from sluicemq.transport.tls import peer_common_name
 
 if TYPE_CHECKING:
@@ -44,10 +44,9 @@ class StompProtocol(asyncio.Protocol):
         self._flush_scheduled = False
         self._closing = False
         self._loop = asyncio.get_running_loop()
-        self._last_received = time.monotonic()
-        self._last_sent = time.monotonic()
-        self._hb_handle: asyncio.TimerHandle | None = None
-        self._monitor: HeartbeatMonitor | None = None
+        self.last_received = time.monotonic()
+        self.last_sent = time.monotonic()
+        self._keepalive: Keepalive | None = None
         self._reading_paused = False  # producer flow control: its destination is full
         self._slow_handle: asyncio.TimerHandle | None = None
         self._backlog_at_pause = 0
@@ -70,7 +69,7 @@ class StompProtocol(asyncio.Protocol):
         self.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
-        self._last_received = time.monotonic()
+        self.last_received = time.monotonic()
         session = self.session
         if session is None or session.closed:
             return
@@ -89,8 +88,8 @@ class StompProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.discard(self)
-        if self._hb_handle is not None:
-            self._hb_handle.cancel()
+        if self._keepalive is not None:
+            self._keepalive.cancel()
         if self._slow_handle is not None:
             self._slow_handle.cancel()
         if self.session is not None:
@@ -141,7 +140,7 @@ class StompProtocol(asyncio.Protocol):
     def resume_reading(self) -> None:
         if self.transport is not None and self._reading_paused:
             self._reading_paused = False
-            self._last_received = time.monotonic()  # its heart-beats were not being read
+            self.last_received = time.monotonic()  # its heart-beats were not being read
             self.transport.resume_reading()
 
     def write(self, data: bytes) -> None:
@@ -158,7 +157,7 @@ class StompProtocol(asyncio.Protocol):
             return
         out, self._out = self._out, []
         self.transport.writelines(out)
-        self._last_sent = time.monotonic()
+        self.last_sent = time.monotonic()
         if self._closing:
             self.transport.close()
 
@@ -180,35 +179,16 @@ class StompProtocol(asyncio.Protocol):
         assert self.session is not None
         send_ms, expect_ms = self.session.heartbeat
         if send_ms or expect_ms:
-            self._monitor = HeartbeatMonitor(send_ms, expect_ms, time.monotonic())
-            self._schedule_heartbeat()
+            self._keepalive = Keepalive(self, send_ms, expect_ms)
 
-    def _schedule_heartbeat(self) -> None:
-        monitor = self._monitor
-        assert monitor is not None
-        monitor.received(self._last_received)
-        monitor.sent(self._last_sent)
-        deadline = monitor.next_deadline()
-        if deadline is not None:
-            delay = max(0.01, deadline - time.monotonic())
-            self._hb_handle = self._loop.call_later(delay, self._heartbeat)
+    @property
+    def gone(self) -> bool:
+        return self.transport is None
 
-    def _heartbeat(self) -> None:
-        monitor = self._monitor
-        if monitor is None or self.transport is None:
-            return
-        now = time.monotonic()
-        if self._reading_paused:
-            self._last_received = now  # we are not reading it: its silence is ours
-        monitor.received(self._last_received)
-        monitor.sent(self._last_sent)
-        if monitor.peer_dead(now):
-            log.info("no heart-beat from %s for %.1fs: closing",
-                     self.session.peer if self.session else "?", now - self._last_received)
-            if self.session is not None:
-                self.session.error("heart-beat timeout: no data received", fatal=True)
-            return
-        if monitor.should_send(now):
+    @property
+    def reading_paused(self) -> bool:
+        return self._reading_paused
+
+    def send_heartbeat(self) -> None:
+        if self.transport is not None:
             self.transport.write(b"\n")
-            self._last_sent = now
-        self._schedule_heartbeat()

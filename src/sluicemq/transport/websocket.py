@@ -22,7 +22,7 @@ from aiohttp import WSMsgType, web
 from sluicemq.core.session import Session
 from sluicemq.errors import ProtocolError
 from sluicemq.protocol.codec import FrameParser
-from sluicemq.protocol.heartbeat import HeartbeatMonitor
+from sluicemq.transport.keepalive import Keepalive
 
 if TYPE_CHECKING:
     from sluicemq.core.broker import Broker
@@ -55,9 +55,8 @@ class WebSocketConnection:
         self._wake = asyncio.Event()
         self._closing = False
         self._loop = asyncio.get_running_loop()
-        self._last_received = self._last_sent = time.monotonic()
-        self._monitor: HeartbeatMonitor | None = None
-        self._hb_handle: asyncio.TimerHandle | None = None
+        self.last_received = self.last_sent = time.monotonic()
+        self._keepalive: Keepalive | None = None
 
     # -- Outbound (used by the session) ------------------------------------------------------
     def write(self, data: bytes) -> None:
@@ -81,8 +80,8 @@ class WebSocketConnection:
         try:
             await self._read_loop()
         finally:
-            if self._hb_handle is not None:
-                self._hb_handle.cancel()
+            if self._keepalive is not None:
+                self._keepalive.cancel()
             self.session.connection_lost()
             if not self._closing:
                 writer.cancel()
@@ -100,7 +99,7 @@ class WebSocketConnection:
                 data = msg.data
             else:
                 break
-            self._last_received = time.monotonic()
+            self.last_received = time.monotonic()
             if session.closed:
                 continue
             try:
@@ -127,7 +126,7 @@ class WebSocketConnection:
                     await ws.send_bytes(data)
                 else:
                     await ws.send_str(text)
-                self._last_sent = time.monotonic()
+                self.last_sent = time.monotonic()
                 if not self.writable and self._queued <= WRITE_LOW_WATER:
                     self._resume()
             if self._closing:
@@ -144,37 +143,20 @@ class WebSocketConnection:
         self.parser.version = version
         send_ms, expect_ms = self.session.heartbeat
         if send_ms or expect_ms:
-            self._monitor = HeartbeatMonitor(send_ms, expect_ms, time.monotonic())
-            self._schedule_heartbeat()
+            self._keepalive = Keepalive(self, send_ms, expect_ms)
 
-    def _schedule_heartbeat(self) -> None:
-        monitor = self._monitor
-        assert monitor is not None
-        monitor.received(self._last_received)
-        monitor.sent(self._last_sent)
-        deadline = monitor.next_deadline()
-        if deadline is not None:
-            self._hb_handle = self._loop.call_later(max(0.01, deadline - time.monotonic()),
-                                                    self._heartbeat)
+    @property
+    def gone(self) -> bool:
+        return self.session.closed
 
-    def _heartbeat(self) -> None:
-        monitor = self._monitor
-        if monitor is None or self.session.closed:
-            return
-        now = time.monotonic()
-        monitor.received(self._last_received)
-        monitor.sent(self._last_sent)
-        if monitor.peer_dead(now):
-            log.info("no heart-beat from %s for %.1fs: closing", self.session.peer,
-                     now - self._last_received)
-            self.session.error("heart-beat timeout: no data received", fatal=True)
-            return
-        if monitor.should_send(now):
-            self._out.append(b"\n")
-            self._queued += 1
-            self._wake.set()
-            self._last_sent = now
-        self._schedule_heartbeat()
+    @property
+    def reading_paused(self) -> bool:
+        return False
+
+    def send_heartbeat(self) -> None:
+        self._out.append(b"\n")
+        self._queued += 1
+        self._wake.set()
 
 
 class WebSocketServer:

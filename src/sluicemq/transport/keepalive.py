@@ -1,0 +1,79 @@
+"""One connection's heart-beat timer on the event loop, shared by the TCP and WebSocket transports.
+
+The protocol decisions (when to send an EOL, when the peer counts as dead) live in the sans-IO
+``HeartbeatMonitor``; this class only owns the timer and asks the connection to act.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Protocol
+
+from sluicemq.protocol.heartbeat import HeartbeatMonitor
+
+if TYPE_CHECKING:
+    from sluicemq.core.session import Session
+
+log = logging.getLogger("sluicemq.keepalive")
+
+
+class Beating(Protocol):
+    """What a transport connection offers to its keepalive."""
+
+    session: Session
+    last_received: float  # monotonic time of the last bytes read
+    last_sent: float  # monotonic time of the last bytes written
+
+    @property
+    def gone(self) -> bool: ...
+
+    @property
+    def reading_paused(self) -> bool: ...
+
+    def send_heartbeat(self) -> None: ...
+
+
+class Keepalive:
+    """Sends EOLs when we have been quiet and closes the connection when the peer is."""
+
+    def __init__(self, conn: Beating, send_ms: int, expect_ms: int) -> None:
+        self.conn = conn
+        self.monitor = HeartbeatMonitor(send_ms, expect_ms, time.monotonic())
+        self._loop = asyncio.get_running_loop()
+        self._handle: asyncio.TimerHandle | None = None
+        self._schedule()
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _schedule(self) -> None:
+        self.monitor.received(self.conn.last_received)
+        self.monitor.sent(self.conn.last_sent)
+        deadline = self.monitor.next_deadline()
+        if deadline is not None:
+            self._handle = self._loop.call_later(max(0.01, deadline - time.monotonic()),
+                                                 self._tick)
+
+    def _tick(self) -> None:
+        conn = self.conn
+        if conn.gone:
+            return
+        now = time.monotonic()
+        if conn.reading_paused:
+            conn.last_received = now  # flow control stopped reading it: its silence is ours
+        monitor = self.monitor
+        monitor.received(conn.last_received)
+        monitor.sent(conn.last_sent)
+        if monitor.peer_dead(now):
+            log.info("no heart-beat from %s for %.1fs: closing", conn.session.peer,
+                     now - conn.last_received)
+            conn.session.error("heart-beat timeout: no data received", fatal=True)
+            return
+        if monitor.should_send(now):
+            conn.send_heartbeat()
+            conn.last_sent = now
+        self._schedule()
