@@ -43,6 +43,7 @@ from sluicemq.client import Client  # noqa: E402
 from sluicemq.client.files import PARTIAL_DIR, file_identity, save_stream  # noqa: E402
 from sluicemq.errors import ClientError  # noqa: E402
 from sluicemq.streaming.errors import StreamIntegrityError  # noqa: E402
+from sluicemq.streaming.manifest import MAX_STREAMS, STREAM_ID  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
 HASH_BLOCK = 1 << 20
@@ -85,7 +86,9 @@ class StreamVerdict:
     already_complete: int = 0
     unacknowledged_received: int = 0  # stored though the crash ate the final receipt
     bytes_acknowledged: int = 0
+    dead_lettered: Counter[str] = field(default_factory=Counter)  # chunks per stream in DLQs
     consumer_errors: Counter[str] = field(default_factory=Counter)
+    error_samples: dict[str, str] = field(default_factory=dict)  # first message of each kind
 
     @property
     def ok(self) -> bool:
@@ -101,7 +104,9 @@ class StreamVerdict:
                 f"producers: {self.resent_streams} resumed sends skipping "
                 f"{self.skipped_bytes / MiB:.1f} MiB, {self.duplicate_chunks} duplicate chunks, "
                 f"{self.already_complete} already complete; "
-                f"{len(self.lost)} lost, {len(self.corrupt)} corrupt; "
+                f"{len(self.lost)} lost, {len(self.corrupt)} corrupt, "
+                f"{self.dead_lettered.total()} chunks of {len(self.dead_lettered)} streams "
+                f"dead-lettered; "
                 f"consumer errors: {errors or 'none'}")
 
 
@@ -213,7 +218,8 @@ def error_kind(exc: BaseException) -> str:
             return kind
     if isinstance(exc, StreamIntegrityError):
         return "integrity"
-    return "connection" if isinstance(exc, OSError) or "connection" in text else "other"
+    connection = isinstance(exc, OSError) or "connection" in text.lower()
+    return "connection" if connection else "other"
 
 
 def run(broker: Broker, workdir: Path, s: Settings,
@@ -254,7 +260,25 @@ def run(broker: Broker, workdir: Path, s: Settings,
     stop_consuming.set()
     for t in consumers:
         t.join(s.stall_timeout + 10)
-    return judge(ledger, s.cycles)
+    verdict = judge(ledger, s.cycles)
+    for q in queues:
+        verdict.dead_lettered += waiting_chunks(broker.url, dead_letter_queue(q))
+    return verdict
+
+
+def dead_letter_queue(queue: str) -> str:
+    return "/queue/DLQ." + queue.removeprefix("/queue/")
+
+
+def waiting_chunks(url: str, queue: str, idle: float = 1.0) -> Counter[str]:
+    """Chunks per stream id waiting on `queue`; left there, as none is acknowledged."""
+    found: Counter[str] = Counter()
+    with Client(url, timeout=5) as client:
+        sub = client.subscribe(queue, ack="client-individual", prefetch=10_000,
+                               headers={MAX_STREAMS: "0"})
+        while (message := sub.get(idle)) is not None:
+            found[message.headers.get(STREAM_ID, "?")] += 1
+    return found
 
 
 def fields(line: str) -> tuple[str, str, int, dict[str, int]]:
@@ -290,7 +314,9 @@ def judge(ledger: Ledger, cycles: int) -> StreamVerdict:
         v.duplicate_chunks += extras["dup_chunks"]
         v.already_complete += extras["complete"]
     for line in ledger.read("error-"):
-        v.consumer_errors[line.split(" ", 1)[0]] += 1
+        kind, message = line.split(" ", 1)
+        v.consumer_errors[kind] += 1
+        v.error_samples.setdefault(kind, message)
     return v
 
 
@@ -331,6 +357,8 @@ def main() -> int:
         parts = leftover_parts(Path(tmp))
     print(f"torture --streams: {verdict.summary()}; {len(parts)} leftover part files; "
           f"{len(problems)} broker log problems; {time.monotonic() - started:.0f}s")
+    for kind, message in sorted(verdict.error_samples.items()):
+        print(f"   e.g. {kind}: {message[:300]}")
     for line in verdict.lost[:20] + verdict.corrupt[:20] + problems[:20]:
         print("  ", line)
     return 0 if verdict.ok and not problems else 1
