@@ -1,0 +1,227 @@
+"""Fast restart: a clean stop leaves an index snapshot that the next start loads instead of
+scanning the journal; a crash, a stale or a damaged snapshot means a full scan; either way
+the broker comes back in the same state."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+from sluice_testing import BrokerProcess, RawStomp
+
+SNAPSHOT = Path("journal") / "index.snapshot"
+CONFIG = """
+[journal]
+segment_bytes = 65536
+
+[[policy]]
+queue = "held.>"
+stream_dispatch = "complete"
+"""
+
+
+def client(b: BrokerProcess, **headers: str) -> RawStomp:
+    c = RawStomp(b.host, b.port)
+    c.connect(**headers)
+    return c
+
+
+def send(c: RawStomp, dest: str, bodies: list[str], **headers: str) -> None:
+    """Persistent SENDs, each receipted before the next."""
+    for body in bodies:
+        c.send("SEND", {"destination": dest, "persistent": "true", "receipt": "r", **headers},
+               body.encode())
+        frame = c.recv()
+        assert frame.command == "RECEIPT", frame
+
+
+def drain(c: RawStomp, dest: str, *, quiet: float = 0.5, **headers: str) -> list[str]:
+    """Everything the destination delivers (auto ack) until it goes quiet."""
+    c.send("SUBSCRIBE", {"destination": dest, "id": dest, "ack": "auto", **headers})
+    out = []
+    while True:
+        try:
+            frame = c.recv(timeout=quiet)
+        except TimeoutError:
+            return out
+        assert frame.command == "MESSAGE", frame
+        out.append(frame.body.decode())
+
+
+def log_since(b: BrokerProcess, mark: int) -> str:
+    return "".join(b.output[mark:])
+
+
+def restart(b: BrokerProcess, *, kill: bool = False) -> str:
+    """Stop (or kill -9) and start again; returns the log lines of that cycle."""
+    mark = len(b.output)
+    if kill:
+        b.kill()
+    else:
+        assert b.stop() == 0
+    b.restart()
+    return log_since(b, mark)
+
+
+def test_clean_stop_writes_a_snapshot_that_the_next_start_uses_once(broker) -> None:
+    send(client(broker), "/queue/fast", [f"m{i}" for i in range(300)])
+    cycle = restart(broker)
+    assert "index snapshot written: 300 messages" in cycle
+    assert "index snapshot used: 300 messages" in cycle
+    assert not (broker.data_dir / SNAPSHOT).exists(), "a loaded snapshot is deleted"
+    assert drain(client(broker), "/queue/fast") == [f"m{i}" for i in range(300)]
+
+
+def test_kill_9_leaves_no_snapshot_so_the_journal_is_scanned(broker) -> None:
+    c = client(broker)
+    send(c, "/queue/k", ["a", "b"])
+    assert "index snapshot used" in restart(broker)
+    send(client(broker), "/queue/k", ["c"])
+    cycle = restart(broker, kill=True)
+    assert "no index snapshot" in cycle and "index snapshot used" not in cycle
+    assert drain(client(broker), "/queue/k") == ["a", "b", "c"]
+
+
+def test_a_stale_snapshot_is_ignored(broker) -> None:
+    send(client(broker), "/queue/s", ["a", "b", "c"])
+    broker.stop()
+    old = (broker.data_dir / SNAPSHOT).read_bytes()
+    broker.restart()
+    c = client(broker)
+    send(c, "/queue/s", ["d"])
+    c.send("SUBSCRIBE", {"destination": "/queue/s", "id": "x", "ack": "client-individual"})
+    first = c.recv()
+    c.send("ACK", {"id": first.headers["ack"], "receipt": "acked"})
+    while c.recv().command != "RECEIPT":
+        pass
+    broker.kill()
+    (broker.data_dir / SNAPSHOT).write_bytes(old)  # as if an old snapshot had survived
+    mark = len(broker.output)
+    broker.restart()
+    assert "index snapshot ignored" in log_since(broker, mark)
+    assert not (broker.data_dir / SNAPSHOT).exists()
+    assert drain(client(broker), "/queue/s") == ["b", "c", "d"]
+
+
+def test_a_damaged_snapshot_is_ignored(broker) -> None:
+    send(client(broker), "/queue/d", ["a", "b"])
+    broker.stop()
+    path = broker.data_dir / SNAPSHOT
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    mark = len(broker.output)
+    broker.restart()
+    assert "index snapshot ignored (checksum mismatch)" in log_since(broker, mark)
+    assert drain(client(broker), "/queue/d") == ["a", "b"]
+
+
+def build_state(b: BrokerProcess) -> None:
+    """Queues with priorities, acked and returned messages, durable subscriptions (one with a
+    selector), an open stream and a stream held for `complete` dispatch."""
+    p = client(b)
+    for i in range(40):
+        send(p, "/queue/prio", [f"p{i}"], priority=str(i % 10))
+    send(p, "/queue/work", [f"w{i}" for i in range(20)])
+    c = client(b)
+    c.send("SUBSCRIBE", {"destination": "/queue/work", "id": "w", "ack": "client-individual",
+                         "activemq.prefetchSize": "5"})
+    frames = [c.recv() for _ in range(5)]
+    for f in frames[:3]:
+        c.send("ACK", {"id": f.headers["ack"], "receipt": f"a{f.headers['ack']}"})
+        while c.recv().command != "RECEIPT":
+            pass
+    c.close()  # two delivered, unacked messages go back to the queue
+    for name, selector in (("books", "n > 2"), ("all", None)):
+        d = client(b, client_id=f"svc-{name}")
+        headers = {"destination": "/topic/ledger", "id": "d", "receipt": "sub",
+                   "activemq.subscriptionName": name}
+        if selector:
+            headers["selector"] = selector
+        d.send("SUBSCRIBE", headers)
+        assert d.recv().command == "RECEIPT"
+        d.close()
+    for i in range(6):
+        send(p, "/topic/ledger", [f"e{i}"], n=str(i))
+    for dest, sid in (("/queue/files", "open"), ("/queue/held.files", "held")):
+        for seq in range(2):
+            p.send("SEND", {"destination": dest, "persistent": "true", "sluice-stream-id": sid,
+                            "JMSXGroupID": sid, "sluice-stream-seq": str(seq),
+                            "sluice-stream-offset": str(seq * 5), "receipt": "c",
+                            "sluice-stream-name": f"{sid}.bin"}, f"{sid}{seq}".encode())
+            assert p.recv().command == "RECEIPT"
+
+
+def observe(b: BrokerProcess) -> dict[str, object]:
+    """What clients can see of the state `build_state` made."""
+    c = client(b)
+    seen: dict[str, object] = {}
+    c.send("SEND", {"destination": "/queue/files", "sluice-stream-query": "open",
+                    "receipt": "q"})
+    answer = c.recv()
+    seen["stream"] = {k: v for k, v in answer.headers.items() if k.startswith("sluice-stream")}
+    c.send("SEND", {"destination": "/queue/held.files", "persistent": "true",
+                    "sluice-stream-id": "held", "JMSXGroupID": "held", "sluice-stream-seq": "2",
+                    "sluice-stream-offset": "10", "sluice-stream-final": "true",
+                    "sluice-stream-size": "15", "sluice-stream-sha256": "x",
+                    "sluice-stream-name": "held.bin", "receipt": "f"}, b"held2")
+    assert c.recv().command == "RECEIPT"
+    for dest in ("/queue/prio", "/queue/work", "/queue/files", "/queue/held.files"):
+        seen[dest] = drain(c, dest)
+    for name, selector in (("books", "n > 2"), ("all", None)):
+        d = client(b, client_id=f"svc-{name}")
+        headers = {"activemq.subscriptionName": name}
+        if selector:
+            headers["selector"] = selector
+        seen[name] = drain(d, "/topic/ledger", **headers)
+    return seen
+
+
+def test_restored_state_equals_the_scanned_state(broker_factory) -> None:
+    b = broker_factory(config_text=CONFIG, name="snap")
+    build_state(b)
+    b.stop()
+    scanned_dir = b.data_dir.parent / "scanned"
+    shutil.copytree(b.data_dir, scanned_dir)
+    (scanned_dir / SNAPSHOT).unlink()
+    mark = len(b.output)
+    b.restart()
+    assert "index snapshot used" in log_since(b, mark)
+    other = broker_factory(config_text=CONFIG, name="scanned")
+    assert "no index snapshot" in other.log()
+    from_snapshot, from_scan = observe(b), observe(other)
+    assert from_snapshot == from_scan
+    assert from_scan["/queue/prio"][:4] == ["p9", "p19", "p29", "p39"]
+    assert from_scan["/queue/work"] == [f"w{i}" for i in range(3, 20)]
+    assert from_scan["books"] == ["e3", "e4", "e5"]
+    assert from_scan["all"] == [f"e{i}" for i in range(6)]
+    assert from_scan["/queue/files"] == ["open0", "open1"]
+    assert from_scan["/queue/held.files"] == ["held0", "held1", "held2"]
+    assert from_scan["stream"]["sluice-stream-next-seq"] == "2"  # type: ignore[index]
+
+
+def test_after_a_snapshot_start_segments_are_freed_and_a_crash_loses_nothing(
+        broker_factory) -> None:
+    # Three segments: fewer than compaction needs, so only consumption frees them.
+    b = broker_factory(config_text="[journal]\nsegment_bytes = 262144\n")
+    body = "x" * 900
+    send(client(b), "/queue/bulk", [f"{i:04d}{body}" for i in range(600)])
+    assert "index snapshot used: 600 messages" in restart(b)
+    journal = b.data_dir / "journal"
+    before = len(list(journal.glob("*.log")))
+    c = client(b)
+    c.send("SUBSCRIBE", {"destination": "/queue/bulk", "id": "s", "ack": "client"})
+    frames = [c.recv() for _ in range(550)]
+    c.send("ACK", {"id": frames[-1].headers["ack"], "receipt": "done"})  # cumulative: all 550
+    while c.recv().command != "RECEIPT":
+        pass
+    c.close()
+    deadline = time.monotonic() + 10
+    while len(list(journal.glob("*.log"))) > before - 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert before == 4  # three segments and the preallocated next one
+    assert len(list(journal.glob("*.log"))) <= before - 2, "consumed segments were reclaimed"
+    assert "no index snapshot" in restart(b, kill=True)
+    assert [m[:4] for m in drain(client(b), "/queue/bulk")] == [f"{i:04d}" for i in
+                                                                range(550, 600)]
