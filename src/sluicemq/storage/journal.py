@@ -108,7 +108,7 @@ class _Entry:
 
 
 class Journal:
-    """See the module docstring; lifecycle is recover() (exhausted), start(), ..., close()."""
+    """See the module docstring; lifecycle: recover() (exhausted) or resume(), start(), close()."""
 
     def __init__(
         self,
