@@ -346,12 +346,15 @@ class AsyncClient:
         except TimeoutError:
             raise ClientError("no receipt from the broker in time") from None
 
-    async def _acknowledge(self, command: str, message: _Received, tx: str | None) -> None:
-        if command == "ACK":
-            self._submit(lambda m: m.ack(message.ack_id, message.subscription, transaction=tx))
+    async def _acknowledge(self, command: str, message: _Received, tx: str | None,
+                           receipt: bool = False) -> None:
+        act = ClientMachine.ack if command == "ACK" else ClientMachine.nack
+        _, future = self._submit(lambda m: act(m, message.ack_id, message.subscription,
+                                               transaction=tx, receipt=receipt))
+        if receipt:
+            await self._settle(future)
         else:
-            self._submit(lambda m: m.nack(message.ack_id, message.subscription, transaction=tx))
-        await self.drain()
+            await self.drain()
 
     async def _read_loop(self) -> None:
         try:

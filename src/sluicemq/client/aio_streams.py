@@ -204,8 +204,9 @@ class AsyncStreamReader:
         complete = clean and self._cursor.exhausted
         acks, nacks = self._cursor.settle(clean=clean)
         try:
-            for message in acks:
-                await message.ack()
+            for i, message in enumerate(acks):
+                # As in the blocking reader: the last ACK of a complete stream is confirmed.
+                await message.ack(receipt=complete and i == len(acks) - 1)
             for message in nacks:
                 await message.nack()
         except ClientError:

@@ -155,7 +155,10 @@ def save_stream(stream: StreamReader, directory: str | os.PathLike[str],
             final = landing.commit(f)
         finally:
             f.close()
-    landing.settled()
+    if stream.final_ack is None:
+        landing.settled()
+    else:
+        stream.final_ack.when_confirmed(landing.settled)  # a lost ACK keeps the marker
     return final
 
 

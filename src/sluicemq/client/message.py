@@ -61,8 +61,8 @@ class _Received:
                 f"<{len(self.body)} bytes>)")
 
 
-Acker = Callable[[str, "_Received", str | None], None]
-AsyncAcker = Callable[[str, "_Received", str | None], Awaitable[None]]
+Acker = Callable[[str, "_Received", str | None, bool], None]
+AsyncAcker = Callable[[str, "_Received", str | None, bool], Awaitable[None]]
 
 
 class Message(_Received):
@@ -75,13 +75,16 @@ class Message(_Received):
         super().__init__(frame, subscription, ack_id, ack_mode)
         self._acker = acker
 
-    def ack(self, transaction: TransactionRef | None = None) -> None:
-        """Acknowledge (a no-op on `auto` subscriptions, where the broker already did)."""
-        self._acker("ACK", self, transaction_id(transaction))
+    def ack(self, transaction: TransactionRef | None = None, *, receipt: bool = False) -> None:
+        """Acknowledge (a no-op on `auto` subscriptions, where the broker already did).
 
-    def nack(self, transaction: TransactionRef | None = None) -> None:
+        ``receipt=True`` waits until the broker has journaled the ACK.
+        """
+        self._acker("ACK", self, transaction_id(transaction), receipt)
+
+    def nack(self, transaction: TransactionRef | None = None, *, receipt: bool = False) -> None:
         """Refuse: the broker redelivers, or dead-letters after too many attempts."""
-        self._acker("NACK", self, transaction_id(transaction))
+        self._acker("NACK", self, transaction_id(transaction), receipt)
 
 
 class AsyncMessage(_Received):
@@ -94,10 +97,15 @@ class AsyncMessage(_Received):
         super().__init__(frame, subscription, ack_id, ack_mode)
         self._acker = acker
 
-    async def ack(self, transaction: TransactionRef | None = None) -> None:
-        """Acknowledge (a no-op on `auto` subscriptions, where the broker already did)."""
-        await self._acker("ACK", self, transaction_id(transaction))
+    async def ack(self, transaction: TransactionRef | None = None, *,
+                  receipt: bool = False) -> None:
+        """Acknowledge (a no-op on `auto` subscriptions, where the broker already did).
 
-    async def nack(self, transaction: TransactionRef | None = None) -> None:
+        ``receipt=True`` waits until the broker has journaled the ACK.
+        """
+        await self._acker("ACK", self, transaction_id(transaction), receipt)
+
+    async def nack(self, transaction: TransactionRef | None = None, *,
+                   receipt: bool = False) -> None:
         """Refuse: the broker redelivers, or dead-letters after too many attempts."""
-        await self._acker("NACK", self, transaction_id(transaction))
+        await self._acker("NACK", self, transaction_id(transaction), receipt)

@@ -179,6 +179,7 @@ class StreamReader(io.RawIOBase):
         self.name = info.name
         self.headers = first.headers
         self.offset = info.offset
+        self.final_ack: Receipt | None = None  # the confirmed ACK of a complete stream
         self._source = source
         self._cursor: ChunkCursor[Message] = ChunkCursor(info, first)
 
@@ -245,8 +246,14 @@ class StreamReader(io.RawIOBase):
         complete = clean and self._cursor.exhausted
         acks, nacks = self._cursor.settle(clean=clean)
         try:
-            for message in acks:
-                message.ack()
+            for i, message in enumerate(acks):
+                if complete and i == len(acks) - 1:
+                    # Until the broker has journaled this ACK a crash redelivers the tail: the
+                    # caller may forget the stream (e.g. its resume marker) only once confirmed.
+                    self.final_ack = self._source.client._acknowledge(
+                        "ACK", message, None, True, wait=False)
+                else:
+                    message.ack()
             for message in nacks:
                 message.nack()
         except ClientError:

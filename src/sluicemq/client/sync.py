@@ -339,11 +339,14 @@ class Client:
                     raise self._failure from exc  # type: ignore[misc]
         return out, Receipt(future, self.timeout)
 
-    def _acknowledge(self, command: str, message: _Received, tx: str | None) -> None:
-        if command == "ACK":
-            self._submit(lambda m: m.ack(message.ack_id, message.subscription, transaction=tx))
-        else:
-            self._submit(lambda m: m.nack(message.ack_id, message.subscription, transaction=tx))
+    def _acknowledge(self, command: str, message: _Received, tx: str | None,
+                     receipt: bool = False, *, wait: bool = True) -> Receipt:
+        act = ClientMachine.ack if command == "ACK" else ClientMachine.nack
+        _, waiter = self._submit(lambda m: act(m, message.ack_id, message.subscription,
+                                               transaction=tx, receipt=receipt))
+        if receipt and wait:
+            waiter.result()
+        return waiter
 
     def _forget(self, sub_id: str) -> None:
         with self._state:
@@ -451,6 +454,14 @@ class Receipt:
 
     def done(self) -> bool:
         return self._future.done()
+
+    def when_confirmed(self, callback: Callable[[], None]) -> None:
+        """Call back (on the reader thread, or now) once the broker confirmed; never on error."""
+        def check(future: Future[dict[str, str]]) -> None:
+            if not future.cancelled() and future.exception() is None:
+                callback()
+
+        self._future.add_done_callback(check)
 
     def result(self, timeout: float | None = None) -> dict[str, str]:
         """The RECEIPT's headers (empty when the frame asked for no receipt)."""
