@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import json
@@ -191,7 +192,7 @@ class Security:
         """Blocking: verify one password (in a worker thread)."""
         entry = self.users.get(login)
         if entry is None:
-            verify_password(_DUMMY_HASH, passcode)  # same cost: do not reveal which names exist
+            verify_password(_dummy_hash(), passcode)  # same cost: hide which names exist
             return None
         token = hmac.new(self._secret, f"{login}\0{passcode}".encode(), hashlib.sha256).digest()
         known = self._verified.get(login)
@@ -273,7 +274,10 @@ class Security:
         return await self.authenticate(login, passcode, peer)
 
 
-_DUMMY_HASH = hash_password(os.urandom(16).hex())
+@functools.cache
+def _dummy_hash() -> str:
+    """Made on first use, not at import: hashing is slow on purpose and start-up should not be."""
+    return hash_password(os.urandom(16).hex())
 _tasks: set[asyncio.Task[Any]] = set()
 _by_broker: weakref.WeakKeyDictionary[Broker, Security] = weakref.WeakKeyDictionary()
 
