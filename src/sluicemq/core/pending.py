@@ -130,9 +130,10 @@ class PendingList:
 
     # -- consumers -----------------------------------------------------------------------------
     def pop(self) -> Message | None:
+        spilled = self._in_head < self._size  # else no lane has a tail worth looking at
         for prio in range(MAX_PRIORITY, -1, -1):
             lane = self._lanes[prio]
-            if not lane.head and lane.tail:
+            if spilled and not lane.head and lane.tail:
                 self._refill(lane, prio)
             if lane.head:
                 msg = lane.head.popleft()
