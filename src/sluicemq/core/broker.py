@@ -104,9 +104,10 @@ class Broker:
         return PendingList(pager, destination=destination, window=policy.cursor_window,
                            account=self.memory)
 
-    def room_for(self, kind: str, name: str, persistent: bool) -> str | None:
+    def room_for(self, kind: str, name: str, persistent: bool,
+                 policy: Policy | None = None) -> str | None:
         """Why ``kind/name`` cannot take a message now (producer flow control), or None."""
-        policy = self.policy(kind, name)
+        policy = policy or self.policy(kind, name)
         if kind == QUEUE:
             q = self.queues.get(name)
             used = q.pending.memory if q is not None else 0

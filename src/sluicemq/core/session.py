@@ -353,7 +353,7 @@ class Session:
         if "transaction" in frame.headers:
             return False
         persistent = frame.headers.get("persistent") == "true"
-        reason = self.broker.room_for(kind, name, persistent)
+        reason = self.broker.room_for(kind, name, persistent, policy)
         if reason is None:
             return False
         if policy.fail_if_no_space:
