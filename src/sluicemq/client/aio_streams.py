@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sluicemq.client.cursor import ChunkCursor
+from sluicemq.client.cursor import ChunkCursor, StreamFacts
 from sluicemq.client.demux import Route, StreamDemux
 from sluicemq.client.files import Landing, Progress, expected_total, file_identity
 from sluicemq.client.message import AsyncMessage
@@ -150,7 +150,7 @@ class AsyncStreamWriter:
             self.duplicates += 1
 
 
-class AsyncStreamReader:
+class AsyncStreamReader(StreamFacts):
     """One delivered stream; `await read(n)` inside `async with`; see StreamReader."""
 
     def __init__(self, source: AsyncStreamSubscription, info: ChunkInfo,
@@ -162,21 +162,6 @@ class AsyncStreamReader:
         self.closed = False
         self._source = source
         self._cursor: ChunkCursor[AsyncMessage] = ChunkCursor(info, first)
-
-    @property
-    def size(self) -> int | None:
-        return self._cursor.assembler.size
-
-    @property
-    def complete(self) -> bool:
-        return self._cursor.exhausted
-
-    @property
-    def verified(self) -> bool:
-        return self._cursor.assembler.verified
-
-    def seed(self, prefix_sha: Any, length: int) -> None:
-        self._cursor.assembler.seed(prefix_sha, length)
 
     async def read(self, size: int = -1) -> bytes:
         if self.closed:

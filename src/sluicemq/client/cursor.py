@@ -86,3 +86,27 @@ class ChunkCursor(Generic[M]):
     @staticmethod
     def _body(message: Any) -> bytes:
         return message.body
+
+
+class StreamFacts:
+    """What both stream readers (blocking and asyncio) tell about the stream they deliver."""
+
+    _cursor: ChunkCursor[Any]
+
+    @property
+    def size(self) -> int | None:
+        """Total bytes, known once the final chunk arrived."""
+        return self._cursor.assembler.size
+
+    @property
+    def complete(self) -> bool:
+        """All bytes were read (and verified, when verifiable)."""
+        return self._cursor.exhausted
+
+    @property
+    def verified(self) -> bool:
+        return self._cursor.assembler.verified
+
+    def seed(self, prefix_sha: Any, length: int) -> None:
+        """Supply a SHA-256 of bytes [0, `length`) so a resumed delivery is verified too."""
+        self._cursor.assembler.seed(prefix_sha, length)

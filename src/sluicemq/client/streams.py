@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from sluicemq.client.cursor import ChunkCursor
+from sluicemq.client.cursor import ChunkCursor, StreamFacts
 from sluicemq.client.demux import Route, StreamDemux
 from sluicemq.client.message import Message
 from sluicemq.errors import ClientError
@@ -164,7 +164,7 @@ def chunk_error(exc: ClientError, stream_id: str) -> ClientError:
                           exc.body, next_seq=int(raw) if raw.isdigit() else None)
 
 
-class StreamReader(io.RawIOBase):
+class StreamReader(StreamFacts, io.RawIOBase):
     """One delivered stream as a readable binary file (see the module doc for ACK rules).
 
     `offset` is where this delivery starts: 0, or more when the stream was resumed here after
@@ -182,23 +182,6 @@ class StreamReader(io.RawIOBase):
         self.final_ack: Receipt | None = None  # the confirmed ACK of a complete stream
         self._source = source
         self._cursor: ChunkCursor[Message] = ChunkCursor(info, first)
-
-    @property
-    def size(self) -> int | None:
-        return self._cursor.assembler.size
-
-    @property
-    def complete(self) -> bool:
-        """All bytes were read (and verified, when verifiable)."""
-        return self._cursor.exhausted
-
-    @property
-    def verified(self) -> bool:
-        return self._cursor.assembler.verified
-
-    def seed(self, prefix_sha: Any, length: int) -> None:
-        """Supply a SHA-256 of bytes [0, `length`) so a resumed delivery is verified too."""
-        self._cursor.assembler.seed(prefix_sha, length)
 
     def readable(self) -> bool:
         return True
