@@ -131,7 +131,8 @@ def test_priorities_are_kept_across_paging_and_push_front_wins(h: Harness) -> No
 
 
 def test_non_persistent_overflow_goes_to_temp_files_and_is_freed(h: Harness) -> None:
-    pending = PendingList(h.pager, destination=DEST, window=5)
+    account = MemoryAccount(limit=4 * 1024)  # beyond the memory budget, not a message window
+    pending = PendingList(h.pager, destination=DEST, window=5, account=account)
     sent = [h.message(b"%d" % i * 50, persistent=False) for i in range(2000)]
     for m in sent:
         pending.push(m)
@@ -140,6 +141,16 @@ def test_non_persistent_overflow_goes_to_temp_files_and_is_freed(h: Harness) -> 
     assert [m.body for m in got] == [m.body for m in sent]
     assert all(not m.persistent for m in got)
     assert h.temp.files <= 1 and h.temp.bytes_used <= 64 << 10
+
+
+def test_non_persistent_messages_stay_in_memory_while_the_budget_allows(h: Harness) -> None:
+    account = MemoryAccount(limit=8 << 20)
+    pending = PendingList(h.pager, destination=DEST, window=5, account=account)
+    sent = [h.message(persistent=False) for _ in range(500)]  # far beyond the window
+    for m in sent:
+        pending.push(m)
+    assert h.temp.bytes_used == 0 and pending.paged == 0
+    assert drain(pending) == sent
 
 
 def test_the_broker_wide_budget_pages_out_even_below_the_window(h: Harness) -> None:

@@ -80,8 +80,11 @@ class PendingList:
         if self.account is not None:
             self.account.used -= cost
 
-    def _has_room(self) -> bool:
-        if self._in_head >= self.window:
+    def _has_room(self, msg: Message) -> bool:
+        """May ``msg`` stay in memory? The per-destination window bounds persistent messages
+        (paging one out costs a journal read later); a non-persistent one stays while the
+        broker-wide memory budget allows, since paging it out means writing a temp file."""
+        if msg.persistent and self._in_head >= self.window:
             return False
         return self.account is None or self.account.cursor_room()
 
@@ -89,7 +92,7 @@ class PendingList:
     def push(self, msg: Message) -> None:
         lane = self._lanes[msg.priority]
         self._size += 1
-        if self.pager is None or (not lane.tail and self._has_room()):
+        if self.pager is None or (not lane.tail and self._has_room(msg)):
             lane.head.append(msg)
             self._in_head += 1
             self._hold(msg)
