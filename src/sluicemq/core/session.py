@@ -47,7 +47,7 @@ from sluicemq.core.streams import (
     parse_chunk,
 )
 from sluicemq.errors import ProtocolError
-from sluicemq.protocol.codec import encode_frame, encode_head
+from sluicemq.protocol.codec import FrameParser, encode_frame, encode_head
 from sluicemq.protocol.frames import CLIENT_COMMANDS, Frame
 from sluicemq.protocol.heartbeat import negotiate, parse_heart_beat
 from sluicemq.storage import records
@@ -95,6 +95,10 @@ class Session:
         self.by_index: dict[int, Consumer] = {}
         self._indexes = itertools.count(1)
         self.transactions: dict[str, TxSpool] = {}
+        limits = broker.config.limits
+        self.parser = FrameParser(max_frame_bytes=limits.max_frame_bytes,
+                                  max_headers=limits.max_headers,
+                                  max_header_line=limits.max_header_line, version="1.0")
         self.on_version: Callable[[str], None] = lambda v: None
         self.received = 0
         self.delivered = 0
@@ -140,6 +144,20 @@ class Session:
             "content-type": "text/plain"}, text.encode()), self.version))
 
     # -- frames in ---------------------------------------------------------------------------
+    def feed(self, data: bytes) -> None:
+        """Bytes from any transport: parse and handle every complete frame, in order."""
+        if self.closed:
+            return
+        try:
+            frames = self.parser.feed(data)
+        except ProtocolError as exc:
+            self.error(str(exc), fatal=True)
+            return
+        for frame in frames:
+            self.handle(frame)
+            if self.closed:
+                break
+
     def handle(self, frame: Frame) -> None:
         """Process one frame; errors become ERROR frames, never exceptions to the transport."""
         if self.closed:
@@ -261,6 +279,7 @@ class Session:
             self.client_id = client_id
         self.login = h.get("login")
         self.connected = True
+        self.parser.version = self.version
         self.on_version(self.version)
         reply = {"version": self.version, "session": self.id,
                  "server": f"SluiceMQ/{__version__}",

@@ -13,8 +13,6 @@ import time
 from typing import TYPE_CHECKING
 
 from sluicemq.core.session import Session
-from sluicemq.errors import ProtocolError
-from sluicemq.protocol.codec import FrameParser
 from sluicemq.transport.keepalive import Keepalive
 from sluicemq.transport.tls import peer_common_name
 
@@ -33,10 +31,6 @@ class StompProtocol(asyncio.Protocol):
     def __init__(self, broker: Broker, connections: set[StompProtocol]) -> None:
         self.broker = broker
         self.connections = connections
-        limits = broker.config.limits
-        self.parser = FrameParser(max_frame_bytes=limits.max_frame_bytes,
-                                  max_headers=limits.max_headers,
-                                  max_header_line=limits.max_header_line, version="1.0")
         self.transport: asyncio.Transport | None = None
         self.session: Session | None = None
         self.writable = True
@@ -70,18 +64,8 @@ class StompProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_received = time.monotonic()
-        session = self.session
-        if session is None or session.closed:
-            return
-        try:
-            frames = self.parser.feed(data)
-        except ProtocolError as exc:
-            session.error(str(exc), fatal=True)
-            return
-        for frame in frames:
-            session.handle(frame)
-            if session.closed:
-                break
+        if self.session is not None:
+            self.session.feed(data)
 
     def eof_received(self) -> bool | None:
         return None
@@ -175,7 +159,6 @@ class StompProtocol(asyncio.Protocol):
 
     # -- heart-beating -----------------------------------------------------------------------
     def _negotiated(self, version: str) -> None:
-        self.parser.version = version
         assert self.session is not None
         send_ms, expect_ms = self.session.heartbeat
         if send_ms or expect_ms:

@@ -20,8 +20,6 @@ from typing import TYPE_CHECKING
 from aiohttp import WSMsgType, web
 
 from sluicemq.core.session import Session
-from sluicemq.errors import ProtocolError
-from sluicemq.protocol.codec import FrameParser
 from sluicemq.transport.keepalive import Keepalive
 
 if TYPE_CHECKING:
@@ -43,10 +41,6 @@ class WebSocketConnection:
     def __init__(self, broker: Broker, ws: web.WebSocketResponse, peer: str) -> None:
         self.broker = broker
         self.ws = ws
-        limits = broker.config.limits
-        self.parser = FrameParser(max_frame_bytes=limits.max_frame_bytes,
-                                  max_headers=limits.max_headers,
-                                  max_header_line=limits.max_header_line, version="1.0")
         self.session = Session(broker, self, peer)
         self.session.on_version = self._negotiated
         self.writable = True
@@ -100,17 +94,7 @@ class WebSocketConnection:
             else:
                 break
             self.last_received = time.monotonic()
-            if session.closed:
-                continue
-            try:
-                frames = self.parser.feed(data)
-            except ProtocolError as exc:
-                session.error(str(exc), fatal=True)
-                continue
-            for frame in frames:
-                session.handle(frame)
-                if session.closed:
-                    break
+            session.feed(data)
 
     async def _write_loop(self) -> None:
         ws = self.ws
@@ -140,7 +124,6 @@ class WebSocketConnection:
 
     # -- heart-beating -----------------------------------------------------------------------
     def _negotiated(self, version: str) -> None:
-        self.parser.version = version
         send_ms, expect_ms = self.session.heartbeat
         if send_ms or expect_ms:
             self._keepalive = Keepalive(self, send_ms, expect_ms)
