@@ -6,6 +6,7 @@ themselves (`from sluice_testing import BrokerProcess, RawStomp`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 LISTEN_RE = re.compile(r"listening on stomp://([\d.]+):(\d+)")
@@ -178,3 +180,22 @@ class RawStomp:
 
     def close(self) -> None:
         self.sock.close()
+
+
+@contextlib.contextmanager
+def tmpfs(mountpoint: Path, size: str) -> Iterator[Path]:
+    """A small tmpfs at `mountpoint`, so that ENOSPC is real rather than simulated.
+
+    Needs root; where it cannot be mounted the calling test is skipped, saying why.
+    """
+    import pytest
+
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                           str(mountpoint)], capture_output=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {done.stderr.decode().strip()}")
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", "-l", str(mountpoint)], check=False)

@@ -6,14 +6,13 @@ was receipted."""
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from sluice_testing import BrokerProcess, RawStomp
+from sluice_testing import BrokerProcess, RawStomp, tmpfs
 
 CONFIG = """
 [limits]
@@ -158,14 +157,8 @@ def test_a_slow_topic_subscriber_does_not_slow_the_fast_one(broker_factory) -> N
 @pytest.fixture
 def tiny_disk(tmp_path: Path) -> Iterator[Path]:
     """A 16 MiB tmpfs for a whole broker's data dir, so ENOSPC is real (needs root)."""
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)],
-                          capture_output=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {done.stderr.decode().strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with tmpfs(tmp_path / "tiny", "16m") as mnt:
+        yield mnt
 
 
 def test_a_full_disk_refuses_sends_loses_nothing_receipted_and_recovers(

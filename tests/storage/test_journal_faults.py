@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -12,20 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from sluice_testing import tmpfs
 from sluicemq.storage.segment import HEADER_SIZE
 
 
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A 512 KiB tmpfs, so that ENOSPC is real rather than simulated (needs root)."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)],
-                          capture_output=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {done.stderr.decode().strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with tmpfs(tmp_path / "small", "512k") as mnt:
+        yield mnt
 
 
 def leave_free(directory: Path, nbytes: int) -> Path:
