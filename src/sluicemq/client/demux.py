@@ -13,7 +13,9 @@ import enum
 from collections import deque
 from typing import Generic, TypeVar
 
-from sluicemq.streaming.errors import StreamProtocolError
+from sluicemq.errors import ClientError
+from sluicemq.streaming import manifest as wire
+from sluicemq.streaming.errors import StreamAbandonedError, StreamProtocolError
 from sluicemq.streaming.manifest import ChunkInfo
 
 M = TypeVar("M")
@@ -76,3 +78,13 @@ class StreamDemux(Generic[M]):
         self._held = deque(item for item in self._held if item[0].stream_id != stream_id)
         self._refused.add(stream_id)
         return dropped
+
+    def broker_error(self, exc: ClientError, reading: str | None) -> None:
+        """An ERROR reached the subscription: re-raise it unless it abandons a stream; raise
+        StreamAbandonedError when that stream is the one being read, else forget that stream."""
+        abandoned = wire.abandoned_stream(exc.headers)
+        if abandoned is None:
+            raise exc
+        if abandoned == reading:
+            raise StreamAbandonedError(str(exc), exc.headers, exc.body) from None
+        self.abandon(abandoned)

@@ -30,7 +30,6 @@ from sluicemq.streaming import manifest as wire
 from sluicemq.streaming.chunker import Chunk, Chunker
 from sluicemq.streaming.errors import (
     NoConsumerError,
-    StreamAbandonedError,
     StreamGapError,
 )
 from sluicemq.streaming.manifest import ChunkInfo, ResumePoint
@@ -313,12 +312,7 @@ class StreamSubscription:
             try:
                 message = self._sub.get(self.timeout)
             except ClientError as exc:
-                abandoned = wire.abandoned_stream(exc.headers)
-                if abandoned is None:
-                    raise
-                if abandoned == stream_id:
-                    raise StreamAbandonedError(str(exc), exc.headers, exc.body) from None
-                self._demux.abandon(abandoned)
+                self._demux.broker_error(exc, stream_id)
                 continue
             if message is None:
                 return None
