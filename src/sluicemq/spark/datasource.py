@@ -1,0 +1,42 @@
+"""`SluiceDataSource`: the entry point Spark instantiates for `format("sluice")`."""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from sluicemq.spark import schema
+from sluicemq.spark.options import SinkOptions, SourceOptions
+from sluicemq.spark.reader import SluiceBatchReader
+from sluicemq.spark.stream_reader import SluiceStreamReader
+from sluicemq.spark.writer import SluiceBatchWriter, SluiceStreamWriter
+
+
+class SluiceDataSource(DataSource):
+    """Read SluiceMQ queues, durable topic subscriptions and whole file streams; write rows
+    back as persistent messages. Options are listed in docs/spark.md."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "sluice"
+
+    def schema(self) -> str:
+        return schema.for_mode(self.options.get("mode", "messages").lower())
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return SluiceBatchReader(SourceOptions.parse(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return SluiceStreamReader(SourceOptions.parse(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return SluiceBatchWriter(SinkOptions.parse(self.options, streaming=False))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return SluiceStreamWriter(SinkOptions.parse(self.options, streaming=True))

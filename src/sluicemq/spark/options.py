@@ -1,0 +1,188 @@
+"""The options users pass to `format("sluice")`, parsed once into typed values.
+
+Spark hands options over as a case-insensitive map (and `dict()` of it lowercases every key),
+so every lookup here is by lowercase name. Parsing happens on the driver when the reader or
+writer is created: a typo fails the query at start, not inside an executor an hour later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sluicemq.client.url import DEFAULT_PORT, parse_url
+
+DEFAULT_URL = f"stomp://127.0.0.1:{DEFAULT_PORT}"
+MODES = ("messages", "streams")
+STREAM_OUTPUTS = ("binary", "path")
+# Spark rows must stay well below the JVM's 2 GiB array limit.
+MAX_BINARY_STREAM = 512 << 20
+
+
+class OptionError(ValueError):
+    """An option is missing or has a value the source cannot use."""
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def _flag(value: str | None, default: bool) -> bool:
+    if value is None:
+        return default
+    text = value.strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise OptionError(f"expected true or false, got {value!r}")
+
+
+def _positive(opts: dict[str, str], key: str, default: int | None) -> int | None:
+    value = opts.get(key.lower())
+    if value is None:
+        return default
+    try:
+        n = int(value)
+    except ValueError:
+        raise OptionError(f"option {key} must be an integer, got {value!r}") from None
+    if n <= 0:
+        raise OptionError(f"option {key} must be positive, got {n}")
+    return n
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where the broker is and who we are; every reader, partition and writer task connects
+    with these (executors open their own connections)."""
+
+    url: str = DEFAULT_URL
+    login: str | None = None
+    passcode: str | None = None
+    client_id: str | None = None
+    timeout: float = 30.0
+
+    @classmethod
+    def parse(cls, opts: dict[str, str], *, client_id: str | None = None) -> Connection:
+        url = opts.get("url", DEFAULT_URL)
+        try:
+            parse_url(url)
+        except ValueError as exc:
+            raise OptionError(f"option url: {exc}") from None
+        try:
+            timeout = float(opts.get("timeout", "30"))
+        except ValueError:
+            raise OptionError(f"option timeout must be seconds, got {opts['timeout']!r}") from None
+        return cls(url, opts.get("login"), opts.get("passcode"),
+                   opts.get("clientid", client_id), timeout)
+
+
+def _destination(opts: dict[str, str], *, required: bool = True) -> str | None:
+    dest = opts.get("destination")
+    if dest is None:
+        if required:
+            raise OptionError("option destination is required, e.g. /queue/orders")
+        return None
+    if not (dest.startswith("/queue/") or dest.startswith("/topic/")) or len(dest) <= 7:
+        raise OptionError(f"option destination must be /queue/NAME or /topic/NAME, got {dest!r}")
+    return dest
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """What to read and how: the parsed form of a reader's options."""
+
+    connection: Connection
+    destination: str
+    subscription: str | None
+    ledger: str
+    mode: str
+    starting: str
+    max_per_batch: int | None
+    partitions: int
+    stream_output: str
+    path: str | None
+    consume: bool
+    selector: str | None = None
+
+    @property
+    def streams(self) -> bool:
+        return self.mode == "streams"
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        opts = _lower(options)
+        dest = _destination(opts)
+        assert dest is not None
+        subscription = opts.get("subscription")
+        if dest.startswith("/topic/") and not subscription:
+            raise OptionError(
+                "reading a topic needs option subscription (a durable subscription name): "
+                "only a durable subscription retains messages for replay")
+        if subscription and not dest.startswith("/topic/"):
+            raise OptionError("option subscription applies to /topic/ destinations only")
+        client_id = f"spark-{subscription}" if subscription else None
+        selector = opts.get("selector")
+        if selector and not subscription:
+            raise OptionError(
+                "option selector needs a topic subscription: a ledger commit removes every "
+                "message of a queue below its position, selected or not")
+        mode = opts.get("mode", "messages").lower()
+        if mode not in MODES:
+            raise OptionError(f"option mode must be one of {', '.join(MODES)}, got {mode!r}")
+        starting = opts.get("startingoffsets", "earliest").lower()
+        if starting not in ("earliest", "latest"):
+            raise OptionError(f"option startingOffsets must be earliest or latest, "
+                              f"got {starting!r}")
+        output = opts.get("streams.output", "binary").lower()
+        if output not in STREAM_OUTPUTS:
+            raise OptionError(f"option streams.output must be binary or path, got {output!r}")
+        path = opts.get("path")
+        if mode == "streams" and output == "path" and not path:
+            raise OptionError("option streams.output=path needs option path (a directory "
+                              "every executor can write, e.g. on a shared file system)")
+        partitions = _positive(opts, "partitions", 2)
+        assert partitions is not None
+        return cls(
+            connection=Connection.parse(opts, client_id=client_id),
+            destination=dest,
+            subscription=subscription,
+            ledger=opts.get("ledger", "spark"),
+            mode=mode,
+            starting=starting,
+            max_per_batch=_positive(opts, "maxMessagesPerTrigger", None),
+            partitions=partitions,
+            stream_output=output,
+            path=path,
+            consume=_flag(opts.get("consume"), False),
+            selector=selector,
+        )
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Where rows go: the parsed form of a writer's options."""
+
+    connection: Connection
+    destination: str | None
+    sink_id: str
+    persistent: bool
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SinkOptions:
+        opts = _lower(options)
+        sink_id = opts.get("sinkid")
+        if sink_id is None:
+            checkpoint = opts.get("checkpointlocation")
+            if streaming and checkpoint:
+                # One id per query, stable across restarts: the checkpoint is the query.
+                sink_id = "q-" + hashlib.sha256(checkpoint.encode()).hexdigest()[:24]
+            elif streaming:
+                raise OptionError("a streaming write needs checkpointLocation (or option "
+                                  "sinkId): it names the query for idempotent commits")
+            else:
+                sink_id = "w-" + uuid.uuid4().hex
+        return cls(Connection.parse(opts), _destination(opts, required=False), sink_id,
+                   _flag(opts.get("persistent"), True))

@@ -1,0 +1,98 @@
+"""Streaming reads: micro-batches are ranges of broker sequence numbers.
+
+The offset Spark checkpoints is `{"seq": n}`: everything retained below n was read. A batch
+`[start, end)` is planned with `end` at or below the broker's head, so it is a fixed set of
+messages that Spark can read again after a crash (the ledger keeps them until `commit`).
+`commit(end)` moves the broker-side ledger: only then are the messages removed. With an
+idempotent sink (Spark's file sink, or ours) that gives exactly-once results.
+
+Planning methods run in a long-lived Python worker on the driver; it keeps one connection.
+`read` runs pickled on executors and opens its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from sluicemq.client import Client
+from sluicemq.spark.options import SourceOptions
+from sluicemq.spark.ranges import RangePartition, connect, read_rows, slices, target
+
+
+class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._client: Client | None = None
+        self._until: int | None = None  # Trigger.AvailableNow: the head when it started
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_client"] = None  # executors open their own connections
+        return state
+
+    def _broker(self) -> Client:
+        if self._client is None or not self._client.is_open:
+            self._client = connect(self.opts.connection,
+                                   client_id=self.opts.connection.client_id)
+            if self.opts.subscription:
+                self._ensure_subscription(self._client)
+        return self._client
+
+    def _ensure_subscription(self, client: Client) -> None:
+        """A durable subscription retains messages only once it exists: create it (or keep
+        the existing one) before the first offset is taken."""
+        sub = client.subscribe(self.opts.destination, durable_name=self.opts.subscription,
+                               selector=self.opts.selector, prefetch=1, ack="client-individual")
+        sub.unsubscribe(durable=False)
+
+    def initialOffset(self) -> dict:
+        opts = self.opts
+        head = self._broker().head(opts.destination, ledger=opts.ledger, **target(opts))
+        start = head.first if opts.starting == "earliest" else head.next
+        if head.committed is not None:
+            start = max(start, head.committed)
+        return {"seq": start}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_per_batch:
+            return ReadMaxRows(self.opts.max_per_batch)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._until = self._broker().head(self.opts.destination, **target(self.opts)).next
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        opts = self.opts
+        first = int(start["seq"])
+        most = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        head = self._broker().head(opts.destination, start=first, end=self._until,
+                                   max_messages=most, **target(opts))
+        if head.count == 0:
+            return start  # nothing new: Spark plans no batch
+        return {"seq": head.end}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return slices(self._broker(), self.opts, int(start["seq"]), int(end["seq"]))
+
+    def read(self, partition: InputPartition) -> Iterator[tuple]:
+        assert isinstance(partition, RangePartition)
+        yield from read_rows(self.opts, partition, ledger=self.opts.ledger)
+
+    def commit(self, end: dict) -> None:
+        opts = self.opts
+        self._broker().commit_upto(opts.destination, int(end["seq"]), ledger=opts.ledger,
+                                   **target(opts))
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.disconnect()
+            self._client = None
