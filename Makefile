@@ -18,11 +18,11 @@ run: $(STAMP)
 	$(VENV)/bin/sluice broker --data-dir ./sluice-data
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff check src tests bench examples
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff check src tests bench examples
 
 bench: $(STAMP)
 	$(PY) bench/run.py

@@ -1,0 +1,193 @@
+"""SluiceMQ → Spark figures: ingest rate, file pipeline throughput, end-to-end latency.
+
+    python bench/spark_bench.py [--messages 200000] [--gib 1.0] [--latency-seconds 30]
+                                [--skip ingest,files,latency] [--json out.jsonl]
+
+* ingest: N persistent 1 KiB messages are queued first, then one Trigger.AvailableNow
+  streaming query (local[2], `partitions` = 2, noop sink) reads them all; messages/s over the
+  query's wall time (Spark start-up excluded, first micro-batch included).
+* files: the examples/csv_pipeline job on ~GIB of CSV files sent with `sluice send`: MB/s of
+  the send, and of the Spark job (streams assembled and SHA-checked to a landing directory,
+  parsed, aggregated, written as Parquet).
+* latency: a query with the default trigger runs while one message is sent every 20 ms with
+  its send time in a header; foreachBatch notes when each row became visible in a micro-batch;
+  p50/p99 of the difference.
+
+It starts its own broker on a throwaway data directory; the journal fsyncs as in production.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from sluicemq.client import Client
+from streams import start_broker
+
+ROOT = Path(__file__).resolve().parents[1]
+MB = 1_000_000
+
+
+def session(tmp: Path):
+    from pyspark.sql import SparkSession
+
+    from sluicemq.spark import SluiceDataSource
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    spark = (SparkSession.builder.master("local[2]").appName("sluice-bench")
+             .config("spark.ui.enabled", "false").config("spark.local.dir", str(tmp / "local"))
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.sql.streaming.pollingDelay", "10ms").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(SluiceDataSource)
+    return spark
+
+
+def fill(url: str, destination: str, count: int, size: int) -> float:
+    body = os.urandom(size // 2).hex().encode()
+    started = time.perf_counter()
+    with Client(url) as c:
+        window = []
+        for _ in range(count):
+            window.append(c.send_async(destination, body))
+            if len(window) >= 256:
+                for r in window:
+                    r.result(60)
+                window.clear()
+        for r in window:
+            r.result(60)
+    return count / (time.perf_counter() - started)
+
+
+def bench_ingest(spark, url: str, tmp: Path, count: int) -> dict:
+    fill_rate = fill(url, "/queue/bench.ingest", count, 1024)
+    started = time.perf_counter()
+    query = (spark.readStream.format("sluice").option("url", url)
+             .option("destination", "/queue/bench.ingest").option("partitions", "2").load()
+             .writeStream.format("noop").option("checkpointLocation", str(tmp / "ck-ingest"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    elapsed = time.perf_counter() - started
+    rows = sum(p["numInputRows"] for p in query.recentProgress)
+    rates = [p["processedRowsPerSecond"] for p in query.recentProgress if p["numInputRows"]]
+    out = {"scenario": "spark-ingest", "messages": rows, "size": 1024, "seconds": round(elapsed, 2),
+           "msgs_per_s": round(rows / elapsed), "batches": len(rates),
+           "fill_msgs_per_s": round(fill_rate)}
+    print(f"ingest: {rows:,} x 1 KiB in {elapsed:.1f} s = {rows / elapsed:,.0f} msgs/s "
+          f"({len(rates)} micro-batches; queue filled at {fill_rate:,.0f}/s)", flush=True)
+    return out
+
+
+def bench_files(spark, url: str, tmp: Path, gib: float) -> dict:
+    sys.path.insert(0, str(ROOT / "examples" / "csv_pipeline"))
+    import make_orders
+    import pipeline
+
+    data = tmp / "csv"
+    data.mkdir()
+    files = 8
+    rows = int(gib * (1 << 30) / files / 52)  # ~52 bytes a row
+    rng = random.Random(7)
+    for n in range(files):
+        make_orders.write_file(data / f"orders-{n:04d}.csv", rows, rng, n * rows)
+    paths = sorted(data.glob("*.csv"))
+    total = sum(p.stat().st_size for p in paths)
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "sluicemq", "send", "--url", url, "-q", "--to",
+                    "/queue/bench.csv", *map(str, paths)], check=True)
+    send_s = time.perf_counter() - started
+    started = time.perf_counter()
+    query = pipeline.build_query(spark, url, "/queue/bench.csv", tmp / "work", True)
+    query.awaitTermination()
+    job_s = time.perf_counter() - started
+    out = {"scenario": "spark-files", "bytes": total, "files": files,
+           "send_mb_per_s": round(total / send_s / MB, 1),
+           "pipeline_mb_per_s": round(total / job_s / MB, 1), "pipeline_s": round(job_s, 1)}
+    print(f"files: {total / MB:,.0f} MB in {files} CSV files; sluice send {send_s:.1f} s "
+          f"({out['send_mb_per_s']} MB/s); Spark pipeline {job_s:.1f} s "
+          f"({out['pipeline_mb_per_s']} MB/s)", flush=True)
+    return out
+
+
+def bench_latency(spark, url: str, tmp: Path, seconds: float) -> dict:
+    seen: list[float] = []
+
+    def note(batch, _batch_id: int) -> None:
+        now = time.time_ns()
+        for r in batch.select("headers").collect():
+            seen.append((now - int(r.headers["sent-ns"])) / 1e6)
+
+    query = (spark.readStream.format("sluice").option("url", url)
+             .option("destination", "/queue/bench.latency").option("partitions", "1")
+             .option("startingOffsets", "latest").load()
+             .writeStream.foreachBatch(note)
+             .option("checkpointLocation", str(tmp / "ck-latency")).start())
+    stop = threading.Event()
+
+    def produce() -> None:
+        with Client(url) as c:
+            while not stop.wait(0.02):
+                c.send("/queue/bench.latency", b"x" * 1024,
+                       headers={"sent-ns": str(time.time_ns())})
+
+    time.sleep(15)  # Python workers start; the first batches are not steady state
+    sender = threading.Thread(target=produce, daemon=True)
+    sender.start()
+    time.sleep(seconds)
+    stop.set()
+    sender.join()
+    time.sleep(3)
+    query.stop()
+    lat = sorted(seen)
+    p50 = statistics.median(lat)
+    p99 = lat[int(len(lat) * 0.99) - 1]
+    out = {"scenario": "spark-latency", "rows": len(lat), "p50_ms": round(p50, 1),
+           "p99_ms": round(p99, 1), "max_ms": round(lat[-1], 1)}
+    print(f"latency SEND → row in a micro-batch: {len(lat)} rows, p50 {p50:.0f} ms, "
+          f"p99 {p99:.0f} ms, max {lat[-1]:.0f} ms", flush=True)
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--messages", type=int, default=200_000)
+    p.add_argument("--gib", type=float, default=1.0)
+    p.add_argument("--latency-seconds", type=float, default=30)
+    p.add_argument("--skip", default="")
+    p.add_argument("--json", type=Path)
+    args = p.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    with tempfile.TemporaryDirectory(prefix="sluice-spark-bench-") as t:
+        tmp = Path(t)
+        proc, url = start_broker(tmp / "data")
+        try:
+            spark = session(tmp)
+            results = []
+            if "ingest" not in skip:
+                results.append(bench_ingest(spark, url, tmp, args.messages))
+            if "files" not in skip:
+                results.append(bench_files(spark, url, tmp, args.gib))
+            if "latency" not in skip:
+                results.append(bench_latency(spark, url, tmp, args.latency_seconds))
+            spark.stop()
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    if args.json:
+        with args.json.open("a") as f:
+            for r in results:
+                f.write(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), **r}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
