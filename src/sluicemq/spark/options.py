@@ -8,6 +8,7 @@ writer is created: a typo fails the query at start, not inside an executor an ho
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ MODES = ("messages", "streams")
 STREAM_OUTPUTS = ("binary", "path")
 # Spark rows must stay well below the JVM's 2 GiB array limit.
 MAX_BINARY_STREAM = 512 << 20
+_SINK_ID = re.compile(r"[A-Za-z0-9._:-]{1,200}")  # the broker's rule for stage names
 
 
 class OptionError(ValueError):
@@ -184,5 +186,8 @@ class SinkOptions:
                                   "sinkId): it names the query for idempotent commits")
             else:
                 sink_id = "w-" + uuid.uuid4().hex
+        elif not _SINK_ID.fullmatch(sink_id):
+            raise OptionError(f"option sinkId must be 1-200 characters of A-Z a-z 0-9 . _ : -, "
+                              f"got {sink_id!r}")
         return cls(Connection.parse(opts), _destination(opts, required=False), sink_id,
                    _flag(opts.get("persistent"), True))
