@@ -75,6 +75,7 @@ class BrokerCollector(Collector):
         yield from self._destinations()
         yield from self._journal()
         yield from self._process()
+        yield from self._flow()
 
     def _destinations(self) -> Iterator[Metric]:
         broker = self.ctx.broker
@@ -85,6 +86,9 @@ class BrokerCollector(Collector):
                                       labels=labels)
         memory = GaugeMetricFamily("sluice_destination_memory_bytes",
                                    "Body bytes held in memory", labels=labels)
+        paged = GaugeMetricFamily("sluice_destination_paged_messages",
+                                  "Messages whose bodies are only in the journal or temp "
+                                  "files (store/file cursor)", labels=labels)
         counters = {field: CounterMetricFamily(f"sluice_destination_{field}",
                                                f"Messages {field} since broker start",
                                                labels=labels)
@@ -95,6 +99,7 @@ class BrokerCollector(Collector):
             depth.add_metric(lv, q.depth())
             consumers.add_metric(lv, len(q.consumers))
             memory.add_metric(lv, q.pending.bytes)
+            paged.add_metric(lv, q.pending.paged)
             for field, family in counters.items():
                 family.add_metric(lv, getattr(q.stats, field))
         for name, t in broker.topics.items():
@@ -103,10 +108,11 @@ class BrokerCollector(Collector):
             depth.add_metric(lv, sum(q.depth() for q in subs))
             consumers.add_metric(lv, sum(len(q.consumers) for q in subs))
             memory.add_metric(lv, sum(q.pending.bytes for q in subs))
+            paged.add_metric(lv, sum(q.pending.paged for q in subs))
             counters["enqueued"].add_metric(lv, t.published)
             for field in ("dequeued", "redelivered", "expired", "dead_lettered"):
                 counters[field].add_metric(lv, sum(getattr(q.stats, field) for q in subs))
-        yield from (depth, consumers, memory, *counters.values())
+        yield from (depth, consumers, memory, paged, *counters.values())
 
         sampler = self.ctx.sampler
         yield CounterMetricFamily("sluice_messages_received", "Messages sent by producers",
@@ -161,6 +167,26 @@ class BrokerCollector(Collector):
         yield HistogramMetricFamily("sluice_journal_fsync_seconds",
                                     "fdatasync latency per group commit",
                                     buckets=h.buckets(), sum_value=h.total)
+
+    def _flow(self) -> Iterator[Metric]:
+        flow = self.ctx.broker.flow
+        used = GaugeMetricFamily("sluice_limit_used_bytes",
+                                 "Bytes used of each broker-wide limit", labels=["limit"])
+        limit = GaugeMetricFamily("sluice_limit_bytes", "Broker-wide limits (memory for "
+                                  "queued messages, journal store, temp files)",
+                                  labels=["limit"])
+        for name, u in flow.usage().items():
+            used.add_metric([name], u["used"])
+            limit.add_metric([name], u["limit"])
+        yield used
+        yield limit
+        yield GaugeMetricFamily("sluice_flow_producers_waiting",
+                                "SENDs held by producer flow control now", value=flow.waiting)
+        yield CounterMetricFamily("sluice_flow_blocked", "SENDs that had to wait for room",
+                                  value=flow.blocked_total)
+        yield CounterMetricFamily("sluice_flow_refused",
+                                  "SENDs refused for lack of room (fail_if_no_space)",
+                                  value=flow.failed_total)
 
     def _process(self) -> Iterator[Metric]:
         limit, source = memory_limit(getattr(self.ctx.broker.config.limits,

@@ -48,6 +48,7 @@ def queue_summary(name: str, q: Queue) -> dict[str, Any]:
         "consumers": len(q.consumers), "enqueued": s.enqueued, "dequeued": s.dequeued,
         "redelivered": s.redelivered, "expired": s.expired, "dead_lettered": s.dead_lettered,
         "memory_bytes": q.pending.bytes + _inflight_bytes(q),
+        "paged": q.pending.paged, "cursor": q.policy.cursor,
         "dlq": name.startswith(q.policy.dlq_prefix),
     }
 
@@ -66,6 +67,7 @@ def topic_summary(name: str, t: Topic) -> dict[str, Any]:
         "expired": sum(q.stats.expired for q in subs),
         "dead_lettered": sum(q.stats.dead_lettered for q in subs),
         "memory_bytes": sum(q.pending.bytes + _inflight_bytes(q) for q in subs),
+        "paged": sum(q.pending.paged for q in subs),
         "dlq": False,
     }
 
@@ -236,4 +238,15 @@ def overview(broker: Broker, store: Store | None, sessions: Iterable[Session],
         "rates": {"in": point.msgs_in if point else 0.0, "out": point.msgs_out if point else 0.0,
                   "total_in": sampler.total_in, "total_out": sampler.total_out},
         "streams_in_progress": sum(1 for st in table.values() if st.state in STREAM_ACTIVE),
+        "flow": flow_view(broker),
     }
+
+
+def flow_view(broker: Broker) -> dict[str, Any]:
+    """Limits against usage, and producers held by flow control now and since start."""
+    flow = broker.flow
+    return {"limits": flow.usage(), "producers_waiting": flow.waiting,
+            "blocked_total": flow.blocked_total, "refused_total": flow.failed_total,
+            "paged": sum(q.pending.paged for q in broker.queues.values())
+            + sum(q.pending.paged for t in broker.topics.values()
+                  for q in t.subscribers.values())}

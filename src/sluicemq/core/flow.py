@@ -154,6 +154,14 @@ class FlowControl:
     def waiting(self) -> int:
         return len(self._waiters)
 
+    def usage(self) -> dict[str, dict[str, int]]:
+        """Each broker-wide limit with what is used of it now (console, API, metrics)."""
+        return {
+            "memory": {"used": self.memory.used, "limit": self.limits.memory},
+            "store": {"used": self._store_used(), "limit": self.limits.store},
+            "temp": {"used": self._temp_used(), "limit": self.limits.temp},
+        }
+
     def poll(self) -> None:
         """Resume, in arrival order, every waiter whose destination has room now."""
         if not self._waiters:
