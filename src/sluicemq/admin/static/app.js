@@ -156,6 +156,8 @@ function overviewPage() {
       card("Memory (RSS)", bytes(mem.rss_bytes), pct.slice(3), "card-memory"),
       card("Journal on disk", bytes(j.disk_bytes), j.records !== undefined ? `${num(j.records)} records · fsync p99 ${j.fsync_p99_ms ? j.fsync_p99_ms.toFixed(2) + " ms" : "–"}` : "", "card-journal"),
       card("Streams", num(o.streams_in_progress), "in progress", "card-streams"),
+      card("Flow control", num(o.flow.producers_waiting), `producers held now · ${num(o.flow.blocked_total)} sends held since start`, "card-flow"),
+      card("Paged out", num(o.flow.paged), `messages on disk only · store ${bytes(o.flow.limits.store.used)} of ${bytes(o.flow.limits.store.limit)}`, "card-paged"),
     );
     const bar = $("#membar > div");
     if (mem.limit_bytes) bar.style.width = `${Math.min(100, 100 * mem.rss_bytes / mem.limit_bytes)}%`;
@@ -173,6 +175,7 @@ function destinationsPage() {
     { key: "enqueued", label: "Enqueued", num: true }, { key: "dequeued", label: "Dequeued", num: true },
     { key: "redelivered", label: "Redelivered", num: true }, { key: "dead_lettered", label: "To DLQ", num: true },
     { key: "memory_bytes", label: "Memory", num: true },
+    { key: "paged", label: "Paged", num: true },
   ];
   const table = new SortableTable($("#destinations"), cols, (d) => el("tr", { dataset: { kind: d.kind, name: d.name } },
     el("td", {}, el("span", { class: `badge ${d.dlq ? "dlq" : ""}` }, d.dlq ? "dlq" : d.kind)),
@@ -180,7 +183,8 @@ function destinationsPage() {
     el("td", { class: "num depth" }, num(d.depth)), el("td", { class: "num consumers" }, num(d.consumers)),
     el("td", { class: "num" }, num(d.enqueued)), el("td", { class: "num" }, num(d.dequeued)),
     el("td", { class: "num" }, num(d.redelivered)), el("td", { class: "num" }, num(d.dead_lettered)),
-    el("td", { class: "num" }, bytes(d.memory_bytes))), {
+    el("td", { class: "num" }, bytes(d.memory_bytes)),
+    el("td", { class: "num" }, num(d.paged))), {
     sortKey: "name",
     filterFn: (d) => d.name.toLowerCase().includes(filter.value.toLowerCase()) &&
                      (!kind.value || (kind.value === "dlq" ? d.dlq : d.kind === kind.value)),
