@@ -35,6 +35,11 @@ class Limits:
     store_limit: int | str = 0  # journal disk space; persistent producers wait beyond it
     temp_limit: int | str = 0  # temp files of non-persistent overflow; producers wait beyond it
     max_message_bytes: int | str = 0  # one message's body; 0: max_frame_bytes
+    # Exactly-once pipelines (docs/replay-protocol.md), in seconds.
+    stage_timeout: float = 900.0  # a staged part nobody publishes is discarded after this
+    stage_memory: float = 7 * 86400.0  # published (sink, batch) ids are remembered this long
+    stage_memory_batches: int = 10_000  # and at most this many per sink (oldest forgotten)
+    dedup_window: float = 3600.0  # a producer id is forgotten after this without sends
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,10 @@ ACK = 2  # messages removed from queue keys: consumed, expired or moved
 TX = 3  # several MSG/ACK operations applied atomically (transactions, DLQ moves)
 SUB = 4  # a durable subscription created (or replaced)
 UNSUB = 5  # a durable subscription removed, with everything it held
+# 16-19: staged publishing and memo tables, laid out in storage/staging_records.py.
+
+PRODUCER_HEADER = "sluice-producer-id"
+PRODUCER_FLAG = 1  # MSG flags bit: the headers name a producer (replay reads them for dedup)
 
 _MSG_HEAD = struct.Struct("<QqqBBHI")  # mid, timestamp, expires, priority, flags, keylen, hdrlen
 _U16 = struct.Struct("<H")
@@ -44,7 +48,8 @@ def encode_message(key: str, mid: int, timestamp: int, expires: int, priority: i
                    headers: dict[str, str], body: bytes) -> bytes:
     k = key.encode()
     h = json.dumps(headers, separators=(",", ":"), ensure_ascii=False).encode()
-    return b"".join((_MSG_HEAD.pack(mid, timestamp, expires, priority, 0, len(k), len(h)),
+    flags = PRODUCER_FLAG if PRODUCER_HEADER in headers else 0
+    return b"".join((_MSG_HEAD.pack(mid, timestamp, expires, priority, flags, len(k), len(h)),
                      k, h, body))
 
 

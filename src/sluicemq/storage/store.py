@@ -123,6 +123,10 @@ class Store:
     def append_unsub(self, key: str) -> TicketLike:
         return self._append(records.UNSUB, records.encode_unsub(key))
 
+    def append_record(self, rtype: int, payload: bytes) -> TicketLike:
+        """Any other record type (staging, memo tables: ``storage/staging_records.py``)."""
+        return self._append(rtype, payload)
+
     # -- references --------------------------------------------------------------------------
     def hold(self, ticket: TicketLike, count: int = 1) -> None:
         """``count`` queues now hold the record: pin its segment (locations are final at append)."""

@@ -1,0 +1,249 @@
+"""Staged publishing, the broker side: journal records, publication, discard and the timer.
+
+A part is stored at its COMMIT as STAGE records (the layout of transaction records, message ids
+0) and pinned; nothing is routed. Publication appends one STAGE_PUBLISH record naming the part
+records in order and the first of a fresh block of message ids, then makes every message
+visible in the same loop turn: a queue with a store cursor adopts compact slots pointing into
+the part records (nothing is read back, however big the batch); topics and VM-cursor queues
+get message objects read from the records. The parts' pins are released once the publication
+record is durable; from then on the messages pin their records like a transaction's messages
+do, and compaction moves them like any others.
+
+Replay (``core/pipeline_recovery.py``) applies a STAGE_PUBLISH record all or nothing and gives
+message ``i`` the id ``base + i`` - the ids the running broker gave them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from sluicemq.core.anchor import Anchor
+from sluicemq.core.cursor import JOURNAL, SpillFifo
+from sluicemq.core.message import Message
+from sluicemq.core.staging import DUPLICATE, PUBLISHED, STAGED, ParkedPart, StageBook, StagedRecord
+from sluicemq.errors import ProtocolError
+from sluicemq.storage import records
+from sluicemq.storage.staging_records import (
+    STAGE,
+    STAGE_DISCARD,
+    STAGE_PUBLISH,
+    Publication,
+    StageMeta,
+    encode_discard,
+    encode_publish,
+    encode_stage,
+)
+from sluicemq.storage.store import TicketLike
+
+if TYPE_CHECKING:
+    from sluicemq.core.broker import Broker
+    from sluicemq.core.queue import Queue
+
+log = logging.getLogger("sluicemq.staging")
+
+RECORD_BYTES = 4 << 20  # a part larger than this is journaled as several records
+MEMORY_TABLE = "published"
+
+
+class Stager:
+    """Parked parts and published batches of one broker."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.store = broker.store
+        limits = broker.config.limits
+        self.timeout_ms = int(limits.stage_timeout * 1000)
+        self.memory_ms = int(limits.stage_memory * 1000)
+        self.book = StageBook(limits.stage_memory_batches)
+        self.anchor = Anchor(broker.store, MEMORY_TABLE, self.book.dump_memory)
+        self._attempts = itertools.count(int(time.time() * 1_000_000))
+        self.published_batches = 0
+        self.published_messages = 0
+        self.discarded_parts = 0
+
+    # -- staging -----------------------------------------------------------------------------
+    def stage(self, sink: str, batch: str, part: str,
+              messages: Iterable[records.StoredMessage]) -> tuple[str, int]:
+        """Store a part (its COMMIT); ``(staged, n)``, or ``(duplicate, 0)`` when the batch
+        was published already (nothing is stored: publishing it again would do nothing)."""
+        if self.book.published_count(sink, batch) is not None:
+            return DUPLICATE, 0
+        meta = StageMeta(sink, batch, part, next(self._attempts), self.broker.now_ms())
+        txid = meta.txid()
+        first = records.tx_op_offsets(txid, [(records.MSG, b"")])[0]
+        parked = ParkedPart(sink, batch, part, meta.attempt, meta.created_ms)
+        pending: list[tuple[str, int, int, int]] = []
+        ops: list[tuple[int, bytes]] = []
+        size, pos = 0, first
+
+        def close(final: bool) -> None:
+            nonlocal ops, pending, size, pos
+            ticket = self.store.append_record(STAGE, encode_stage(meta, ops, final=final))
+            self.store.hold(ticket)
+            rec = StagedRecord(ticket)
+            for entry in pending:
+                rec.add(*entry)
+            parked.records.append(rec)
+            ops, pending, size, pos = [], [], 0, first
+
+        for sm in messages:
+            payload = records.encode_message(sm.key, 0, sm.timestamp, sm.expires, sm.priority,
+                                             sm.headers, sm.body)
+            ops.append((records.MSG, payload))
+            pending.append((sm.key, sm.priority, pos, len(sm.body)))
+            pos += len(payload) + records.OP_HEAD_SIZE
+            size += len(payload)
+            if size >= RECORD_BYTES:
+                close(final=False)
+        close(final=True)
+        old = self.book.park(parked)
+        if old is not None:  # a retried task staged the part again: the newer attempt wins
+            self.store.release_after(parked.records[-1].ticket.seq, old.tickets)
+        return STAGED, parked.count
+
+    def not_durable(self, sink: str, batch: str, names: list[str]) -> bool:
+        """Are some of these parts' records still on their way to the disk?"""
+        parts = self.book.parts_of(sink, batch)
+        durable = self.store.durable_seq
+        return any(r.ticket.seq > durable for n in names if n in parts
+                   for r in parts[n].records)
+
+    # -- publication -------------------------------------------------------------------------
+    def publish(self, sink: str, batch: str, names: list[str]) -> tuple[str, int]:
+        """Make the listed parts visible at once, discard the batch's other parts;
+        ``(published, n)`` or, for a batch published before, ``(duplicate, n then)``."""
+        earlier = self.book.published_count(sink, batch)
+        if earlier is not None:
+            self._discard(self.book.take_batch(sink, batch))
+            return DUPLICATE, earlier
+        parked = self.book.parts_of(sink, batch)
+        missing = [n for n in names if n not in parked]
+        if missing:
+            shown = ", ".join(missing[:10]) + (", ..." if len(missing) > 10 else "")
+            raise ProtocolError(f"stage {sink}/{batch} has no part {shown} (never staged, "
+                                "expired or discarded): nothing was published", fatal=False)
+        chosen = [parked[n] for n in names]
+        count = sum(p.count for p in chosen)
+        base = self.broker.allocate_mids(count)
+        now = self.broker.now_ms()
+        pub = Publication(sink, batch, base, count, now,
+                          [(p.part, [r.ticket.loc for r in p.records])  # type: ignore[misc]
+                           for p in chosen])
+        ticket = self.store.append_record(STAGE_PUBLISH, encode_publish(pub))
+        every = self.book.take_batch(sink, batch)
+        self.book.remember(sink, batch, now, count)
+        self.anchor.ensure()
+        self._route(chosen, base)
+        self.store.release_after(ticket.seq, [t for p in every for t in p.tickets])
+        self.published_batches += 1
+        self.published_messages += count
+        self.discarded_parts += len(every) - len(chosen)
+        log.info("stage %s/%s published: %d part(s), %d message(s)", sink, batch, len(chosen),
+                 count)
+        return PUBLISHED, count
+
+    def _route(self, parts: list[ParkedPart], base: int) -> None:
+        broker = self.broker
+        mid = base
+        retained: Counter[int] = Counter()
+        newest = (0, -1)
+        woken: dict[int, Queue] = {}
+        for part in parts:
+            for rec in part.records:
+                loc = rec.ticket.loc
+                assert loc is not None
+                for j in range(len(rec)):
+                    kind, _, name = rec.keys[rec.kidx[j]].partition(":")
+                    inner, size, prio = rec.inner[j], rec.size[j], rec.prio[j]
+                    slot = (mid, JOURNAL, loc.segment, loc.offset, loc.length, inner, size)
+                    if kind == "q":
+                        q = broker.queue(name)
+                        if q.pending.pager is not None:  # store cursor: a slot, nothing read
+                            q.pending.adopt(prio, mid, loc.segment, loc.offset, loc.length,
+                                            inner, size)
+                            q.stats.enqueued += 1
+                            retained[loc.segment] += 1
+                            newest = (loc.segment, loc.offset)
+                            woken[id(q)] = q
+                        else:
+                            msg = self._read(slot, q.destination, prio)
+                            self.store.hold(msg.ticket)
+                            q.enqueue(msg)
+                    else:
+                        self._to_topic(name, self._read(slot, f"/topic/{name}", prio))
+                    mid += 1
+        if retained:
+            self.store.journal.retain_counts(dict(retained), newest)
+        for q in woken.values():
+            if q.consumers:
+                broker.schedule_dispatch(q)
+
+    def _read(self, slot: tuple[int, int, int, int, int, int, int], destination: str,
+              priority: int) -> Message:
+        return self.broker.pager.page_in(SpillFifo(), slot, destination, priority)
+
+    def _to_topic(self, name: str, msg: Message) -> None:
+        """Fan out like any topic message: durable subscriptions keep a journaled copy, live
+        ones get theirs in memory."""
+        topic = self.broker.topic(name)
+        topic.published += 1
+        for q in topic.targets(msg):
+            copy = msg.copy_for(msg.destination)
+            if q.durable:
+                copy.ticket = msg.ticket
+                self.store.hold(copy.ticket)
+            else:
+                copy.persistent = False
+                copy.ticket = None
+                if copy.body is None:
+                    copy.body = bytes(self.broker.body_of(msg))
+            q.enqueue(copy)
+
+    # -- discarding --------------------------------------------------------------------------
+    def abort(self, sink: str, batch: str) -> int:
+        """Discard the batch's parked parts (nothing happens to a published batch)."""
+        parts = self.book.take_batch(sink, batch)
+        self._discard(parts)
+        return len(parts)
+
+    def _discard(self, parts: list[ParkedPart]) -> None:
+        if not parts:
+            return
+        ticket = self.store.append_record(STAGE_DISCARD, encode_discard(p.ident for p in parts))
+        self.store.release_after(ticket.seq, [t for p in parts for t in p.tickets])
+        self.discarded_parts += len(parts)
+
+    def tick(self, now_ms: int) -> None:
+        """Discard parts older than ``stage_timeout``, forget batches older than
+        ``stage_memory``, keep the memory's anchor off the oldest segment."""
+        expired = self.book.expired(now_ms, self.timeout_ms)
+        for p in expired:
+            self.book.take(p.sink, p.batch, p.part, p.attempt)
+            log.warning("staged part %s/%s/%s discarded: not published within stage_timeout",
+                        p.sink, p.batch, p.part)
+        self._discard(expired)
+        self.book.forget_older(now_ms - self.memory_ms)
+        self.anchor.tick(empty=not self.book.published)
+
+    def failed(self, first: int, last: int) -> None:
+        """Records ``first..last`` never reached the disk: parts with such a record are gone."""
+        for p in self.book.all_parts():
+            if any(t.loc is None for t in p.tickets):
+                self.book.take(p.sink, p.batch, p.part, p.attempt)
+                self.store.release_after(self.store.flush(), p.tickets)
+
+    @property
+    def parked_parts(self) -> int:
+        return len(self.book.all_parts())
+
+    def pins(self) -> list[TicketLike]:
+        """Every record this module holds on its own (index snapshot self-check)."""
+        pins = [t for p in self.book.all_parts() for t in p.tickets]
+        if self.anchor.ticket is not None:
+            pins.append(self.anchor.ticket)
+        return pins

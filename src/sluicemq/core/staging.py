@@ -1,0 +1,184 @@
+"""Staged publishing, the bookkeeping (docs/replay-protocol.md, section 3).
+
+Sans-IO: names and headers are parsed here, parked parts and the memory of published batches
+are kept here; journal records and routing are ``core/stager.py``'s, frames ``stage_frames.py``'s.
+
+A parked part is its journal records plus, per message, just what publication needs to make the
+message visible without reading it back: its destination key, priority, offset inside the
+record and body size (about 11 bytes a message in arrays).
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+from sluicemq.errors import ProtocolError
+from sluicemq.storage.store import TicketLike
+
+STAGE = "sluice-stage"  # BEGIN: sink/batch/part
+STAGE_COMMIT = "sluice-stage-commit"  # COMMIT: sink/batch to publish
+STAGE_PARTS = "sluice-stage-parts"  # with it: part,part,...
+STAGE_ABORT = "sluice-stage-abort"  # ABORT: sink/batch to discard
+RESULT = "sluice-stage-result"  # on RECEIPTs: staged | published | duplicate | discarded
+MESSAGES = "sluice-stage-messages"  # on RECEIPTs: how many messages
+DISCARDED = "sluice-stage-discarded"  # on ABORT's RECEIPT: parts discarded
+STAGED, PUBLISHED, DUPLICATE = "staged", "published", "duplicate"
+
+_NAME = re.compile(r"[A-Za-z0-9._:-]{1,200}")
+
+
+def parse_names(value: str | None, header: str, count: int) -> tuple[str, ...]:
+    """``sink/batch`` (count 2) or ``sink/batch/part`` (count 3), each name checked."""
+    what = "/".join(("sink", "batch", "part")[:count])
+    names = tuple((value or "").split("/"))
+    if len(names) != count or not all(_NAME.fullmatch(n) for n in names):
+        raise ProtocolError(f"invalid {header} {str(value)[:100]!r}: expected {what}, each "
+                            "1-200 characters of A-Z a-z 0-9 . _ : -", fatal=False)
+    return names
+
+
+def parse_parts(value: str | None) -> list[str]:
+    """The comma-separated part list of a publication (empty: a batch with no parts)."""
+    if value is None:
+        raise ProtocolError(f"a stage publication needs {STAGE_PARTS} (empty for no parts)",
+                            fatal=False)
+    parts = [p.strip() for p in value.split(",")] if value.strip() else []
+    bad = [p for p in parts if not _NAME.fullmatch(p)]
+    if bad:
+        raise ProtocolError(f"invalid part name {bad[0][:100]!r} in {STAGE_PARTS}", fatal=False)
+    if len(set(parts)) != len(parts):
+        raise ProtocolError(f"{STAGE_PARTS} names a part twice", fatal=False)
+    return parts
+
+
+class StagedRecord:
+    """One journal record of a parked part and the routing facts of each message in it."""
+
+    __slots__ = ("inner", "keys", "kidx", "prio", "size", "ticket")
+
+    def __init__(self, ticket: TicketLike) -> None:
+        self.ticket = ticket
+        self.keys: list[str] = []  # distinct destination keys ("q:NAME", "t:NAME")
+        self.kidx = array("H")
+        self.prio = array("B")
+        self.inner = array("I")
+        self.size = array("I")
+
+    def add(self, key: str, priority: int, inner: int, size: int) -> None:
+        try:
+            k = self.keys.index(key)
+        except ValueError:
+            k = len(self.keys)
+            self.keys.append(key)
+        self.kidx.append(k)
+        self.prio.append(priority)
+        self.inner.append(inner)
+        self.size.append(size)
+
+    def __len__(self) -> int:
+        return len(self.kidx)
+
+
+@dataclass(slots=True)
+class ParkedPart:
+    """A committed, invisible part: one attempt at staging ``sink/batch/part``."""
+
+    sink: str
+    batch: str
+    part: str
+    attempt: int
+    created_ms: int
+    records: list[StagedRecord] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return sum(len(r) for r in self.records)
+
+    @property
+    def tickets(self) -> list[TicketLike]:
+        return [r.ticket for r in self.records]
+
+    @property
+    def ident(self) -> tuple[str, str, str, int]:
+        return (self.sink, self.batch, self.part, self.attempt)
+
+
+class StageBook:
+    """Parked parts by batch, and the published batches remembered per sink."""
+
+    def __init__(self, max_per_sink: int = 10_000) -> None:
+        self.max_per_sink = max_per_sink
+        self.parked: dict[tuple[str, str], dict[str, ParkedPart]] = {}
+        self.published: dict[str, dict[str, tuple[int, int]]] = {}  # sink -> batch -> (ms, n)
+
+    # -- parked parts ------------------------------------------------------------------------
+    def park(self, part: ParkedPart) -> ParkedPart | None:
+        """Add a part; returns the earlier attempt it replaces, if any."""
+        batch = self.parked.setdefault((part.sink, part.batch), {})
+        old = batch.get(part.part)
+        batch[part.part] = part
+        return old
+
+    def parts_of(self, sink: str, batch: str) -> dict[str, ParkedPart]:
+        return self.parked.get((sink, batch), {})
+
+    def take_batch(self, sink: str, batch: str) -> list[ParkedPart]:
+        return list(self.parked.pop((sink, batch), {}).values())
+
+    def take(self, sink: str, batch: str, part: str, attempt: int) -> ParkedPart | None:
+        """Remove one attempt (a newer attempt of the same part is left alone)."""
+        parts = self.parked.get((sink, batch))
+        found = parts.get(part) if parts is not None else None
+        if found is None or found.attempt != attempt:
+            return None
+        del parts[part]  # type: ignore[union-attr]
+        if not parts:
+            del self.parked[(sink, batch)]
+        return found
+
+    def all_parts(self) -> list[ParkedPart]:
+        return [p for parts in self.parked.values() for p in parts.values()]
+
+    def expired(self, now_ms: int, timeout_ms: int) -> list[ParkedPart]:
+        return [p for p in self.all_parts() if now_ms - p.created_ms > timeout_ms]
+
+    # -- published batches -------------------------------------------------------------------
+    def published_count(self, sink: str, batch: str) -> int | None:
+        """How many messages the batch's publication made visible; None: not published."""
+        entry = self.published.get(sink, {}).get(batch)
+        return entry[1] if entry is not None else None
+
+    def remember(self, sink: str, batch: str, at_ms: int, count: int) -> None:
+        batches = self.published.setdefault(sink, {})
+        batches.pop(batch, None)
+        batches[batch] = (at_ms, count)
+        while len(batches) > self.max_per_sink:
+            del batches[next(iter(batches))]
+
+    def forget_older(self, before_ms: int) -> int:
+        """Forget batches published before ``before_ms``; returns how many."""
+        forgotten = 0
+        for sink in list(self.published):
+            batches = self.published[sink]
+            for batch in [b for b, (at, _) in batches.items() if at < before_ms]:
+                del batches[batch]
+                forgotten += 1
+            if not batches:
+                del self.published[sink]
+        return forgotten
+
+    @property
+    def remembered(self) -> int:
+        return sum(len(b) for b in self.published.values())
+
+    def dump_memory(self) -> list[list[Any]]:
+        return [[sink, batch, at, n] for sink, batches in self.published.items()
+                for batch, (at, n) in batches.items()]
+
+    def load_memory(self, rows: list[list[Any]]) -> None:
+        self.published = {}
+        for sink, batch, at, n in rows:
+            self.remember(sink, batch, at, n)

@@ -1,0 +1,102 @@
+"""Payload layouts of the staged-publishing and memo records (record types 16-19).
+
+Why a separate module: ``records.py`` holds the message store's own layouts; these belong to
+staged publishing (docs/replay-protocol.md, section 3) and to the tables that must outlive the
+records they were learnt from (published batches, producer sequence numbers).
+
+* ``STAGE``: one record of a staged part. Same layout as a ``TX`` record (``records.encode_tx``),
+  so a published message can point into it with an ``inner`` offset exactly like a transaction's
+  message; the "transaction id" is a JSON list ``[sink, batch, part, attempt, created_ms]``.
+  A big part is several records, the last one ``final``; the message ids inside are 0: a staged
+  message gets its id when it is published.
+* ``STAGE_PUBLISH``: a batch published: which part records, in order, and the first message id
+  (``base``); message ``i`` of the publication has id ``base + i``.
+* ``STAGE_DISCARD``: parked parts dropped (abort, timeout): ``[sink, batch, part, attempt]``.
+* ``MEMO``: a whole table as of that point of the log (``core/anchor.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sluicemq.storage import records
+from sluicemq.storage.segment import Location
+
+STAGE = 16
+STAGE_PUBLISH = 17
+STAGE_DISCARD = 18
+MEMO = 19
+TYPES = frozenset({STAGE, STAGE_PUBLISH, STAGE_DISCARD, MEMO})
+
+
+@dataclass(frozen=True, slots=True)
+class StageMeta:
+    """Which part (and which attempt at staging it) a STAGE record belongs to."""
+
+    sink: str
+    batch: str
+    part: str
+    attempt: int
+    created_ms: int
+
+    def txid(self) -> str:
+        return json.dumps([self.sink, self.batch, self.part, self.attempt, self.created_ms],
+                          separators=(",", ":"))
+
+
+def encode_stage(meta: StageMeta, ops: Iterable[tuple[int, bytes]], *, final: bool) -> bytes:
+    return records.encode_tx(meta.txid(), ops, final=final)
+
+
+def decode_stage(payload: bytes | memoryview
+                 ) -> tuple[StageMeta, str, bool, list[tuple[int, memoryview]]]:
+    """(meta, the raw txid for ``records.tx_op_offsets``, final, ops)."""
+    txid, final, ops = records.decode_tx(payload)
+    sink, batch, part, attempt, created = json.loads(txid)
+    return StageMeta(sink, batch, part, attempt, created), txid, final, ops
+
+
+@dataclass(frozen=True, slots=True)
+class Publication:
+    """A STAGE_PUBLISH record: ``parts`` are (name, record locations) in publication order."""
+
+    sink: str
+    batch: str
+    base: int
+    count: int
+    at_ms: int
+    parts: list[tuple[str, list[Location]]]
+
+
+def encode_publish(p: Publication) -> bytes:
+    return json.dumps({
+        "sink": p.sink, "batch": p.batch, "base": p.base, "count": p.count, "at": p.at_ms,
+        "parts": [[name, [[loc.segment, loc.offset, loc.length] for loc in locs]]
+                  for name, locs in p.parts],
+    }, separators=(",", ":")).encode()
+
+
+def decode_publish(payload: bytes | memoryview) -> Publication:
+    d = json.loads(bytes(payload))
+    return Publication(d["sink"], d["batch"], d["base"], d["count"], d["at"],
+                       [(name, [Location(*loc) for loc in locs]) for name, locs in d["parts"]])
+
+
+def encode_discard(parts: Iterable[tuple[str, str, str, int]]) -> bytes:
+    return json.dumps([list(p) for p in parts], separators=(",", ":")).encode()
+
+
+def decode_discard(payload: bytes | memoryview) -> list[tuple[str, str, str, int]]:
+    return [(s, b, p, a) for s, b, p, a in json.loads(bytes(payload))]
+
+
+def encode_memo(table: str, entries: Any) -> bytes:
+    return json.dumps({"table": table, "entries": entries}, separators=(",", ":")).encode()
+
+
+def decode_memo(payload: bytes | memoryview) -> tuple[str, Any]:
+    d = json.loads(bytes(payload))
+    return d["table"], d["entries"]
