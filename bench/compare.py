@@ -104,6 +104,16 @@ SCENARIOS = [
              [_rate("1 GiB as 1 MiB persistent chunks, W=8, e2e (MB/s)", "mb_per_s"),
               Row("  broker RSS peak during it (MiB)", "rss_peak_mib", lower_is_better=True)],
              opt_in=True),
+    Scenario("backlog", ["backlog", "--producers", "8", "--window", "8", "--count", "1000000"],
+             ["--count", "200000"],
+             [_rate("backlog: enqueue 1 KiB persistent, 8 x W=8, no consumer (msgs/s)",
+                    "enqueue_msgs_per_s"),
+              Row("  broker RSS with the backlog queued (MiB)", "rss_backlog_mib",
+                  lower_is_better=True),
+              _rate("  drain (msgs/s)", "drain_msgs_per_s"),
+              _rate("  persistent sends to another queue meanwhile (msgs/s)",
+                    "sends_during_drain_msgs_per_s")],
+             opt_in=True),
 ]
 RSS_ROWS = [
     Row("broker RSS after start (MiB)", "rss_idle_mib", lower_is_better=True),

@@ -496,7 +496,32 @@ async def scenario_large(opts: argparse.Namespace) -> Result:
     }
 
 
+async def scenario_backlog(opts: argparse.Namespace) -> Result:
+    """Deep backlog: enqueue `count` persistent messages with no consumer, note the broker's
+    RSS, then drain them while the same producers send persistent messages to another queue
+    (sends while the backlog pages in), and finally drain what is left."""
+    dest, other = fresh_queue("backlog"), fresh_queue("backlog-side")
+    body = os.urandom(opts.size)
+    elapsed, _ = await produce(opts, dest, opts.count, body, window=max(1, opts.window),
+                               persistent=True)
+    result: Result = {"enqueue_msgs_per_s": round(opts.count / elapsed)}
+    pid = broker_pid(opts)
+    if pid is not None:
+        await asyncio.sleep(2)
+        result["rss_backlog_mib"] = round(read_rss(pid)[0] / MIB, 1)
+    side = max(1000, opts.count // 20)
+    drained, (side_s, _) = await asyncio.gather(
+        drain(opts, dest, opts.count),
+        produce(opts, other, side, body, window=max(1, opts.window), persistent=True))
+    result["drain_msgs_per_s"] = drained["drain_msgs_per_s"]
+    result["drained"] = drained["drained"]
+    result["sends_during_drain_msgs_per_s"] = round(side / side_s)
+    await drain(opts, other, side)
+    return result
+
+
 SCENARIOS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, Result]]] = {
+    "backlog": scenario_backlog,
     "persist": scenario_persist,
     "nonpersist": scenario_nonpersist,
     "e2e": scenario_e2e,
@@ -505,6 +530,7 @@ SCENARIOS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, Result]]
 
 # Per-scenario defaults for options the user did not give.
 DEFAULTS: dict[str, dict[str, Any]] = {
+    "backlog": {"count": 200_000, "window": 8},
     "persist": {"count": 3000, "window": 1},
     "nonpersist": {"count": 100_000, "window": 0},
     "e2e": {"count": 50_000, "window": 0},
