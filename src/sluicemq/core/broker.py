@@ -48,7 +48,7 @@ log = logging.getLogger("sluicemq.broker")
 
 Waiter = Callable[[BaseException | None], None]
 TX_RECORD_BYTES = 4 << 20  # a COMMIT larger than this is journaled as several parts + final
-DISPATCH_BUDGET = 512  # deliveries per queue per loop turn
+DISPATCH_BUDGET = 64  # deliveries per queue per loop turn
 
 
 class Broker:
