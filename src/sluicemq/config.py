@@ -134,6 +134,7 @@ class JournalSettings:
     preallocate: bool = True  # zero-fill segments ahead so fdatasync has no metadata to flush
     sync: bool = True  # False only for throwaway benchmarks: receipts would lie
     spill_bytes: int = 64 << 10  # persistent bodies this large are read back from the journal
+    snapshot_records: int = 50_000  # index snapshot after this many journal records; 0: never
 
 
 @dataclass(frozen=True, slots=True)

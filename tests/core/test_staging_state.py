@@ -99,6 +99,6 @@ def test_record_layouts_round_trip() -> None:
     assert (got, final) == (meta, True)
     inner = records.tx_op_offsets(txid, got_ops)[0]
     assert records.message_body(records.tx_op_at(payload, inner)) == b"body"
-    pub = Publication("s", "b", 1000, 3, 99, [("p0", [Location(1, 2, 3)]), ("p1", [])])
+    pub = Publication("s", "b", 1000, 3, 99, [("p0", [(Location(1, 2, 3), 4)]), ("p1", [])])
     assert decode_publish(encode_publish(pub)) == pub
     assert decode_discard(encode_discard([("s", "b", "p", 1)])) == [("s", "b", "p", 1)]

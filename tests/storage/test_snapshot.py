@@ -1,19 +1,19 @@
-"""Spec of the index snapshot: an exact, checksummed file that is trusted only while the journal
-is exactly as it was when the snapshot was written, and read at most once."""
+"""Spec of the index snapshot file and of the journal side of using one: an exact, checksummed
+file anchored at one journal record; trusted only while that record is intact where it says;
+start-up then reads only the journal after it."""
 
 from __future__ import annotations
 
-import os
+import shutil
 from array import array
 from pathlib import Path
 
 import pytest
 
-from sluicemq.errors import StorageError
 from sluicemq.storage import snapshot
 from sluicemq.storage.journal import Journal
 from sluicemq.storage.records import DurableSub
-from sluicemq.storage.segment import Location, segment_name
+from sluicemq.storage.segment import HEADER_SIZE, Location, segment_name
 from sluicemq.storage.snapshot import IndexSnapshot, Position, SnapshotError
 
 SEG = 4096
@@ -29,24 +29,36 @@ def sample(position: Position | None = None) -> IndexSnapshot:
         col.append(v)
     sub = DurableSub("d:svc:books", "ledger", "svc", "books", "n > 2")
     return IndexSnapshot(
-        position or Position([(1, SEG, 123)], 1, 420, (1, 400)), {1: 8}, 1234,
+        position or Position((1, 400), 420, 17), 1234,
         [lane, urgent], [(sub, Location(1, 0, 40))],
         [{"key": "q:files", "stream": "s", "mid": 7, "priority": 4, "loc": [1, 300, 9],
           "inner": 0, "size": 3}],
-        [{"id": "s", "next_seq": 2, "open": True, "pin": [1, 300, 9]}])
+        [{"id": "s", "next_seq": 2, "open": True, "pin": [1, 300, 9]}],
+        {"stages": {"parked": [1, 2]}})
 
 
-def closed_journal(directory: Path, payloads: list[bytes]) -> Position:
-    """Append payloads, close, and describe the journal as a clean stop would."""
+def journal_with(directory: Path, payloads: list[bytes]) -> tuple[Journal, list[Location]]:
+    """A started journal holding ``payloads`` (closed by the caller)."""
     journal = Journal(directory, segment_bytes=SEG)
     list(journal.recover())
     journal.start(lambda seq: None, lambda a, b, e: None)
-    for p in payloads:
-        journal.append(1, p)
-    journal.close()
-    shape = journal.position()
-    assert shape is not None
-    return snapshot.describe(directory, *shape)
+    locs = [journal.append(1, p).loc for p in payloads]
+    return journal, [loc for loc in locs if loc is not None]
+
+
+def position_of(journal: Journal) -> Position:
+    mark = journal.mark()
+    assert mark is not None
+    seq, last, end = mark
+    return Position(last, end, seq)
+
+
+def payloads_after(directory: Path, position: Position) -> list[bytes]:
+    journal = Journal(directory, segment_bytes=SEG)
+    try:
+        return [bytes(p) for _, p, _ in journal.recover(position.anchor)]
+    finally:
+        journal.close()
 
 
 # -- the file ---------------------------------------------------------------------------------
@@ -57,6 +69,7 @@ def test_round_trip_keeps_every_field() -> None:
     assert back == snap
     assert back.lanes[0].mid == array("Q", range(100, 105))
     assert back.messages == 7
+    assert back.parts == {"stages": {"parked": [1, 2]}}
 
 
 def test_any_flipped_byte_is_detected() -> None:
@@ -83,105 +96,143 @@ def test_ragged_columns_are_refused_when_writing() -> None:
         snapshot.encode(snap)
 
 
-def test_take_reads_once_and_deletes(tmp_path: Path) -> None:
+def test_load_keeps_the_file_and_remove_deletes_it(tmp_path: Path) -> None:
     snapshot.save(tmp_path, sample())
     assert [p.name for p in tmp_path.iterdir()] == [snapshot.FILE_NAME]  # no temp left over
-    snap, why = snapshot.take(tmp_path)
-    assert why is None and snap == sample()
-    assert not (tmp_path / snapshot.FILE_NAME).exists()
-    assert snapshot.take(tmp_path) == (None, None)
+    assert snapshot.load(tmp_path) == (sample(), None)
+    assert snapshot.load(tmp_path) == (sample(), None), "a snapshot stays valid after use"
+    snapshot.remove(tmp_path)
+    assert snapshot.load(tmp_path) == (None, None)
 
 
-def test_take_deletes_a_corrupt_snapshot_and_says_why(tmp_path: Path) -> None:
+def test_a_newer_save_replaces_the_older_one(tmp_path: Path) -> None:
+    snapshot.save(tmp_path, sample())
+    newer = sample(Position((2, 0), 60, 99))
+    snapshot.save(tmp_path, newer)
+    assert snapshot.load(tmp_path) == (newer, None)
+
+
+def test_a_corrupt_file_says_why(tmp_path: Path) -> None:
     snapshot.save(tmp_path, sample())
     path = tmp_path / snapshot.FILE_NAME
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 1
     path.write_bytes(bytes(data))
-    snap, why = snapshot.take(tmp_path)
-    assert snap is None and why == "checksum mismatch"
-    assert not path.exists()
+    assert snapshot.load(tmp_path) == (None, "checksum mismatch")
 
 
-# -- matching the journal ---------------------------------------------------------------------
+# -- the anchor -------------------------------------------------------------------------------
 
-def test_a_cleanly_closed_journal_matches_its_position(tmp_path: Path) -> None:
-    position = closed_journal(tmp_path, [b"x" * 1000] * 9)
-    assert position.active == 3 and [s[0] for s in position.segments] == [1, 2, 3]
+def test_the_last_record_anchors_the_snapshot(tmp_path: Path) -> None:
+    journal, _ = journal_with(tmp_path, [b"x" * 1000] * 9)
+    position = position_of(journal)
+    journal.close()
+    assert position.last[0] == 3 and position.seq == 9
     assert snapshot.check(tmp_path, position) is None
 
 
-def test_an_empty_journal_matches(tmp_path: Path) -> None:
-    position = closed_journal(tmp_path, [])
-    assert position.end == 0 and position.last == (0, -1)
+def test_an_empty_journal_needs_no_anchor(tmp_path: Path) -> None:
+    journal, _ = journal_with(tmp_path, [])
+    position = position_of(journal)
+    journal.close()
+    assert position.last == (0, -1) and position.anchor is None
     assert snapshot.check(tmp_path, position) is None
 
 
-def test_resume_continues_appending_where_the_log_ends(tmp_path: Path) -> None:
-    position = closed_journal(tmp_path, [b"a" * 100, b"b" * 100])
-    journal = Journal(tmp_path, segment_bytes=SEG)
-    journal.resume([s[0] for s in position.segments], position.active, position.end,
-                   position.last)
-    journal.start(lambda seq: None, lambda a, b, e: None)
-    journal.append(1, b"c" * 100)
+def test_records_appended_later_do_not_make_it_stale(tmp_path: Path) -> None:
+    journal, _ = journal_with(tmp_path, [b"a" * 100])
+    position = position_of(journal)
+    for p in (b"b" * 3000, b"c" * 3000):  # the second one opens a new segment
+        journal.append(1, p)
+    journal.close()
+    assert snapshot.check(tmp_path, position) is None
+    assert payloads_after(tmp_path, position) == [b"b" * 3000, b"c" * 3000]
+
+
+def test_a_missing_or_damaged_anchor_makes_it_unusable(tmp_path: Path) -> None:
+    journal, locs = journal_with(tmp_path, [b"a" * 100, b"b" * 100])
+    position = position_of(journal)
+    journal.close()
+    seg = tmp_path / segment_name(locs[-1].segment)
+    data = bytearray(seg.read_bytes())
+    data[locs[-1].offset + HEADER_SIZE + 5] ^= 1
+    seg.write_bytes(bytes(data))
+    assert "damaged" in (snapshot.check(tmp_path, position) or "")
+    seg.unlink()
+    assert snapshot.check(tmp_path, position) == f"segment {locs[-1].segment} is gone"
+
+
+def test_an_anchor_that_names_another_record_is_refused(tmp_path: Path) -> None:
+    journal, locs = journal_with(tmp_path, [b"a" * 100, b"b" * 100])
+    journal.close()
+    first = locs[0]
+    assert "no record" in (snapshot.check(tmp_path, Position((1, first.offset + 1), 0)) or "")
+    assert "ends elsewhere" in (snapshot.check(tmp_path, Position((1, first.offset), 999)) or "")
+
+
+# -- the journal after the anchor -------------------------------------------------------------
+
+def test_only_the_tail_is_read_and_appending_continues_after_it(tmp_path: Path) -> None:
+    journal, _ = journal_with(tmp_path, [b"%d" % i * 500 for i in range(10)])
+    position = position_of(journal)
+    journal.append(1, b"tail" * 10)
     journal.close()
     again = Journal(tmp_path, segment_bytes=SEG)
-    assert [bytes(p)[:1] for _, p, _ in again.recover()] == [b"a", b"b", b"c"]
+    assert [bytes(p) for _, p, _ in again.recover(position.anchor)] == [b"tail" * 10]
+    assert again.report is not None and again.report.records == 1
+    again.start(lambda seq: None, lambda a, b, e: None)
+    again.append(1, b"more")
     again.close()
+    everything = Journal(tmp_path, segment_bytes=SEG)
+    payloads = [bytes(p) for _, p, _ in everything.recover()]
+    everything.close()
+    assert payloads[-2:] == [b"tail" * 10, b"more"] and len(payloads) == 12
 
 
-def test_records_appended_after_the_snapshot_make_it_stale(tmp_path: Path) -> None:
-    position = closed_journal(tmp_path, [b"a" * 100])
-    journal = Journal(tmp_path, segment_bytes=SEG)
-    list(journal.recover())
-    journal.start(lambda seq: None, lambda a, b, e: None)
-    journal.append(1, b"b" * 100)
+def test_a_torn_tail_after_the_anchor_is_cut(tmp_path: Path) -> None:
+    journal, _ = journal_with(tmp_path, [b"a" * 100])
+    position = position_of(journal)
+    loc = journal.append(1, b"b" * 100).loc
     journal.close()
-    assert snapshot.check(tmp_path, position) is not None
-
-
-def test_data_past_the_recorded_end_makes_it_stale(tmp_path: Path) -> None:
-    position = closed_journal(tmp_path, [b"a" * 100])
-    seg = tmp_path / segment_name(position.active)
-    st = seg.stat()
-    with seg.open("r+b") as fh:  # same size and mtime: only the end check can notice
-        fh.seek(position.end)
-        fh.write(b"\xffS")
-    os.utime(seg, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert snapshot.check(tmp_path, position) == "data follows the recorded end"
-
-
-def test_missing_extra_or_changed_segments_make_it_stale(tmp_path: Path) -> None:
-    position = closed_journal(tmp_path, [b"x" * 1000] * 9)
-    (tmp_path / segment_name(7)).write_bytes(bytes(SEG))
-    assert "newer segments" in (snapshot.check(tmp_path, position) or "")
-    (tmp_path / segment_name(7)).unlink()
-    os.utime(tmp_path / segment_name(2), ns=(1, 1))
-    assert snapshot.check(tmp_path, position) == "segment 2 changed since the snapshot"
-    (tmp_path / segment_name(1)).unlink()
-    assert "differ" in (snapshot.check(tmp_path, position) or "")
-
-
-def test_a_zeroed_spare_segment_is_expected(tmp_path: Path) -> None:
-    position = closed_journal(tmp_path, [b"x" * 100])
-    spare = tmp_path / segment_name(position.active + 1)
-    spare.write_bytes(bytes(SEG))
-    assert snapshot.check(tmp_path, position) is None
-    spare.write_bytes(b"\xffS" + bytes(SEG - 2))
-    assert snapshot.check(tmp_path, position) == "the next segment has data"
-
-
-def test_on_closed_runs_while_the_journal_is_still_locked(tmp_path: Path) -> None:
+    assert loc is not None
+    seg = tmp_path / segment_name(loc.segment)
+    with seg.open("r+b") as fh:
+        fh.truncate(loc.offset + 50)
     journal = Journal(tmp_path, segment_bytes=SEG)
-    list(journal.recover())
-    journal.start(lambda seq: None, lambda a, b, e: None)
-    seen: list[bool] = []
+    assert list(journal.recover(position.anchor)) == []
+    assert journal.report is not None and journal.report.dropped
+    journal.close()
+    assert payloads_after(tmp_path, Position((0, -1), 0)) == [b"a" * 100]
 
-    def on_closed() -> None:
-        with pytest.raises(StorageError, match="in use"):
-            Journal(tmp_path)
-        seen.append(journal.position() is not None)
 
-    journal.close(on_closed)
-    assert seen == [True]
-    Journal(tmp_path).close()  # and unlocked afterwards
+def test_a_journal_can_be_scanned_again_after_a_tail_read(tmp_path: Path) -> None:
+    """Start-up falls back to a full scan when a snapshot turns out unusable."""
+    journal, _ = journal_with(tmp_path, [b"a", b"b", b"c"])
+    position = position_of(journal)
+    journal.append(1, b"d")
+    journal.close()
+    journal = Journal(tmp_path, segment_bytes=SEG)
+    assert [bytes(p) for _, p, _ in journal.recover(position.anchor)] == [b"d"]
+    assert [bytes(p) for _, p, _ in journal.recover()] == [b"a", b"b", b"c", b"d"]
+    journal.close()
+
+
+def test_segments_before_the_anchor_are_not_read(tmp_path: Path) -> None:
+    journal, _ = journal_with(tmp_path, [b"x" * 3000] * 4)
+    position = position_of(journal)
+    journal.close()
+    copy = tmp_path.parent / "copy"
+    shutil.copytree(tmp_path, copy)
+    (copy / segment_name(1)).write_bytes(b"garbage" * 100)  # a full scan would report it
+    journal = Journal(copy, segment_bytes=SEG)
+    assert list(journal.recover(position.anchor)) == []
+    assert journal.report is not None and not journal.report.dropped
+    assert journal.live_segments() == [1, 2, 3, 4]
+    journal.close()
+
+
+def test_mark_follows_appends_of_a_running_journal(tmp_path: Path) -> None:
+    journal, locs = journal_with(tmp_path, [b"a" * 10, b"b" * 20])
+    mark = journal.mark()
+    assert mark == (2, (locs[1].segment, locs[1].offset), locs[1].offset + HEADER_SIZE + 20)
+    journal.close()

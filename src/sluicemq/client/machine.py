@@ -250,17 +250,23 @@ class ClientMachine:
             raise ClientError("NACK does not exist in STOMP 1.0")
         return self._acknowledge("NACK", ack_id, subscription, transaction, receipt)
 
-    def begin(self, transaction: str | None = None, *, receipt: bool = True) -> Outgoing:
+    def begin(self, transaction: str | None = None, *, receipt: bool = True,
+              headers: Mapping[str, str] | None = None) -> Outgoing:
         """A BEGIN; `ident` is the transaction id (generated unless given)."""
         tx = transaction if transaction is not None else f"tx-{next(self._ids)}"
-        result = self._outgoing(Frame("BEGIN", {"transaction": tx}), receipt)
+        result = self._outgoing(Frame("BEGIN", {**(headers or {}), "transaction": tx}), receipt)
         return Outgoing(result.data, result.receipt, tx)
 
-    def commit(self, transaction: str, *, receipt: bool = True) -> Outgoing:
-        return self._outgoing(Frame("COMMIT", {"transaction": transaction}), receipt)
+    def commit(self, transaction: str, *, receipt: bool = True,
+               headers: Mapping[str, str] | None = None) -> Outgoing:
+        """A COMMIT; extra `headers` carry extensions (a stage publication)."""
+        return self._outgoing(Frame("COMMIT", {**(headers or {}), "transaction": transaction}),
+                              receipt)
 
-    def abort(self, transaction: str, *, receipt: bool = True) -> Outgoing:
-        return self._outgoing(Frame("ABORT", {"transaction": transaction}), receipt)
+    def abort(self, transaction: str, *, receipt: bool = True,
+              headers: Mapping[str, str] | None = None) -> Outgoing:
+        return self._outgoing(Frame("ABORT", {**(headers or {}), "transaction": transaction}),
+                              receipt)
 
     def disconnect(self) -> Outgoing:
         """A DISCONNECT with a receipt: once it arrives, everything sent before was processed."""
@@ -369,6 +375,8 @@ class ClientMachine:
             return None  # in flight when we unsubscribed; the broker redelivers if unacked
         message_id = headers.get("message-id", "")
         ack_id = headers.get("ack", message_id) if self.version == "1.2" else message_id
+        if headers.get("browser") == "end":  # a browse or range read is over on the broker
+            del self.subscriptions[sub.id]
         return MessageReceived(frame, sub.id, ack_id, sub.ack_mode)
 
     def _error(self, frame: Frame) -> ErrorReceived:

@@ -35,6 +35,9 @@ from sluicemq.client.machine import (
     ReceiptReceived,
 )
 from sluicemq.client.message import Message, TransactionRef, _Received, transaction_id
+from sluicemq.client.producer import ProducerNumbers
+from sluicemq.client.ranges import RangeHead, RangeRead, open_range, range_headers
+from sluicemq.client.staging import StagedPart, abort_stage, publish_stage
 from sluicemq.client.streams import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_WINDOW,
@@ -162,10 +165,15 @@ class Client:
         timeout: float = 30.0,
         host: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        producer_id: str | None = None,
+        producer_seq: int | None = None,
     ) -> None:
         scheme, address, port = parse_url(url)
         self.url = url
         self.timeout = timeout
+        # With a producer id every SEND is numbered for the broker's duplicate detection
+        # (client/producer.py); producer_seq is the first number (default: clock in µs).
+        self.producer = ProducerNumbers(producer_id, producer_seq) if producer_id else None
         self._machine = ClientMachine(host=host or address, login=login, passcode=passcode,
                                       client_id=client_id, heartbeat=heartbeat, version=version)
         self._state = threading.Lock()
@@ -210,19 +218,40 @@ class Client:
 
     def send(self, destination: str, body: bytes | str = b"",
              headers: dict[str, str] | None = None, *, persistent: bool = True,
-             receipt: bool = True, transaction: TransactionRef | None = None) -> None:
-        """Send; with `receipt` (the default) returns only once the broker has stored it."""
-        self.send_async(destination, body, headers, persistent=persistent, receipt=receipt,
-                        transaction=transaction).result()
+             receipt: bool = True, transaction: TransactionRef | None = None,
+             producer_seq: int | None = None) -> Receipt:
+        """Send; with `receipt` (the default) returns only once the broker has stored it.
+
+        The returned Receipt tells `producer_seq` (numbered clients) and `duplicate` (the
+        broker had stored that number already and dropped this copy)."""
+        handle = self.send_async(destination, body, headers, persistent=persistent,
+                                 receipt=receipt, transaction=transaction,
+                                 producer_seq=producer_seq)
+        handle.result()
+        return handle
 
     def send_async(self, destination: str, body: bytes | str = b"",
                    headers: dict[str, str] | None = None, *, persistent: bool = True,
                    receipt: bool = True, transaction: TransactionRef | None = None,
-                   ) -> Receipt:
-        """Write the SEND now and return a future of its receipt, to pipeline many sends."""
+                   producer_seq: int | None = None) -> Receipt:
+        """Write the SEND now and return a future of its receipt, to pipeline many sends.
+
+        `producer_seq` resends under an earlier number (needs `producer_id` on the client)."""
         tx = transaction_id(transaction)
-        _, receipt_handle = self._submit(lambda m: m.send(
-            destination, body, headers, persistent=persistent, receipt=receipt, transaction=tx))
+        numbers = self.producer
+        if numbers is None and producer_seq is not None:
+            raise ValueError("producer_seq needs a client made with producer_id")
+        seq: list[int] = []
+
+        def build(m: ClientMachine) -> Outgoing:
+            extra = dict(headers or {})
+            if numbers is not None:  # numbered under the state lock: wire order = number order
+                seq.append(numbers.stamp(extra, producer_seq))
+            return m.send(destination, body, extra, persistent=persistent, receipt=receipt,
+                          transaction=tx)
+
+        _, receipt_handle = self._submit(build)
+        receipt_handle.producer_seq = seq[0] if seq else None
         return receipt_handle
 
     def subscribe(self, destination: str, *, ack: str = "auto", prefetch: int | None = None,
@@ -252,6 +281,54 @@ class Client:
 
     def transaction(self) -> Transaction:
         return Transaction(self)
+
+    def stage(self, sink: str, batch: str | int, part: str | int) -> StagedPart:
+        """Park a part of a batch (docs/replay-protocol.md, section 3): `with` it and `send`;
+        a clean exit commits it, durable and invisible, until `publish_stage`."""
+        return StagedPart(self, sink, batch, part)
+
+    def publish_stage(self, sink: str, batch: str | int,
+                      parts: list[str] | tuple[str, ...]) -> tuple[str, int]:
+        """Make exactly these parts of the batch visible, atomically and once; returns
+        ("published" | "duplicate", messages). A part the broker lacks raises ClientError
+        and nothing is published."""
+        return publish_stage(self, sink, batch, parts)
+
+    def abort_stage(self, sink: str, batch: str | int) -> int:
+        """Discard the batch's parked parts; returns how many there were."""
+        return abort_stage(self, sink, batch)
+
+    # Range reads, head queries and ledgers: docs/replay-protocol.md, sections 1, 2 and 5.
+    def head(self, destination: str, start: int | None = None,
+             max_messages: int | None = None, splits: int = 0, ledger: str | None = None,
+             subscription: str | None = None, streams: bool = False, *,
+             end: int | None = None) -> RangeHead:
+        """Where ``destination`` stands: lowest retained seq, head, and the count (and
+        ``splits`` cut points) of ``[start, end or head)``; reads no message."""
+        headers = range_headers(start=start, end=end, max_messages=max_messages,
+                                head_only=True, splits=splits, ledger=ledger, streams=streams)
+        with open_range(self, destination, headers, subscription) as reader:
+            return reader.result()
+
+    def read_range(self, destination: str, start: int | None = None, end: int | None = None,
+                   ledger: str | None = None, subscription: str | None = None,
+                   max_messages: int | None = None, streams: bool = False) -> RangeRead:
+        """Iterate the retained messages with seq in ``[start, end)`` in seq order, without
+        consuming them; ``.head`` holds the end frame's facts after the last one. An ERROR
+        (such as a range a ledger already committed) raises ClientError here."""
+        headers = range_headers(start=start, end=end, max_messages=max_messages,
+                                ledger=ledger, streams=streams)
+        return open_range(self, destination, headers, subscription)
+
+    def commit_upto(self, destination: str, upto: int, ledger: str,
+                    subscription: str | None = None, start: int | None = None,
+                    streams: bool = False) -> RangeHead:
+        """Remove every retained message below ``upto`` (only ``[start, upto)`` with
+        ``start``, and then the ledger stays) as if consumed, and move the ledger to
+        ``upto``; returns once both are durable."""
+        headers = range_headers(start=start, ledger=ledger, commit_upto=upto, streams=streams)
+        with open_range(self, destination, headers, subscription) as reader:
+            return reader.result()
 
     def stream_writer(self, destination: str, name: str = "", *,
                       chunk_size: int = DEFAULT_CHUNK_SIZE, window: int = DEFAULT_WINDOW,
@@ -357,16 +434,8 @@ class Client:
         poller.register(self._sock, select.POLLIN)
         try:
             while True:
-                with self._state:
-                    check = self._machine.heartbeat()
-                if check.dead:
-                    raise ClientError("broker stopped sending heart-beats; connection is dead")
-                if check.data and self._write.acquire(blocking=False):
-                    try:
-                        self._sock.sendall(check.data)
-                    finally:
-                        self._write.release()
-                timeout_ms = None if check.wait is None else max(1, int(check.wait * 1000) + 1)
+                wait = self._beat()
+                timeout_ms = None if wait is None else max(1, int(wait * 1000) + 1)
                 buffered = isinstance(self._sock, ssl.SSLSocket) and self._sock.pending()
                 if not buffered and not poller.poll(timeout_ms):  # TLS may hold decrypted bytes
                     continue
@@ -381,6 +450,21 @@ class Client:
         except (OSError, SluiceError) as exc:
             error = exc if isinstance(exc, ClientError) else ClientError(str(exc))
             self._fail(error)
+
+    def _beat(self, *, check_dead: bool = True) -> float | None:
+        """Send a heart-beat if one is due (skipped while another thread writes, which proves
+        liveness anyway); returns seconds until the next check. ``check_dead=False`` while the
+        reader thread waits for a slow range reader and so cannot judge the broker's silence."""
+        with self._state:
+            check = self._machine.heartbeat()
+        if check.dead and check_dead:
+            raise ClientError("broker stopped sending heart-beats; connection is dead")
+        if check.data and self._write.acquire(blocking=False):
+            try:
+                self._sock.sendall(check.data)
+            finally:
+                self._write.release()
+        return check.wait
 
     def _route(self, event: Event) -> Callable[[], None]:
         """Decide under the state lock what an event means; the returned action runs outside
@@ -451,6 +535,12 @@ class Receipt:
     def __init__(self, future: Future[dict[str, str]], timeout: float) -> None:
         self._future = future
         self._timeout = timeout
+        self.producer_seq: int | None = None  # the number a numbered SEND went out with
+
+    @property
+    def duplicate(self) -> bool:
+        """The broker had this producer number stored already and dropped this copy."""
+        return self.result().get("sluice-duplicate") == "true"
 
     def done(self) -> bool:
         return self._future.done()

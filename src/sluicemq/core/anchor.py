@@ -3,7 +3,7 @@
 Why: the broker learns some facts from records it writes anyway (a published batch from its
 STAGE_PUBLISH record, a producer's sequence number from its message record), and those records
 are deleted with their segment once nothing else needs them. Rather than pinning every such
-record, the table keeps one MEMO record of its whole content pinned: the *anchor*. Segments are
+record, the table keeps one memo record of its whole content pinned: the *anchor*. Segments are
 deleted oldest first, so while the anchor exists every later record exists too; whatever came
 before it is in the anchor's content. Replay therefore sees the newest anchor and every fact
 learnt after it.
@@ -21,15 +21,17 @@ from collections.abc import Callable
 from typing import Any
 
 from sluicemq.storage.segment import Location
-from sluicemq.storage.staging_records import MEMO, encode_memo
+from sluicemq.storage.staging_records import encode_memo
 from sluicemq.storage.store import RecoveredTicket, Store, TicketLike
 
 
 class Anchor:
-    """The pinned MEMO record of one table; ``dump`` gives the table's content as JSON data."""
+    """The pinned memo record (type ``rtype``) of one table; ``dump`` gives the table's content
+    as JSON data."""
 
-    def __init__(self, store: Store, table: str, dump: Callable[[], Any]) -> None:
+    def __init__(self, store: Store, rtype: int, table: str, dump: Callable[[], Any]) -> None:
         self.store = store
+        self.rtype = rtype
         self.table = table
         self.dump = dump
         self.ticket: TicketLike | None = None
@@ -46,7 +48,7 @@ class Anchor:
 
     def write(self) -> None:
         """Append the table as a new anchor; the old one is released once the new one is durable."""
-        ticket = self.store.append_record(MEMO, encode_memo(self.table, self.dump()))
+        ticket = self.store.append_record(self.rtype, encode_memo(self.table, self.dump()))
         self.store.hold(ticket)
         old, self.ticket = self.ticket, ticket
         if old is not None:

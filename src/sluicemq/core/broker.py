@@ -17,6 +17,7 @@ from typing import Any
 from sluicemq.config import BrokerConfig, Policy
 from sluicemq.core.consumer import Consumer
 from sluicemq.core.cursor import Pager
+from sluicemq.core.dedup import Producers
 from sluicemq.core.dispatch import dispatch
 from sluicemq.core.flow import FlowControl, MemoryAccount, resolve_limits
 from sluicemq.core.message import Message
@@ -25,6 +26,7 @@ from sluicemq.core.pending import PendingList
 from sluicemq.core.queue import Queue
 from sluicemq.core.recovery import replay
 from sluicemq.core.selectors import Selector, compile_selector
+from sluicemq.core.stager import Stager
 from sluicemq.core.streams import (
     ABANDONED,
     COMPLETE,
@@ -83,6 +85,8 @@ class Broker:
         self.flow = FlowControl(self.limits, self.memory, store.disk_estimate,
                                 lambda: self.temp.bytes_used)
         self.compactor = Compactor(store, self._compaction_holders, self._compaction_relocate)
+        self.stager = Stager(self)  # staged publishing (docs/replay-protocol.md, section 3)
+        self.producers = Producers(store, config.limits.dedup_window)  # section 4
         store.on_durable = self._on_durable
         store.on_failed = self._on_failed
 
@@ -134,6 +138,12 @@ class Broker:
         mid = self.next_mid
         self.next_mid += 1
         return mid
+
+    def allocate_mids(self, count: int) -> int:
+        """A block of ``count`` consecutive ids (a staged publication); returns the first."""
+        first = self.next_mid
+        self.next_mid += count
+        return first
 
     # -- publishing --------------------------------------------------------------------------
     def publish(self, kind: str, name: str, msg: Message) -> None:
@@ -330,6 +340,8 @@ class Broker:
         now = self._clock()
         self._check_consumer_waits(now)
         self.compactor.tick()
+        self.stager.tick(int(now * 1000))
+        self.producers.tick(int(now * 1000))
         self.flow.poll()
         for st in list(self.streams.values()):
             if st.final_stored or st.state in (ABANDONED, DISCARDED):
@@ -654,6 +666,8 @@ class Broker:
 
     def _on_failed(self, first: int, last: int, exc: BaseException) -> None:
         """Records [first, last] never reached the disk: their receipts become ERRORs."""
+        self.stager.failed(first, last)
+        self.producers.failed(first, last)
         keep = []
         for entry in self._waiters:
             if first <= entry[0] <= last:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from sluicemq.core.anchor import Anchor
 from sluicemq.errors import ProtocolError
 from sluicemq.storage.records import PRODUCER_HEADER
+from sluicemq.storage.staging_records import MEMO_PRODUCERS
 
 if TYPE_CHECKING:
     from sluicemq.storage.store import Store
@@ -126,7 +127,8 @@ class Producers:
 
     def __init__(self, store: Store, window_s: float) -> None:
         self.table = ProducerTable(window_s)
-        self.anchor = Anchor(store, TABLE, self.table.dump)
+        self.anchor = Anchor(store, MEMO_PRODUCERS, TABLE,
+                             lambda: self.table.dump())  # the table is replaced at start-up
 
     def is_duplicate(self, pid: str, seq: int, now_ms: int) -> bool:
         return self.table.is_duplicate(pid, seq, now_ms)
@@ -134,8 +136,7 @@ class Producers:
     def accepted(self, pid: str, seq: int, ts_ms: int, ticket: Any) -> None:
         """Remember a stored message; ``ticket`` is its journal ticket (None: not journaled)."""
         self.table.accept(pid, seq, ts_ms, ticket.seq if ticket is not None else 0)
-        if ticket is not None:
-            self.anchor.ensure()
+        self.anchor.ensure()
 
     def tick(self, now_ms: int) -> None:
         forgotten = self.table.expire(now_ms)
@@ -145,3 +146,4 @@ class Producers:
 
     def failed(self, first: int, last: int) -> None:
         self.table.failed(first, last)
+

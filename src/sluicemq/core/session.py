@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Protocol
 
 from sluicemq import __version__
+from sluicemq.core import dedup, stage_frames
 from sluicemq.core.broker import Broker
 from sluicemq.core.consumer import ACK_MODES, AUTO, CLIENT, Consumer
 from sluicemq.core.message import (
@@ -35,6 +36,7 @@ from sluicemq.core.queue import Queue
 from sluicemq.core.security import READ, WRITE, User, for_broker
 from sluicemq.core.selectors import SelectorError, compile_selector
 from sluicemq.core.spool import TxSpool
+from sluicemq.core.staging import STAGE_ABORT, STAGE_COMMIT
 from sluicemq.core.streams import (
     DUPLICATE,
     MAX_STREAMS,
@@ -334,7 +336,15 @@ class Session:
         if QUERY in h:
             self._stream_query(frame, kind, name)
             return
-        if STREAM_ID in h and h.get("transaction") is None:
+        txid = h.get("transaction")
+        producer = None
+        if dedup.PRODUCER_ID in h or dedup.PRODUCER_SEQ in h:
+            producer = dedup.producer_of(h)
+            if txid is None and self.broker.producers.is_duplicate(*producer,
+                                                                   self.broker.now_ms()):
+                self.receipt(frame, {dedup.DUPLICATE: "true"})
+                return
+        if STREAM_ID in h and txid is None:
             try:
                 chunk = parse_chunk(h, len(frame.body))
                 if not self.broker.accept_chunk(kind, name, chunk, len(frame.body), self.peer):
@@ -344,9 +354,9 @@ class Session:
                 extra = {NEXT_SEQ: str(exc.next_seq)} if exc.next_seq is not None else None
                 self.error(str(exc), frame, fatal=False, extra=extra)
                 return
-        txid = h.get("transaction")
         if txid is not None:
             spool = self._tx(txid)
+            stage_frames.check_op(spool, frame)
             headers = {k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}
             headers["destination"] = h["destination"]
             spool.add(OP_SEND, records.encode_message(
@@ -354,8 +364,20 @@ class Session:
                 parse_priority(h.get("priority")), headers, bytes(frame.body)))
             self.receipt(frame)
             return
-        self.broker.publish(kind, name, self._message(kind, name, h, frame.body))
+        msg = self._message(kind, name, h, frame.body)
+        self.broker.publish(kind, name, msg)
+        if producer is not None:
+            self.broker.producers.accepted(*producer, msg.timestamp, msg.ticket)
         self.receipt(frame)
+
+    def when_durable_retry(self, frame: Frame) -> None:
+        """Handle ``frame`` again once everything stored so far is durable; the frames after
+        it wait behind it, in order, as behind a SEND that waits for room."""
+        self._waiting = deque([frame])
+        pause = getattr(self.out, "pause_reading", None)
+        if pause is not None:
+            pause()
+        self.broker.when_durable(lambda exc: self._room_again())
 
     def _no_room(self, frame: Frame, kind: str, name: str) -> bool:
         """Producer flow control: True when this SEND was refused or must wait for room.
@@ -590,6 +612,7 @@ class Session:
         txid = h.get("transaction")
         if txid is not None:
             spool = self._tx(txid)
+            stage_frames.check_op(spool, frame)
             spool.add(OP_ACK, json.dumps({"h": {k: h[k] for k in ("id", "message-id",
                                                                    "subscription") if k in h},
                                           "nack": nack}).encode())
@@ -632,26 +655,40 @@ class Session:
                                 fatal=False)
         directory = Path(self.broker.config.data_dir) / "tmp"
         directory.mkdir(parents=True, exist_ok=True)
-        self.transactions[txid] = TxSpool(directory, txid)
+        self.transactions[txid] = stage_frames.open_spool(directory, txid, frame.headers)
         self.receipt(frame)
 
     def _abort(self, frame: Frame) -> None:
+        if STAGE_ABORT in frame.headers:
+            stage_frames.abort(self, frame)
+            return
         txid = self._tx_id(frame)
         self._tx(txid).close()
         del self.transactions[txid]
         self.receipt(frame)
 
     def _commit(self, frame: Frame) -> None:
+        if STAGE_COMMIT in frame.headers:
+            stage_frames.publish(self, frame)
+            return
         txid = self._tx_id(frame)
         spool = self._tx(txid)
         del self.transactions[txid]
         try:
-            self._apply(txid, spool)
+            extra = self._apply(txid, spool)
         finally:
             spool.close()
-        self.receipt(frame)
+        self.receipt(frame, extra)
 
-    def _apply(self, txid: str, spool: TxSpool) -> None:
+    def _apply(self, txid: str, spool: TxSpool) -> dict[str, str] | None:
+        """Commit the spool; returns headers for the RECEIPT, if any."""
+        if isinstance(spool, stage_frames.StageSpool):
+            return stage_frames.commit_part(self, spool)
+        producers = self.broker.producers
+        now = self.broker.now_ms()
+        numbered: list[tuple[str, int, Message]] = []
+        highest: dict[str, int] = {}  # producer id -> highest number earlier in this transaction
+        dropped = 0
         messages: list[tuple[str, str, Message]] = []
         acks: dict[int, tuple[Queue, list[Message]]] = {}
         nacks: dict[int, tuple[Queue, list[Message]]] = {}
@@ -662,12 +699,21 @@ class Session:
                     sm = records.decode_message(payload)
                     kind, _, name = sm.key.partition(":")
                     headers = dict(sm.headers)
+                    producer = dedup.producer_of(headers) if dedup.PRODUCER_ID in headers else None
+                    if producer is not None:
+                        pid, seq = producer
+                        if seq <= highest.get(pid, -1) or producers.is_duplicate(pid, seq, now):
+                            dropped += 1
+                            continue
+                        highest[pid] = seq
                     msg = Message(self.broker.allocate_mid(), headers.pop("destination"),
                                   headers, sm.body,
                                   persistent=headers.get("persistent") == "true",
                                   priority=sm.priority, expires=sm.expires,
                                   timestamp=sm.timestamp)
                     messages.append((kind, name, msg))
+                    if producer is not None:
+                        numbered.append((*producer, msg))
                 else:
                     entry = json.loads(payload)
                     consumer, msgs = self._resolve_ack(entry["h"], entry["nack"])
@@ -680,6 +726,9 @@ class Session:
             raise
         self.broker.commit(f"{self.id}:{txid}", messages, list(acks.values()),
                            list(nacks.values()))
+        for pid, seq, msg in numbered:
+            producers.accepted(pid, seq, msg.timestamp, msg.ticket)
+        return {dedup.DUPLICATES: str(dropped)} if dropped else None
 
 
 def _representable(key: str, value: str, version: str) -> bool:

@@ -29,6 +29,7 @@ from sluicemq.core.staging import DUPLICATE, PUBLISHED, STAGED, ParkedPart, Stag
 from sluicemq.errors import ProtocolError
 from sluicemq.storage import records
 from sluicemq.storage.staging_records import (
+    MEMO_PUBLISHED,
     STAGE,
     STAGE_DISCARD,
     STAGE_PUBLISH,
@@ -60,7 +61,8 @@ class Stager:
         self.timeout_ms = int(limits.stage_timeout * 1000)
         self.memory_ms = int(limits.stage_memory * 1000)
         self.book = StageBook(limits.stage_memory_batches)
-        self.anchor = Anchor(broker.store, MEMORY_TABLE, self.book.dump_memory)
+        self.anchor = Anchor(broker.store, MEMO_PUBLISHED, MEMORY_TABLE,
+                             lambda: self.book.dump_memory())  # the book is replaced at start-up
         self._attempts = itertools.count(int(time.time() * 1_000_000))
         self.published_batches = 0
         self.published_messages = 0
@@ -132,7 +134,7 @@ class Stager:
         base = self.broker.allocate_mids(count)
         now = self.broker.now_ms()
         pub = Publication(sink, batch, base, count, now,
-                          [(p.part, [r.ticket.loc for r in p.records])  # type: ignore[misc]
+                          [(p.part, [(r.ticket.loc, len(r)) for r in p.records])  # type: ignore[misc]
                            for p in chosen])
         ticket = self.store.append_record(STAGE_PUBLISH, encode_publish(pub))
         every = self.book.take_batch(sink, batch)

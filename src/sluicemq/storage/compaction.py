@@ -91,7 +91,7 @@ class Compactor:
                 ticket = self.store.append_sub(records.decode_sub(payload))
             else:
                 sm = records.decode_message(payload)
-                ticket = self.store.append_message(h.key, sm.mid, sm.timestamp, sm.expires,
+                ticket = self.store.append_message(h.key, h.mid, sm.timestamp, sm.expires,
                                                    sm.priority, sm.headers, sm.body)
             self.store.hold(ticket)
             self._plan.append((h, ticket))

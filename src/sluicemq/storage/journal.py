@@ -48,7 +48,6 @@ from sluicemq.storage.recovery import Recovery, RecoveryReport
 from sluicemq.storage.segment import (
     HEADER_SIZE,
     MAX_PAYLOAD,
-    TMP_SUFFIX,
     Location,
     create_segment,
     encode_header,
@@ -108,7 +107,7 @@ class _Entry:
 
 
 class Journal:
-    """See the module docstring; lifecycle: recover() (exhausted) or resume(), start(), close()."""
+    """See the module docstring; lifecycle: recover() (exhausted), start(), close()."""
 
     def __init__(
         self,
@@ -156,13 +155,25 @@ class Journal:
 
     # ---------------------------------------------------------------- lifecycle
 
-    def recover(self) -> Iterator[tuple[int, memoryview | bytes, Location]]:
-        """(rtype, payload, loc) for every intact record in log order; then `self.report`."""
-        if self._state != "new":
-            raise StorageError("recover() runs exactly once, before start()")
+    def recover(self, after: tuple[int, int, int] | None = None
+                ) -> Iterator[tuple[int, memoryview | bytes, Location]]:
+        """(rtype, payload, loc) for every intact record in log order; then `self.report`.
+
+        ``after`` = (segment, offset, end) of an intact record an index snapshot accounts for:
+        only the records after it are read. Runs before start(), and may run again (a full
+        scan after a snapshot turned out unusable).
+        """
+        for rtype, payload, segment, offset in self.recover_raw(after):
+            yield rtype, payload, Location(segment, offset, len(payload))
+
+    def recover_raw(self, after: tuple[int, int, int] | None = None
+                    ) -> Iterator[tuple[int, bytes, int, int]]:
+        """``recover`` as (rtype, payload, segment, offset): no object per record."""
+        if self._state not in ("new", "recovered"):
+            raise StorageError("recover() runs before start()")
         self._state = "recovering"
-        recovery = Recovery(self.directory)
-        yield from recovery.records()
+        recovery = Recovery(self.directory, after)
+        yield from recovery.raw_records()
         self.report = recovery.report
         self._seg, self._off = recovery.active, recovery.end
         self._segs = dict.fromkeys(recovery.segments, 0)
@@ -171,27 +182,15 @@ class Journal:
         self._tail = recovery.last
         self._state = "recovered"
 
-    def resume(self, segments: list[int], active: int, end: int, last: tuple[int, int]) -> None:
-        """Instead of recover(): take a verified index snapshot's word for the log's shape
-        (live segments oldest first, the append position, the last record), without a scan."""
-        if self._state != "new":
-            raise StorageError("resume() replaces recover(), before start()")
-        for leftover in self.directory.glob("*" + TMP_SUFFIX):
-            leftover.unlink(missing_ok=True)
-        self._seg, self._off = active, end
-        self._segs = dict.fromkeys(segments, 0)
-        self._segs.setdefault(active, 0)
-        self._horizon = self._tail = last
-        self.report = RecoveryReport(segments=len(segments))
-        self._state = "recovered"
-
-    def position(self) -> tuple[list[int], int, int, tuple[int, int]] | None:
-        """(live segments, active segment, end offset, last record) of a closed journal, or
-        None when this run rewound a failed batch (its tail is then not worth vouching for)."""
-        if self._state != "closed" or self.stats.failures:
-            return None
+    def mark(self) -> tuple[int, tuple[int, int], int] | None:
+        """(seq, (segment, offset) of the last record appended or recovered, where the record
+        after it goes in that segment): the log position an index snapshot is taken at. Seqs
+        number this run's appends only. None right after a failed batch was rewound, until
+        the next append: the last record is not known then."""
         with self._lock:
-            return list(self._segs), self._seg, self._off, self._tail
+            if self._tail >= (self._seg, self._off):
+                return None
+            return self._seq, self._tail, self._off
 
     def start(
         self,
@@ -413,6 +412,16 @@ class Journal:
         """(segment, live records) oldest first, the active segment last (compaction)."""
         with self._lock:
             return list(self._segs.items())
+
+    def live_segments(self) -> list[int]:
+        """Segment numbers not yet reclaimed, oldest first (the active one included)."""
+        with self._lock:
+            return list(self._segs)
+
+    @property
+    def last_record(self) -> tuple[int, int]:
+        """(segment, offset) of the last record appended or recovered; (0, -1): none."""
+        return self._tail
 
     def segment_count(self) -> int:
         """Segments not yet reclaimed (the active one included)."""

@@ -8,6 +8,11 @@ deleted, because new appends land there and must never be followed by stale byte
 future scan could mistake for newer records. The one exception is an all-zero segment right
 after the active one: that is the preallocated next segment, and zero-filling it again would
 cost a segment's worth of writes at every start.
+
+With ``after`` (the last record an index snapshot accounts for) only the log after that record
+is scanned and settled: segments before it are left alone, since everything up to that record
+was durable before the snapshot was written, and segments are deleted oldest first, so while the
+anchoring record exists every later segment does too.
 """
 
 from __future__ import annotations
@@ -45,10 +50,15 @@ class RecoveryReport:
 
 class Recovery:
     """One pass over a directory; after `records()` is exhausted, `segments`/`active`/`end`
-    say which segment files remain and where appending continues."""
+    say which segment files remain and where appending continues.
 
-    def __init__(self, directory: Path) -> None:
+    ``after``: (segment, offset, end) of a record known intact and durable; only what follows
+    it is scanned (an index snapshot's anchor, checked by the caller).
+    """
+
+    def __init__(self, directory: Path, after: tuple[int, int, int] | None = None) -> None:
         self.directory = directory
+        self.after = after
         self.report = RecoveryReport()
         self.segments: list[int] = []
         self.active = 1
@@ -59,35 +69,49 @@ class Recovery:
 
     def records(self) -> Iterator[tuple[int, bytes, Location]]:
         """(rtype, payload, loc) of every intact record in log order; repairs at the end."""
+        for rtype, payload, segment, offset in self.raw_records():
+            yield rtype, payload, Location(segment, offset, len(payload))
+
+    def raw_records(self) -> Iterator[tuple[int, bytes, int, int]]:
+        """(rtype, payload, segment, offset): ``records`` without a Location object per record
+        (start-up replay of millions of records)."""
         started = time.perf_counter()
         for leftover in self.directory.glob("*" + TMP_SUFFIX):
             leftover.unlink(missing_ok=True)
         numbers = sorted(
             n for p in self.directory.iterdir() if (n := parse_segment_name(p.name)) is not None
         )
+        first_seg, first_off, last = 0, 0, None
+        if self.after is not None:
+            first_seg, offset, first_off = self.after
+            last = (first_seg, offset, first_off)
         damage: dict[int, list[tuple[int, int, str]]] = {}
-        last: tuple[int, int, int] | None = None
+        records = 0
         for number in numbers:
+            if number < first_seg:
+                continue
             damage[number] = []
-            for offset, rtype, payload in self._scan_file(number, damage[number]):
-                self.report.records += 1
+            start = first_off if number == first_seg else 0
+            for offset, rtype, payload in self._scan_file(number, damage[number], start):
+                records += 1
                 last = (number, offset, offset + HEADER_SIZE + len(payload))
-                yield rtype, payload, Location(number, offset, len(payload))
+                yield rtype, payload, number, offset
+        self.report.records = records
         self._repair(numbers, damage, last)
         self.report.elapsed_s = time.perf_counter() - started
 
     def _scan_file(
-        self, number: int, dropped: list[tuple[int, int, str]]
+        self, number: int, dropped: list[tuple[int, int, str]], start: int
     ) -> Iterator[tuple[int, int, bytes]]:
         path = self.directory / segment_name(number)
         size = path.stat().st_size
         self._sizes[number] = size
         self.report.segments += 1
-        self.report.bytes_scanned += size
-        if size == 0:
+        self.report.bytes_scanned += max(0, size - start)
+        if size <= start:
             return
         with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            yield from scan(mm, number, dropped)
+            yield from scan(mm, number, dropped, start)
 
     def _repair(
         self,
@@ -102,7 +126,7 @@ class Recovery:
             self.active, self.end = numbers[0], 0
         tail_stop = self.end
         for number in numbers:
-            for offset, nbytes, reason in damage[number]:
+            for offset, nbytes, reason in damage.get(number, ()):
                 in_tail = number > self.active or (number == self.active and offset >= self.end)
                 if number == self.active and in_tail:
                     tail_stop = max(tail_stop, offset + nbytes)
@@ -118,7 +142,7 @@ class Recovery:
         for number in self.segments:
             if number == self.active:
                 self._settle(number, self.end, tail_stop)
-            else:
+            elif number in damage:  # scanned: it may hold records only the page cache had
                 self._settle(number, 0, 0)
         if doomed:
             fsync_dir(self.directory)

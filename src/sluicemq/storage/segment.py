@@ -162,16 +162,17 @@ def _resync(buf: Buffer, segment: int, start: int) -> tuple[int, int, bytes] | N
 
 
 def scan(
-    buf: Buffer, segment: int, dropped: list[tuple[int, int, str]]
+    buf: Buffer, segment: int, dropped: list[tuple[int, int, str]], start: int = 0
 ) -> Iterator[tuple[int, int, bytes]]:
-    """Yield (offset, rtype, payload) for every intact record of one segment, in order.
+    """Yield (offset, rtype, payload) for every intact record of one segment from ``start``
+    (a record boundary), in order.
 
     Each damaged range is appended to `dropped` as (offset, nbytes, reason) and skipped by
     searching for the next magic whose record checks out, so one bad record costs only itself.
     Zeros up to the end of the buffer are the normal end of data, not damage.
     """
     size = len(buf)
-    pos = 0
+    pos = start
     unpack, crc, position = HEADER.unpack_from, zlib.crc32, _POSITION.pack
     while pos < size:
         if size - pos >= HEADER_SIZE:  # fast path: an intact record (what check_record does)

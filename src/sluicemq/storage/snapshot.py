@@ -1,19 +1,22 @@
-"""The index snapshot: what a journal replay would rebuild, saved at a clean stop.
+"""The index snapshot: what a journal replay would rebuild, as of one record of the journal.
 
-Why: replay reads and checksums every record of every live segment (about 10 µs a record in
-Python), so a million-message backlog took 15+ s to come back. At a clean stop the broker
-already knows the answer; it writes it here, beside the journal, after the journal is fsync'd
-and closed, and the next start loads it instead of scanning.
+Why: replay reads and checksums every record of every live segment (several µs a record in
+Python), so a million-message backlog took 15+ s to come back after a crash. The broker writes
+its stored state here, beside the journal, now and then while it runs and at a clean stop; the
+next start loads it and replays only the records after the snapshot's position (the *tail*).
 
-Why it can be trusted: the file records the journal's exact shape (live segment files with
-size and mtime, the last record's position, where the next append goes) and a CRC32 of its own
-bytes. ``check`` compares that shape with the directory; any difference - a kill -9 after a
-later start, a segment written, deleted or restored from elsewhere, a flipped byte - means a
-full scan, which is always correct. A loaded snapshot is deleted (``take``) before the journal
-accepts writes, so an old snapshot can never be paired with a newer journal.
+Why it can be trusted: a snapshot is written only once every record up to its position is
+durable, and it names that last record (segment, offset, end). The journal is append-only after
+it and segments are deleted oldest first, so while that record is still intact where the
+snapshot says, every later record is there too, and snapshot + tail is exactly what a full scan
+would give. ``check`` verifies the anchoring record; a missing or damaged one, a torn or
+flipped byte in the file (CRC), an unknown version: the snapshot is ignored and the journal is
+scanned, which is always correct. Records the tail removes (acks, compaction) may have let
+segments named in the snapshot go: the core drops those entries while replaying the tail.
 
-The storage layer does not interpret the queue keys or stream states it carries; the core
-(``core/recovery.py``) captures and restores them. Layout (native little-endian arrays)::
+The storage layer does not interpret the queue keys, stream states or extra parts it carries;
+the core (``core/capture.py``, ``core/recovery.py``) captures and restores them. Layout (native
+byte order arrays)::
 
     MAGIC | u32 version | u64 meta length | meta (JSON) | lane columns ... | trailer
     trailer: u64 bytes before it | u32 crc32 of those bytes | END
@@ -38,17 +41,16 @@ from sluicemq.storage.segment import (
     Location,
     fsync_dir,
     parse_header,
-    parse_segment_name,
     segment_name,
 )
 
 __all__ = ["FILE_NAME", "IndexSnapshot", "Lane", "Position", "SnapshotError", "check",
-           "decode", "encode", "save", "take"]
+           "decode", "encode", "load", "remove", "save"]
 
 FILE_NAME = "index.snapshot"
 MAGIC = b"SLUICEIX"
 END = b"XIECIULS"
-VERSION = 1
+VERSION = 2
 _HEAD = struct.Struct("<8sIQ")
 _TRAILER = struct.Struct("<QI8s")
 # Column typecodes of a lane, in file order: mid, segment, offset, length, inner, size.
@@ -61,17 +63,23 @@ class SnapshotError(ValueError):
 
 @dataclass(slots=True)
 class Position:
-    """The journal's shape when the snapshot was taken.
+    """The journal record the snapshot accounts for last.
 
-    ``segments``: (number, size, mtime_ns) of every live segment file, oldest first;
-    ``active``/``end``: where the next append goes; ``last``: (segment, offset) of the last
-    record, (0, -1) for an empty log.
+    ``last``: its (segment, offset), (0, -1) when the journal was empty; ``end``: the offset
+    just past it, where the next record of that segment starts; ``seq``: its journal sequence
+    number in the run that took the snapshot (for log lines only).
     """
 
-    segments: list[tuple[int, int, int]]
-    active: int
-    end: int
     last: tuple[int, int]
+    end: int
+    seq: int = 0
+
+    @property
+    def anchor(self) -> tuple[int, int, int] | None:
+        """(segment, offset, end) for a journal scan that starts after it; None: from the start."""
+        if self.last[1] < 0:
+            return None
+        return self.last[0], self.last[1], self.end
 
 
 @dataclass(slots=True)
@@ -98,18 +106,18 @@ class Lane:
 class IndexSnapshot:
     """Everything start-up needs besides the journal itself.
 
-    ``counts``: live records per segment (messages, SUB records, stream pins: what the journal
-    must be told to retain); ``held``: messages kept outside the queues (chunks waiting for
-    their stream to complete), as dicts; ``streams``: stream states, opaque to storage.
+    ``held``: messages kept outside the queues (chunks waiting for their stream to complete),
+    as dicts; ``streams``: stream states; ``parts``: further state sections by name (see
+    ``core/parts.py``), opaque to storage.
     """
 
     position: Position
-    counts: dict[int, int]
     next_mid: int
     lanes: list[Lane] = field(default_factory=list)
     subs: list[tuple[DurableSub, Location]] = field(default_factory=list)
     held: list[dict[str, Any]] = field(default_factory=list)
     streams: list[dict[str, Any]] = field(default_factory=list)
+    parts: dict[str, Any] = field(default_factory=dict)
 
     @property
     def messages(self) -> int:
@@ -123,8 +131,9 @@ def make_lane(key: str, priority: int) -> Lane:
 
 # ------------------------------------------------------------------------------ encoding
 
-def encode(snap: IndexSnapshot) -> list[bytes]:
-    """The snapshot as a list of buffers (the lane columns are not copied into one string)."""
+def encode(snap: IndexSnapshot) -> list[bytes | memoryview]:
+    """The snapshot as a list of buffers; lane columns are views, not copies (a million-message
+    snapshot is tens of MiB: it is written from a worker thread without another copy)."""
     for lane in snap.lanes:
         n = len(lane.mid)
         if any(len(col) != n or col.typecode != code
@@ -133,20 +142,19 @@ def encode(snap: IndexSnapshot) -> list[bytes]:
     pos = snap.position
     meta = {
         "byteorder": sys.byteorder,
-        "position": {"segments": pos.segments, "active": pos.active, "end": pos.end,
-                     "last": list(pos.last)},
-        "counts": sorted(snap.counts.items()),
+        "position": {"last": list(pos.last), "end": pos.end, "seq": pos.seq},
         "next_mid": snap.next_mid,
         "lanes": [[lane.key, lane.priority, len(lane)] for lane in snap.lanes],
         "subs": [[_sub_dict(sub), [loc.segment, loc.offset, loc.length]]
                  for sub, loc in snap.subs],
         "held": snap.held,
         "streams": snap.streams,
+        "parts": snap.parts,
     }
     text = json.dumps(meta, separators=(",", ":")).encode()
-    parts: list[bytes] = [_HEAD.pack(MAGIC, VERSION, len(text)), text]
+    parts: list[bytes | memoryview] = [_HEAD.pack(MAGIC, VERSION, len(text)), text]
     for lane in snap.lanes:
-        parts.extend(col.tobytes() for col in lane.columns())
+        parts.extend(memoryview(col).cast("B") for col in lane.columns() if len(col))
     crc = 0
     total = 0
     for part in parts:
@@ -186,12 +194,11 @@ def decode(data: bytes | memoryview) -> IndexSnapshot:
         if pos != total:
             raise SnapshotError("lane columns do not fill the file")
         p = meta["position"]
-        position = Position([(s[0], s[1], s[2]) for s in p["segments"]], p["active"], p["end"],
-                            (p["last"][0], p["last"][1]))
+        position = Position((p["last"][0], p["last"][1]), p["end"], p["seq"])
         subs = [(DurableSub(d["key"], d["topic"], d["client_id"], d["name"], d["selector"]),
                  Location(*loc)) for d, loc in meta["subs"]]
-        return IndexSnapshot(position, {seg: n for seg, n in meta["counts"]}, meta["next_mid"],
-                             lanes, subs, meta["held"], meta["streams"])
+        return IndexSnapshot(position, meta["next_mid"], lanes, subs, meta["held"],
+                             meta["streams"], meta["parts"])
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         if isinstance(exc, SnapshotError):
             raise
@@ -205,23 +212,11 @@ def _sub_dict(sub: DurableSub) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------ files
 
-def describe(directory: Path, segments: list[int], active: int, end: int,
-             last: tuple[int, int]) -> Position:
-    """The Position of a closed journal: stats each live segment file that exists."""
-    found = []
-    for number in segments:
-        try:
-            st = (directory / segment_name(number)).stat()
-        except FileNotFoundError:
-            continue  # the active segment of a log nothing was ever written to
-        found.append((number, st.st_size, st.st_mtime_ns))
-    return Position(found, active, end, last)
-
-
 def save(directory: Path, snap: IndexSnapshot) -> int:
     """Write durably and atomically (temp file, fsync, rename, directory fsync); returns bytes.
 
-    The temp name ends in ``.tmp``, which journal recovery deletes as a leftover.
+    Safe to run on a worker thread as long as nobody mutates ``snap`` meanwhile. The temp name
+    ends in ``.tmp``, which journal recovery deletes as a leftover.
     """
     path = directory / FILE_NAME
     tmp = path.with_name(FILE_NAME + ".tmp")
@@ -242,73 +237,49 @@ def save(directory: Path, snap: IndexSnapshot) -> int:
     return sum(len(p) for p in parts)
 
 
-def take(directory: Path) -> tuple[IndexSnapshot | None, str | None]:
-    """Read the snapshot and delete it (durably) whatever it holds; (snapshot, None) or
-    (None, why not). No file is (None, None): the last stop was not clean, or there was none."""
+def load(directory: Path) -> tuple[IndexSnapshot | None, str | None]:
+    """(snapshot, None), or (None, why not); (None, None) when there is no snapshot file."""
     path = directory / FILE_NAME
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return None, None
     except OSError as exc:
-        data, why = b"", f"unreadable: {exc}"
-    else:
-        why = None
-    path.unlink(missing_ok=True)
-    fsync_dir(directory)
-    if why is not None:
-        return None, why
+        return None, f"unreadable: {exc}"
     try:
         return decode(data), None
     except SnapshotError as exc:
         return None, str(exc)
 
 
-def check(directory: Path, position: Position) -> str | None:
-    """None if the journal in ``directory`` is exactly as ``position`` describes it, else why.
+def remove(directory: Path) -> None:
+    """Delete the snapshot durably (one found unusable must not be tried again)."""
+    path = directory / FILE_NAME
+    if path.exists():
+        path.unlink(missing_ok=True)
+        fsync_dir(directory)
 
-    Any append after the snapshot lands at ``end`` of the active segment or at offset 0 of the
-    next one, so both places must still be empty; a record written elsewhere would have
-    changed a segment's size or mtime.
-    """
+
+def check(directory: Path, position: Position) -> str | None:
+    """None if the record the snapshot ends with is intact where it says, else why not."""
+    anchor = position.anchor
+    if anchor is None:
+        return None
+    segment, offset, end = anchor
     try:
-        return _check(directory, position)
+        with (directory / segment_name(segment)).open("rb") as fh:
+            fh.seek(offset)
+            head = fh.read(HEADER_SIZE)
+            header = parse_header(head, segment, offset)
+            if isinstance(header, str):
+                return f"no record at segment {segment} offset {offset} ({header})"
+            _rtype, length, pcrc = header
+            if offset + HEADER_SIZE + length != end:
+                return f"the record at segment {segment} offset {offset} ends elsewhere"
+            if zlib.crc32(fh.read(length)) != pcrc:
+                return f"the record at segment {segment} offset {offset} is damaged"
+    except FileNotFoundError:
+        return f"segment {segment} is gone"
     except OSError as exc:
         return f"cannot read the journal: {exc}"
-
-
-def _check(directory: Path, position: Position) -> str | None:
-    numbers = sorted(n for p in directory.iterdir()
-                     if (n := parse_segment_name(p.name)) is not None)
-    live = [n for n in numbers if n <= position.active]
-    if live != [s[0] for s in position.segments]:
-        return f"segment files {live} differ from the recorded {[s[0] for s in position.segments]}"
-    newer = [n for n in numbers if n > position.active]
-    if newer and newer != [position.active + 1]:
-        return f"newer segments exist: {newer}"
-    for number, size, mtime in position.segments:
-        st = (directory / segment_name(number)).stat()
-        if (st.st_size, st.st_mtime_ns) != (size, mtime):
-            return f"segment {number} changed since the snapshot"
-    active = directory / segment_name(position.active)
-    seg, off = position.last
-    if off >= 0:
-        if seg != position.active:
-            return "the last record is not in the active segment"
-        head = _read(active, off, HEADER_SIZE)
-        header = parse_header(head, seg, off)
-        if isinstance(header, str):
-            return f"no record at the recorded end ({header})"
-        if off + HEADER_SIZE + header[1] != position.end:
-            return "the last record does not end where recorded"
-    if active.exists() and _read(active, position.end, HEADER_SIZE).strip(b"\0"):
-        return "data follows the recorded end"
-    if newer and _read(directory / segment_name(newer[0]), 0, HEADER_SIZE).strip(b"\0"):
-        return "the next segment has data"
     return None
-
-
-def _read(path: Path, offset: int, n: int) -> bytes:
-    with path.open("rb") as fh:
-        fh.seek(offset)
-        return fh.read(n)

@@ -1,4 +1,4 @@
-"""Payload layouts of the staged-publishing and memo records (record types 16-19).
+"""Payload layouts of the staged-publishing and memo records (record types 16-20).
 
 Why a separate module: ``records.py`` holds the message store's own layouts; these belong to
 staged publishing (docs/replay-protocol.md, section 3) and to the tables that must outlive the
@@ -9,10 +9,12 @@ records they were learnt from (published batches, producer sequence numbers).
   message; the "transaction id" is a JSON list ``[sink, batch, part, attempt, created_ms]``.
   A big part is several records, the last one ``final``; the message ids inside are 0: a staged
   message gets its id when it is published.
-* ``STAGE_PUBLISH``: a batch published: which part records, in order, and the first message id
-  (``base``); message ``i`` of the publication has id ``base + i``.
+* ``STAGE_PUBLISH``: a batch published: which part records (and how many messages each holds),
+  in order, and the first message id (``base``); message ``i`` of the publication has id
+  ``base + i``, even when some of those records were deleted since (all their messages consumed).
 * ``STAGE_DISCARD``: parked parts dropped (abort, timeout): ``[sink, batch, part, attempt]``.
-* ``MEMO``: a whole table as of that point of the log (``core/anchor.py``).
+* ``MEMO_PUBLISHED``, ``MEMO_PRODUCERS``: a whole table as of that point of the log
+  (``core/anchor.py``): the published batches, the producers' highest sequence numbers.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from sluicemq.storage.segment import Location
 STAGE = 16
 STAGE_PUBLISH = 17
 STAGE_DISCARD = 18
-MEMO = 19
-TYPES = frozenset({STAGE, STAGE_PUBLISH, STAGE_DISCARD, MEMO})
+MEMO_PUBLISHED = 19
+MEMO_PRODUCERS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,28 +63,30 @@ def decode_stage(payload: bytes | memoryview
 
 @dataclass(frozen=True, slots=True)
 class Publication:
-    """A STAGE_PUBLISH record: ``parts`` are (name, record locations) in publication order."""
+    """A STAGE_PUBLISH record: ``parts`` are (name, [(record location, messages in it)]) in
+    publication order."""
 
     sink: str
     batch: str
     base: int
     count: int
     at_ms: int
-    parts: list[tuple[str, list[Location]]]
+    parts: list[tuple[str, list[tuple[Location, int]]]]
 
 
 def encode_publish(p: Publication) -> bytes:
     return json.dumps({
         "sink": p.sink, "batch": p.batch, "base": p.base, "count": p.count, "at": p.at_ms,
-        "parts": [[name, [[loc.segment, loc.offset, loc.length] for loc in locs]]
-                  for name, locs in p.parts],
+        "parts": [[name, [[loc.segment, loc.offset, loc.length, n] for loc, n in recs]]
+                  for name, recs in p.parts],
     }, separators=(",", ":")).encode()
 
 
 def decode_publish(payload: bytes | memoryview) -> Publication:
     d = json.loads(bytes(payload))
     return Publication(d["sink"], d["batch"], d["base"], d["count"], d["at"],
-                       [(name, [Location(*loc) for loc in locs]) for name, locs in d["parts"]])
+                       [(name, [(Location(s, o, n), c) for s, o, n, c in recs])
+                        for name, recs in d["parts"]])
 
 
 def encode_discard(parts: Iterable[tuple[str, str, str, int]]) -> bytes:

@@ -75,15 +75,12 @@ class Store:
         self.flush()
         self.journal.close(on_closed)
 
-    def settled_counts(self) -> dict[int, int] | None:
-        """Live records per segment once every queued release has been applied; None while a
-        release waits for a record that is not durable. After close(), this is what the
-        broker's holders must add up to (index snapshot self-check)."""
+    def settled_counts(self) -> dict[int, int]:
+        """Live records per segment once every queued release has been applied: what the
+        broker's holders must add up to, as of the last record appended (index snapshot
+        self-check). Every queued release waits for a record already appended."""
         counts = dict(self.journal.live_counts())
-        durable = self.journal.durable_seq
-        for seq, t in self._releases:
-            if seq > durable:
-                return None
+        for _seq, t in self._releases:
             if t.loc is not None:
                 counts[t.loc.segment] = counts.get(t.loc.segment, 0) - 1
         return counts

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from sluicemq.config import BrokerConfig
 from sluicemq.core.broker import Broker
+from sluicemq.core.checkpoint import Checkpointer
 from sluicemq.core.recovery import save_snapshot
 from sluicemq.storage.journal import Journal
 from sluicemq.storage.store import Store
@@ -37,6 +38,7 @@ class BrokerServer:
         self.websocket: WebSocketServer | None = None
         self._stopped = asyncio.Event()
         self._ticker: asyncio.Task[None] | None = None
+        self.checkpointer: Checkpointer | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -58,6 +60,9 @@ class BrokerServer:
                  counts["messages"], counts["durable_subscriptions"], counts["records"],
                  time.monotonic() - t0)
         self.store.start(loop.call_soon_threadsafe)
+        self.checkpointer = Checkpointer(self.broker, js.snapshot_records,
+                                         loop.call_soon_threadsafe, replayed=counts["records"],
+                                         backlog=counts["messages"])
         await self._start_operations()
         self._ticker = loop.create_task(self._tick())
         await self._start_tls()
@@ -94,6 +99,7 @@ class BrokerServer:
             await asyncio.sleep(1.0)
             try:
                 self.broker.tick()  # type: ignore[union-attr]
+                self.checkpointer.tick()  # type: ignore[union-attr]
             except Exception:
                 log.exception("broker tick failed")
 
@@ -142,6 +148,8 @@ class BrokerServer:
         if self.websocket is not None:
             await self.websocket.stop()
         await asyncio.sleep(0)
+        if self.checkpointer is not None:
+            self.checkpointer.close()
         if self.store is not None:
             broker = self.broker
             # The index snapshot lets the next start skip the journal scan (core/recovery.py).

@@ -1,0 +1,111 @@
+"""Staged publishing for the blocking client (docs/replay-protocol.md, sections 3 and 5).
+
+``Client.stage`` parks a part, ``Client.publish_stage`` makes a batch's parts visible once,
+``Client.abort_stage`` drops them. The header names are the wire contract, repeated here so the
+client does not depend on the broker's packages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from sluicemq.errors import ClientError
+
+if TYPE_CHECKING:
+    from sluicemq.client.sync import Client
+
+STAGE = "sluice-stage"
+STAGE_COMMIT = "sluice-stage-commit"
+STAGE_PARTS = "sluice-stage-parts"
+STAGE_ABORT = "sluice-stage-abort"
+RESULT = "sluice-stage-result"
+MESSAGES = "sluice-stage-messages"
+DISCARDED = "sluice-stage-discarded"
+
+
+class StagedPart:
+    """One part of a batch: SENDs parked invisibly until the batch is published.
+
+    Use as a context manager: a clean exit commits (and waits for the RECEIPT: the part is then
+    durable), an exception aborts. ``result`` is ``"staged"``, or ``"duplicate"`` when the batch
+    was published already (nothing was stored); ``messages`` how many the broker stored.
+    """
+
+    def __init__(self, client: Client, sink: str, batch: str | int, part: str | int) -> None:
+        self.client = client
+        self.name = f"{sink}/{batch}/{part}"
+        out = client._call(lambda m: m.begin(headers={STAGE: self.name}))
+        assert out.ident is not None
+        self.id = out.ident
+        self.sent = 0
+        self.finished = False
+        self.result: str | None = None
+        self.messages: int | None = None
+
+    def send(self, destination: str, body: bytes | str = b"",
+             headers: Mapping[str, str] | None = None, *, persistent: bool = True) -> None:
+        """Add a message to the part (no receipt: the COMMIT's covers it; never numbered for
+        duplicate detection: publication is idempotent by itself)."""
+        if self.finished:
+            raise ClientError(f"staged part {self.name} is already finished")
+        self.client._submit(lambda m: m.send(destination, body, headers, persistent=persistent,
+                                             receipt=False, transaction=self.id))
+        self.sent += 1
+
+    def commit(self) -> tuple[str, int]:
+        """Park the part; returns (result, messages). Raises ClientError when the broker
+        stored fewer messages than were sent (it refused some with an ERROR): the part must
+        be staged again."""
+        self._finish()
+        _, receipt = self.client._submit(lambda m: m.commit(self.id))
+        headers = receipt.result()
+        if RESULT not in headers:
+            raise ClientError("the broker does not support staged publishing")
+        self.result, self.messages = headers[RESULT], int(headers.get(MESSAGES, "0"))
+        if self.result == "staged" and self.messages != self.sent:
+            raise ClientError(f"staged part {self.name}: the broker stored {self.messages} of "
+                              f"{self.sent} messages (it refused some); stage the part again")
+        return self.result, self.messages
+
+    def abort(self) -> None:
+        self._finish()
+        self.client._call(lambda m: m.abort(self.id))
+
+    def _finish(self) -> None:
+        if self.finished:
+            raise ClientError(f"staged part {self.name} is already finished")
+        self.finished = True
+
+    def __enter__(self) -> StagedPart:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self.finished:
+            return
+        if exc_type is None:
+            self.commit()
+        else:
+            with contextlib.suppress(ClientError):  # never mask the error that got us here
+                self.abort()
+
+
+def publish_stage(client: Client, sink: str, batch: str | int,
+                  parts: Iterable[str | int]) -> tuple[str, int]:
+    """Publish exactly ``parts`` of the batch; ("published" | "duplicate", messages)."""
+    headers = {STAGE_COMMIT: f"{sink}/{batch}", STAGE_PARTS: ",".join(str(p) for p in parts)}
+    _, receipt = client._submit(lambda m: m.commit("publish", headers=headers))
+    answer = receipt.result()
+    if RESULT not in answer:
+        raise ClientError("the broker does not support staged publishing")
+    return answer[RESULT], int(answer.get(MESSAGES, "0"))
+
+
+def abort_stage(client: Client, sink: str, batch: str | int) -> int:
+    """Discard the batch's parked parts; returns how many there were."""
+    _, receipt = client._submit(lambda m: m.abort("abort",
+                                                  headers={STAGE_ABORT: f"{sink}/{batch}"}))
+    return int(receipt.result().get(DISCARDED, "0"))

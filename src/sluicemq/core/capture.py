@@ -1,0 +1,188 @@
+"""Taking an index snapshot of a broker: its stored state as of the last journal record appended.
+
+Runs on the event-loop thread, between two loop turns, so the state is consistent with the
+journal up to ``Journal.mark()``: every record appended so far is reflected, none after. The
+snapshot may be written only once those records are durable (``core/checkpoint.py`` waits; at a
+clean stop the journal is closed first).
+
+Every persistent message a journaled queue holds (paged-out slots, in-memory messages, ones a
+consumer has not acked, chunks held for their stream) becomes a lane entry, in dispatch order.
+Self-check (``verify``, off the loop for big snapshots): those holders, SUB records, stream pins
+and the pins of every ``StatePart`` must add up, segment by segment, to the journal's own live
+counts. Anything unaccounted for means no snapshot rather than a wrong one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sluicemq.core.cursor import JOURNAL, OBJ, SpillFifo
+from sluicemq.core.parts import PARTS
+from sluicemq.core.streams import StreamState
+from sluicemq.storage import snapshot
+from sluicemq.storage.segment import Location
+
+if TYPE_CHECKING:
+    from sluicemq.core.broker import Broker
+    from sluicemq.core.message import Message
+    from sluicemq.core.queue import Queue
+
+# Stream fields carried across a restart; the connection-bound ones (producer, consumer) are
+# not, and ``updated`` restarts at load time, as after a scan, so no stream times out for the
+# downtime.
+STREAM_FIELDS = ("next_seq", "next_offset", "size", "sha256", "received_bytes",
+                 "delivered_bytes", "acked_chunks", "chunks", "state", "started")
+_COUNT_SLICE = 1 << 16  # seg entries counted per C call: other threads get the GIL in between
+
+
+@dataclass(slots=True)
+class Capture:
+    """A snapshot not yet checked: ``expected`` live records per segment (the journal's word),
+    ``pins`` the records held outside the lanes (SUB records, stream pins, held chunks, parts)."""
+
+    snap: snapshot.IndexSnapshot
+    expected: dict[int, int]
+    pins: list[Location]
+
+
+def capture(broker: Broker) -> Capture | str:
+    """The broker's stored state now, or why no snapshot can be taken now."""
+    store = broker.store
+    journal = store.journal
+    store.flush()  # pending acks become a record: the state below includes their removals
+    if broker.compactor.busy:
+        return "a journal compaction is in flight"
+    mark = journal.mark()
+    if mark is None:
+        return "the journal is rewinding a failed batch"
+    seq, last, end = mark
+    expected = store.settled_counts()
+    pins: list[Location] = []
+    subs = []
+    for key, (sub, _q) in broker.durables.items():
+        ticket = broker.sub_tickets.get(key)
+        if ticket is None or ticket.loc is None:
+            return f"durable subscription {key!r} has no stored record"
+        subs.append((sub, ticket.loc))
+        pins.append(ticket.loc)
+    lanes: list[snapshot.Lane] = []
+    queues = [*broker.queues.values(), *(q for _, q in broker.durables.values())]
+    for q in queues:
+        if q.durable:
+            why = _capture_queue(q, lanes)
+            if why is not None:
+                return why
+    streams, held = [], []
+    for st in broker.streams.values():
+        pin = st.last_ticket.loc if st.last_ticket is not None else None  # type: ignore[attr-defined]
+        if pin is not None:
+            pins.append(pin)
+        streams.append(_stream_dict(st, pin, is_open=True))
+        for q, m in st.held:  # type: ignore[misc]
+            loc = _stored_loc(m)
+            if loc is None or not q.durable:
+                continue
+            held.append({"key": q.key, "stream": st.id, "mid": m.mid, "priority": m.priority,
+                         "loc": [loc.segment, loc.offset, loc.length], "inner": m.inner,
+                         "size": m.size})
+            pins.append(loc)
+    streams.extend(_stream_dict(st, None, is_open=False)
+                   for st in broker.finished_streams.values())
+    parts: dict[str, Any] = {}
+    for part in PARTS:
+        data, part_pins = part.capture(broker)
+        parts[part.name] = data
+        pins.extend(part_pins)
+    position = snapshot.Position(last, end, seq)
+    snap = snapshot.IndexSnapshot(position, broker.next_mid, lanes, subs, held, streams, parts)
+    return Capture(snap, expected, pins)
+
+
+def verify(cap: Capture) -> str | None:
+    """None when the holders add up to the journal's live counts, segment by segment."""
+    counts: Counter[int] = Counter(loc.segment for loc in cap.pins)
+    for lane in cap.snap.lanes:
+        seg = lane.seg
+        for i in range(0, len(seg), _COUNT_SLICE):
+            counts.update(seg[i:i + _COUNT_SLICE])
+    mine = {seg: n for seg, n in counts.items() if n}
+    theirs = {seg: n for seg, n in cap.expected.items() if n}
+    if mine == theirs:
+        return None
+    seg = min(s for s in mine.keys() | theirs.keys() if mine.get(s) != theirs.get(s))
+    return (f"holders do not add up to the journal's live records in segment {seg} "
+            f"({mine.get(seg, 0)} found, {theirs.get(seg, 0)} live)")
+
+
+def _capture_queue(q: Queue, lanes: list[snapshot.Lane]) -> str | None:
+    """Append the queue's lanes: unacked messages first (where their return would put them),
+    then each lane's in-memory head, then its paged-out tail."""
+    unacked: dict[int, list[Message]] = defaultdict(list)
+    for c in q.consumers:
+        for m in [*c.inflight.values(), *(m for ms in c.stream_acked.values() for m in ms)]:
+            unacked[m.priority].append(m)
+    heads = {prio: (head, tail) for prio, head, tail in q.pending.lanes()}
+    for prio in sorted(heads.keys() | unacked.keys()):
+        lane = snapshot.make_lane(q.key, prio)
+        head, tail = heads.get(prio, ((), None))
+        for m in [*sorted(unacked.get(prio, ()), key=lambda m: m.mid), *head]:
+            if _add(lane, m):
+                return f"message {m.mid} of {q.key} has an unknown record layout"
+        if tail is not None and _add_tail(lane, tail):
+            return f"a paged-out message of {q.key} has an unknown record layout"
+        if len(lane):
+            lanes.append(lane)
+    return None
+
+
+def _add_tail(lane: snapshot.Lane, tail: SpillFifo) -> bool:
+    """Paged-out slots, whole columns at a time when all are journal slots (the usual case)."""
+    mid, src, seg, off, length, inner, size = tail.columns()
+    if src.count(JOURNAL) == len(src):
+        if not len(lane):  # nothing in memory before it: the copies become the lane
+            lane.mid, lane.seg, lane.off, lane.length, lane.inner, lane.size = (
+                mid, seg, off, length, inner, size)
+            return False
+        for dst, col in zip(lane.columns(), (mid, seg, off, length, inner, size), strict=True):
+            dst.extend(col)
+        return False
+    for i in range(len(mid)):
+        if src[i] == JOURNAL:
+            for dst, v in zip(lane.columns(), (mid[i], seg[i], off[i], length[i], inner[i],
+                                               size[i]), strict=True):
+                dst.append(v)
+        elif src[i] == OBJ and _add(lane, tail.objs[mid[i]]):
+            return True
+    return False  # temp-store slots hold non-persistent messages: gone after any restart
+
+
+def _add(lane: snapshot.Lane, m: Message) -> bool:
+    """Add one message object if it is stored; True when its record layout is unknown."""
+    loc = _stored_loc(m)
+    if loc is None:
+        return False
+    if m.inner < 0:
+        return True
+    for dst, v in zip(lane.columns(), (m.mid, loc.segment, loc.offset, loc.length, m.inner,
+                                       m.size), strict=True):
+        dst.append(v)
+    return False
+
+
+def _stored_loc(m: Message) -> Location | None:
+    """Where a message's record is, if it is a persistent message that reached the journal."""
+    if not m.persistent or m.ticket is None:
+        return None
+    loc: Location | None = m.ticket.loc
+    return loc
+
+
+def _stream_dict(st: StreamState, pin: Location | None, *, is_open: bool) -> dict[str, Any]:
+    d: dict[str, Any] = {"id": st.id, "name": st.name, "destination": st.destination,
+                         "queue_key": st.queue_key, "open": is_open,
+                         "pin": [pin.segment, pin.offset, pin.length] if pin else None}
+    for name in STREAM_FIELDS:
+        d[name] = getattr(st, name)
+    return d

@@ -1,0 +1,152 @@
+"""Index snapshots while the broker runs, so that a crash replays only the journal after the
+newest one: restart time follows what is unconsumed, not the journal's history.
+
+When enough records were appended since the last snapshot (``every``, or an eighth of the
+messages the last snapshot held, whichever is more: a big backlog is not rewritten too often),
+the broker tick captures the state on the event loop (``core/capture.py``: array copies, no
+per-message work for paged-out messages), waits until the journal is durable up to the
+captured position, then checks and writes the file on a worker thread (encoding, checksum,
+fsync, rename). Nothing of it touches the send path; the capture's loop time is measured
+(``loop_ms``) and logged. A snapshot that cannot be taken (a compaction in flight, a failed
+batch, holders that do not add up) is retried a few ticks later; the previous snapshot stays
+valid meanwhile, since the journal after it is intact.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sluicemq.core.capture import Capture, capture, verify
+from sluicemq.storage import snapshot
+
+if TYPE_CHECKING:
+    from sluicemq.core.broker import Broker
+
+log = logging.getLogger("sluicemq.checkpoint")
+
+RETRY_TICKS = 5  # after a refused capture, wait this many ticks before trying again
+BACKLOG_SHARE = 8  # at most one snapshot per (messages in the last one / 8) records
+
+
+@dataclass
+class CheckpointStats:
+    """What the console or a benchmark may want to know; only advisory."""
+
+    written: int = 0
+    refused: int = 0
+    last_bytes: int = 0
+    last_messages: int = 0
+    last_loop_ms: float = 0.0
+    max_loop_ms: float = 0.0
+    last_write_s: float = 0.0
+
+
+class Checkpointer:
+    """Decides when to snapshot, and writes snapshots off the event loop; one at a time."""
+
+    def __init__(self, broker: Broker, every: int, call_soon_threadsafe: Callable[..., Any],
+                 *, replayed: int = 0, backlog: int = 0) -> None:
+        """``replayed``: records start-up read after the snapshot it used (all of them after a
+        full scan); ``backlog``: messages it restored."""
+        self.broker = broker
+        self.every = every  # journal records between snapshots (at least); 0: never
+        self._call_soon_threadsafe = call_soon_threadsafe
+        self._carried = replayed  # records after the last snapshot that this run did not append
+        self._seq = 0  # this run's journal seq at the last snapshot
+        self._busy = False
+        self._wait = 0
+        self._future: Future[tuple[str | None, int]] | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self.stats = CheckpointStats(last_messages=backlog)
+
+    def due(self) -> bool:
+        since = self._carried + self.broker.store.appended_seq - self._seq
+        return since >= max(self.every, self.stats.last_messages // BACKLOG_SHARE)
+
+    def tick(self) -> None:
+        """Once a second, from the broker's housekeeping."""
+        if self.every <= 0 or self._busy:
+            return
+        if self._wait:
+            self._wait -= 1
+            return
+        if not self.due():
+            return
+        started = time.perf_counter()
+        cap = capture(self.broker)
+        loop_ms = (time.perf_counter() - started) * 1000
+        if isinstance(cap, str):
+            self._refused(cap)
+            return
+        self.stats.last_loop_ms = loop_ms
+        self.stats.max_loop_ms = max(self.stats.max_loop_ms, loop_ms)
+        self._busy = True
+        self.broker.when_durable(lambda exc: self._durable(cap, exc))
+
+    def _refused(self, why: str) -> None:
+        self.stats.refused += 1
+        self._wait = RETRY_TICKS
+        log.info("index snapshot postponed: %s", why)
+
+    def _durable(self, cap: Capture, exc: BaseException | None) -> None:
+        """Everything the capture covers is on disk (or failed: then it is dropped)."""
+        if exc is not None:
+            self._busy = False
+            self._refused(f"the journal failed to store its last records ({exc})")
+            return
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="index-snapshot")
+        started = time.perf_counter()
+        future = self._executor.submit(_write, self.broker.store.journal.directory, cap)
+        self._future = future
+        future.add_done_callback(
+            lambda f: self._call_soon_threadsafe(self._written, cap, f, started))
+
+    def _written(self, cap: Capture, future: Future[tuple[str | None, int]],
+                 started: float) -> None:
+        self._busy = False
+        try:
+            why, nbytes = future.result()
+        except Exception:
+            log.exception("index snapshot not written")
+            self._wait = RETRY_TICKS
+            return
+        if why is not None:
+            self._refused(why)
+            return
+        snap = cap.snap
+        stats = self.stats
+        stats.written += 1
+        stats.last_bytes = nbytes
+        stats.last_messages = snap.messages
+        stats.last_write_s = time.perf_counter() - started
+        self._seq = snap.position.seq
+        self._carried = 0
+        log.info("index snapshot written: %d messages, %d bytes, as of segment %d offset %d "
+                 "(capture %.1f ms on the loop, written in %.3fs)", snap.messages, nbytes,
+                 snap.position.last[0], snap.position.last[1], stats.last_loop_ms,
+                 stats.last_write_s)
+
+    def close(self) -> None:
+        """Wait for a snapshot being written (the clean stop writes the last one after it)."""
+        if self._future is not None:
+            try:
+                self._future.result()
+            except Exception:
+                log.exception("index snapshot not written")
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+
+def _write(directory: Any, cap: Capture) -> tuple[str | None, int]:
+    """On the worker thread: self-check, then write durably; (why not, bytes written)."""
+    why = verify(cap)
+    if why is not None:
+        return why, 0
+    return None, snapshot.save(directory, cap.snap)

@@ -1,0 +1,101 @@
+"""Staged publishing on the wire: what BEGIN, SEND, ACK, COMMIT and ABORT do with the
+``sluice-stage*`` headers (docs/replay-protocol.md, section 3). The session calls in here;
+the journal work is ``core/stager.py``'s.
+
+A staged part is an ordinary transaction opened with ``sluice-stage``: its SENDs are spooled as
+usual, and its COMMIT stores the part instead of routing it. A publication or an abort is a
+COMMIT or ABORT whose ``transaction`` header is only a label: it needs no BEGIN and never
+touches an open transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sluicemq.core.dedup import PRODUCER_ID, PRODUCER_SEQ
+from sluicemq.core.names import QUEUE
+from sluicemq.core.spool import TxSpool
+from sluicemq.core.staging import (
+    DISCARDED,
+    MESSAGES,
+    RESULT,
+    STAGE,
+    STAGE_ABORT,
+    STAGE_COMMIT,
+    STAGE_PARTS,
+    parse_names,
+    parse_parts,
+)
+from sluicemq.errors import ProtocolError
+from sluicemq.protocol.frames import Frame
+from sluicemq.storage import records
+
+if TYPE_CHECKING:
+    from sluicemq.core.session import Session
+
+
+class StageSpool(TxSpool):
+    """The spool of a transaction that stages ``sink/batch/part``."""
+
+    def __init__(self, directory: Path, tx_id: str, names: tuple[str, ...]) -> None:
+        super().__init__(directory, tx_id)
+        self.sink, self.batch, self.part = names
+
+
+def open_spool(directory: Path, tx_id: str, headers: dict[str, str]) -> TxSpool:
+    """BEGIN: a plain transaction, or a staged part when ``sluice-stage`` is there."""
+    value = headers.get(STAGE)
+    if value is None:
+        return TxSpool(directory, tx_id)
+    return StageSpool(directory, tx_id, parse_names(value, STAGE, 3))
+
+
+def check_op(spool: TxSpool, frame: Frame) -> None:
+    """A staged part holds SENDs only, without producer numbers (publication is idempotent)."""
+    if not isinstance(spool, StageSpool):
+        return
+    if frame.command != "SEND":
+        raise ProtocolError(f"a staged part holds only SENDs, not {frame.command}", fatal=False)
+    if PRODUCER_ID in frame.headers or PRODUCER_SEQ in frame.headers:
+        raise ProtocolError(f"{PRODUCER_ID} is not allowed in a staged part: publishing a stage "
+                            "is idempotent by itself", fatal=False)
+
+
+def commit_part(session: Session, spool: StageSpool) -> dict[str, str]:
+    """COMMIT of a staged part: store it, invisible; the RECEIPT headers to answer with."""
+    result, count = session.broker.stager.stage(spool.sink, spool.batch, spool.part,
+                                                _messages(spool))
+    return {RESULT: result, MESSAGES: str(count)}
+
+
+def _messages(spool: TxSpool) -> Iterator[records.StoredMessage]:
+    """The spooled SENDs as they will be stored: journal key, no destination header, and
+    persistent (a staged message is stored whatever its SEND said)."""
+    for _op, payload in spool:
+        sm = records.decode_message(payload)
+        kind, _, name = sm.key.partition(":")
+        sm.key = f"{'q' if kind == QUEUE else 't'}:{name}"
+        sm.headers.pop("destination", None)
+        sm.headers["persistent"] = "true"
+        yield sm
+
+
+def publish(session: Session, frame: Frame) -> None:
+    """COMMIT with ``sluice-stage-commit``: publish the listed parts (or find it done)."""
+    sink, batch = parse_names(frame.headers[STAGE_COMMIT], STAGE_COMMIT, 2)
+    names = parse_parts(frame.headers.get(STAGE_PARTS))
+    stager = session.broker.stager
+    if stager.not_durable(sink, batch, names):
+        session.when_durable_retry(frame)  # parts committed but not yet on disk: wait, in order
+        return
+    result, count = stager.publish(sink, batch, names)
+    session.receipt(frame, {RESULT: result, MESSAGES: str(count)})
+
+
+def abort(session: Session, frame: Frame) -> None:
+    """ABORT with ``sluice-stage-abort``: discard the batch's parked parts."""
+    sink, batch = parse_names(frame.headers[STAGE_ABORT], STAGE_ABORT, 2)
+    discarded = session.broker.stager.abort(sink, batch)
+    session.receipt(frame, {DISCARDED: str(discarded)})
