@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from sluicemq.config import BrokerConfig, Policy
+from sluicemq.core import dedup_recovery, stage_recovery  # noqa: F401  (register StateParts)
 from sluicemq.core.consumer import Consumer
 from sluicemq.core.cursor import Pager
 from sluicemq.core.dedup import Producers
@@ -92,6 +93,10 @@ class Broker:
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on a later loop turn (paced work such as range reads and commits)."""
+        self._schedule(fn)
 
     # -- destinations ------------------------------------------------------------------------
     def policy(self, kind: str, name: str) -> Policy:
@@ -483,10 +488,10 @@ class Broker:
         """Move a message that exhausted its redeliveries to ``/queue/DLQ.<name>`` atomically."""
         origin = queue.destination.split("/", 2)[2]
         dlq = self.queue(f"{queue.policy.dlq_prefix}{origin}")
-        moved = msg.copy_for(dlq.destination)
+        moved = msg.moved_to(dlq.destination, self.allocate_mid())  # a fresh seq in the DLQ
         moved.body = bytes(self.body_of(msg))
-        moved.headers = dict(msg.headers, **{"sluice-dlq-origin": queue.destination,
-                                             "sluice-dlq-deliveries": str(msg.deliveries)})
+        moved.headers.update({"sluice-dlq-origin": queue.destination,
+                              "sluice-dlq-deliveries": str(msg.deliveries)})
         if msg.persistent:
             ops: list[tuple[int, bytes]] = []
             if queue.durable and msg.ticket is not None:
