@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from sluicemq.admin.snapshot import DLQ_ORIGIN, NotFound, find_queue, find_topic
 from sluicemq.core.broker import TX_RECORD_BYTES
-from sluicemq.core.message import TRANSPORT_HEADERS, Message, parse_expires, parse_priority
+from sluicemq.core.message import (
+    ORIGINAL_ID,
+    TRANSPORT_HEADERS,
+    Message,
+    parse_expires,
+    parse_priority,
+)
 from sluicemq.core.names import QUEUE, TOPIC, parse_destination
 from sluicemq.errors import ProtocolError
 from sluicemq.storage import records
@@ -126,13 +132,17 @@ def _take(source: Queue, mids: Iterable[int] | None, *, remove: bool) -> list[Me
     return chosen
 
 
-def _rebuild(broker: Broker, msg: Message, destination: str, mid: int,
+def _rebuild(broker: Broker, msg: Message, destination: str,
              rewrite: Callable[[dict[str, str]], dict[str, str]] | None) -> Message:
-    """A fresh message with the same content; a body spilled to the journal is read back,
-    since the new record that will hold it is not a plain message record."""
+    """A fresh message with the same content under a fresh id (its seq in the target: it
+    becomes visible there now), the id it was first sent with kept as ``sluice-original-id``.
+    A body spilled to the journal is read back, since the new record that will hold it is
+    not a plain message record."""
     headers = dict(msg.headers)
     if rewrite is not None:
         headers = rewrite(headers)
+    headers.setdefault(ORIGINAL_ID, msg.message_id)
+    mid = broker.allocate_mid()
     body = msg.body if msg.body is not None else bytes(broker.body_of(msg))
     return Message(mid, destination, headers, body, persistent=msg.persistent,
                    priority=msg.priority, expires=msg.expires, timestamp=msg.timestamp)
@@ -151,9 +161,7 @@ def transfer(broker: Broker, source: Queue, target: str, mids: Iterable[int] | N
     destination = f"/{kind}/{name}"
     if copy or kind == TOPIC:
         for m in taken:
-            broker.publish(kind, name, _rebuild(broker, m, destination,
-                                                broker.allocate_mid() if copy else m.mid,
-                                                rewrite))
+            broker.publish(kind, name, _rebuild(broker, m, destination, rewrite))
         if not copy:
             source.acknowledge(taken)
         return len(taken)
@@ -170,7 +178,7 @@ def _move_atomically(broker: Broker, source: Queue, target: Queue, msgs: list[Me
 
     def flush() -> None:
         nonlocal batch, size
-        moved = [_rebuild(broker, m, target.destination, m.mid, rewrite) for m in batch]
+        moved = [_rebuild(broker, m, target.destination, rewrite) for m in batch]
         durable = [(old, new) for old, new in zip(batch, moved, strict=True) if new.persistent]
         if durable:
             ops: list[tuple[int, bytes]] = []

@@ -7,6 +7,7 @@ from sluicemq.client.aio_streams import (
     AsyncStreamWriter,
 )
 from sluicemq.client.message import AsyncMessage, Message
+from sluicemq.client.ranges import RangeHead, RangeRead
 from sluicemq.client.streams import StreamReader, StreamSubscription, StreamWriter
 from sluicemq.client.sync import Client, Receipt, Subscription, Transaction
 from sluicemq.client.url import parse_url
@@ -29,6 +30,8 @@ __all__ = [
     "Client",
     "Message",
     "NoConsumerError",
+    "RangeHead",
+    "RangeRead",
     "Receipt",
     "StreamAbandonedError",
     "StreamGapError",

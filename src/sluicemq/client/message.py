@@ -50,6 +50,12 @@ class _Received:
         return self.headers.get("message-id", "")
 
     @property
+    def seq(self) -> int | None:
+        """The broker's sequence number (docs/replay-protocol.md, section 1), if it sent one."""
+        text = self.headers.get("sluice-seq")
+        return int(text) if text is not None and text.isdigit() else None
+
+    @property
     def redelivered(self) -> bool:
         return self.headers.get("redelivered", "false").lower() == "true"
 

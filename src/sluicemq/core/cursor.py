@@ -17,6 +17,8 @@ from __future__ import annotations
 from array import array
 from collections import deque
 from collections.abc import Iterator
+from itertools import compress, count, islice
+from operator import lt
 from typing import TYPE_CHECKING
 
 from sluicemq.core.message import Message
@@ -30,12 +32,19 @@ if TYPE_CHECKING:
 
 JOURNAL, TEMP, OBJ = 0, 1, 2
 Slot = tuple[int, int, int, int, int, int, int]  # mid, src, seg, off, length, inner, size
+MAX_RUNS = 64  # beyond this many sorted runs, forget them and rescan when next asked
 
 
 class SpillFifo:
-    """FIFO of paged-out messages in parallel arrays; pops from the front in O(1) amortised."""
+    """FIFO of paged-out messages in parallel arrays; pops from the front in O(1) amortised.
 
-    __slots__ = ("_start", "base", "inner", "length", "mid", "objs", "off", "seg", "size", "src")
+    Range reads find messages by id, so the FIFO also knows where its ids form ascending
+    *runs*: usually one (ids are handed out in enqueue order), a few after late arrivals such
+    as held stream chunks or restored unacknowledged messages. Each run is binary-searchable.
+    """
+
+    __slots__ = ("_runs", "_start", "base", "inner", "length", "mid", "objs", "off", "seg",
+                 "size", "src")
 
     def __init__(self) -> None:
         self.mid = array("Q")
@@ -48,6 +57,7 @@ class SpillFifo:
         self.objs: dict[int, Message] = {}  # OBJ slots, by message id
         self._start = 0
         self.base = 0  # slots ever popped from the front: absolute position = base + index
+        self._runs: list[int] | None = []  # absolute positions where ascending runs start
 
     def __len__(self) -> int:
         return len(self.mid) - self._start
@@ -55,6 +65,13 @@ class SpillFifo:
     def append(self, mid: int, src: int, seg: int, off: int, length: int, inner: int,
                size: int) -> int:
         """Add a slot at the back; returns its absolute position (stable until removed)."""
+        runs = self._runs
+        if len(self.mid) == self._start:
+            self._runs = [self.base]
+        elif runs is not None and mid < self.mid[-1]:
+            runs.append(self.base + len(self.mid) - self._start)
+            if len(runs) > MAX_RUNS:
+                self._runs = None
         self.mid.append(mid)
         self.src.append(src)
         self.seg.append(seg)
@@ -67,6 +84,7 @@ class SpillFifo:
     def extend(self, mid: array, seg: array, off: array, length: array, inner: array,
                size: array) -> None:
         """Append journal slots in bulk, column by column (index snapshot: C speed)."""
+        self._runs = None  # found by one scan when a range read first asks
         self.mid.extend(mid)
         self.src.frombytes(bytes(len(mid)))  # JOURNAL == 0
         self.seg.extend(seg)
@@ -128,7 +146,45 @@ class SpillFifo:
         s = self.slot(i)
         for a in (self.mid, self.src, self.seg, self.off, self.length, self.inner, self.size):
             del a[i]
+        self._runs = None
         return s
+
+    def delete_range(self, i: int, j: int) -> list[Slot]:
+        """Remove the slots at array indexes ``[i, j)``; from the front this is a cheap pop."""
+        out = [self.slot(k) for k in range(i, j)]
+        if i == self._start:
+            self._start = j
+            self.base += j - i
+            if self._start >= 4096 and self._start * 2 >= len(self.mid):
+                self._trim()
+        else:
+            for a in (self.mid, self.src, self.seg, self.off, self.length, self.inner,
+                      self.size):
+                del a[i:j]
+            self._runs = None
+        return out
+
+    def runs(self) -> list[tuple[int, int]]:
+        """``[lo, hi)`` array-index windows in which ids ascend, front to back."""
+        start, end = self._start, len(self.mid)
+        if start == end:
+            return []
+        if self._runs is None:
+            m = self.mid
+            breaks = compress(count(start + 1), map(lt, islice(m, start + 1, None),
+                                                     islice(m, start, None)))
+            self._runs = [self.base] + [self.base + i - start for i in breaks]
+        runs = self._runs
+        front = self.base
+        while len(runs) > 1 and runs[1] <= front:
+            del runs[0]
+        out = []
+        for k, pos in enumerate(runs):
+            lo = max(pos, front) - front + start
+            hi = runs[k + 1] - front + start if k + 1 < len(runs) else end
+            if lo < hi:
+                out.append((lo, hi))
+        return out
 
     def indexes(self) -> range:
         return range(self._start, len(self.mid))
@@ -153,6 +209,7 @@ class SpillFifo:
             del a[:]
         self.objs.clear()
         self._start = 0
+        self._runs = []
 
 
 class Pager:

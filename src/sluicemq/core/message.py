@@ -7,9 +7,10 @@ from typing import Any
 # Headers the broker sets or consumes itself; never copied from a SEND into the stored message.
 TRANSPORT_HEADERS = frozenset(
     {"receipt", "transaction", "content-length", "destination", "message-id", "subscription",
-     "ack", "redelivered", "sluice-delivery-count"}
+     "ack", "redelivered", "sluice-delivery-count", "sluice-seq"}
 )
 MIN_PRIORITY, MAX_PRIORITY, DEFAULT_PRIORITY = 0, 9, 4
+ORIGINAL_ID = "sluice-original-id"  # on a moved message: the id it was first sent with
 
 
 class Message:
@@ -70,6 +71,15 @@ class Message:
                     expires=self.expires, timestamp=self.timestamp)
         m.size = self.size
         m.inner = self.inner
+        return m
+
+    def moved_to(self, destination: str, mid: int) -> Message:
+        """A copy entering another destination under a fresh id (= seq, so that it becomes
+        visible there above the head); the id it was first sent with goes along as
+        ``sluice-original-id``."""
+        m = self.copy_for(destination)
+        m.mid = mid
+        m.headers.setdefault(ORIGINAL_ID, self.message_id)
         return m
 
     def __repr__(self) -> str:

@@ -12,6 +12,7 @@ everything stays in memory.
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -192,6 +193,60 @@ class PendingList:
             self.stored_bytes -= slot[6]
         return msg
 
+    def remove_seqs(self, lo: int, hi: int, limit: int,
+                    only: set[int] | None = None) -> list[Message]:
+        """Take out up to ``limit`` messages whose id is in ``[lo, hi)`` (and in ``only``, if
+        given): ledger commits.
+
+        Paged-out ones come back as stubs, as in ``drain_stubs``: nothing is read back. Each
+        ascending run of a tail is binary-searched; at a tail's front the cut is a cheap pop.
+        """
+        out: list[Message] = []
+
+        def wanted(mid: int) -> bool:
+            return lo <= mid < hi and (only is None or mid in only)
+
+        for lane in self._lanes:
+            if len(out) >= limit:
+                break
+            if lane.head and any(wanted(m.mid) for m in lane.head):
+                keep: deque[Message] = deque()
+                for m in lane.head:
+                    if wanted(m.mid) and len(out) < limit:
+                        self._unhold(m)
+                        out.append(m)
+                    else:
+                        keep.append(m)
+                taken = len(lane.head) - len(keep)
+                self._size -= taken
+                self._in_head -= taken
+                lane.head = keep
+            tail = lane.tail
+            for i, j in reversed(tail.runs()):  # back to front: earlier indexes stay valid
+                room = limit - len(out)
+                a = bisect_left(tail.mid, lo, i, j)
+                b = bisect_left(tail.mid, hi, a, j)
+                if a >= b or room <= 0:
+                    continue
+                if only is None:
+                    cuts = [(a, min(b, a + room))]
+                else:
+                    cuts = _spans([k for k in range(a, b) if tail.mid[k] in only][:room])
+                for x, y in reversed(cuts):
+                    for slot in tail.delete_range(x, y):
+                        out.append(self._take_stub(tail, slot))
+        return out
+
+    def _take_stub(self, tail: SpillFifo, slot: Slot) -> Message:
+        assert self.pager is not None
+        self._size -= 1
+        msg = self.pager.stub(tail, slot, self.destination)
+        if slot[1] == OBJ:
+            self._unhold(msg)
+        else:
+            self.stored_bytes -= slot[6]
+        return msg
+
     def __iter__(self) -> Iterator[Message]:
         """Dispatch order: priority 9 down to 0; paged-out messages are read back one by one
         (browsing), without leaving the cursor."""
@@ -255,6 +310,17 @@ class PendingList:
         for lane in self._lanes:
             found |= lane.tail.relocate(moved)
         return found
+
+
+def _spans(indexes: list[int]) -> list[tuple[int, int]]:
+    """Ascending indexes as ``[start, end)`` spans of consecutive ones."""
+    out: list[tuple[int, int]] = []
+    for k in indexes:
+        if out and out[-1][1] == k:
+            out[-1] = (out[-1][0], k + 1)
+        else:
+            out.append((k, k + 1))
+    return out
 
 
 def footprint(msg: Message) -> int:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Protocol
 
 from sluicemq import __version__
-from sluicemq.core import dedup, stage_frames
+from sluicemq.core import dedup, ranges, stage_frames
 from sluicemq.core.broker import Broker
 from sluicemq.core.consumer import ACK_MODES, AUTO, CLIENT, Consumer
 from sluicemq.core.message import (
@@ -104,6 +104,7 @@ class Session:
         self.on_version: Callable[[str], None] = lambda v: None
         self.received = 0
         self.delivered = 0
+        self._output_waiters: list[Callable[[], None]] = []
 
     # -- Delivery (called by dispatch) -------------------------------------------------------
     @property
@@ -112,7 +113,7 @@ class Session:
 
     def deliver(self, consumer: Consumer, msg: Message) -> None:
         h = {"destination": msg.destination, "message-id": msg.message_id,
-             "subscription": consumer.sub_id}
+             "subscription": consumer.sub_id, "sluice-seq": str(msg.mid)}
         if self.version == "1.2":
             h["ack"] = f"{consumer.index}-{msg.mid}"
         if msg.deliveries > 1:
@@ -138,6 +139,18 @@ class Session:
             self.out.write(head)
             self.out.write(body)
             self.out.write(b"\x00")
+
+    def when_writable(self, resume: Callable[[], None]) -> None:
+        """Call ``resume`` once the transport has drained (paced writers: range reads)."""
+        self._output_waiters.append(resume)
+
+    def output_ready(self) -> None:
+        """The transport drained below its low-water mark: feed consumers and writers again."""
+        for consumer in self.consumers.values():
+            self.broker.schedule_dispatch(consumer.queue)
+        waiting, self._output_waiters = self._output_waiters, []
+        for resume in waiting:
+            resume()
 
     def stream_error(self, stream_id: str, text: str) -> None:
         """Tell a stream's consumer that the stream cannot complete; the connection stays."""
@@ -468,6 +481,9 @@ class Session:
         destination = h.get("destination")
         kind, name = parse_destination(destination)
         self._authorize(READ, kind, name)
+        if "browser" in h:  # range read, head query or ledger commit (docs/replay-protocol.md)
+            ranges.for_broker(self.broker).subscribe(self, frame, kind, name)
+            return
         limits = self.broker.config.limits
         if len(self.consumers) >= limits.max_subscriptions:
             raise ProtocolError(f"too many subscriptions on this connection (limit "
@@ -538,6 +554,10 @@ class Session:
         sub_id = h.get("id") or (h.get("destination") if self.version == "1.0" else None)
         durable_name = h.get("activemq.subscriptionName") or h.get("durable-subscription-name")
         consumer = self.consumers.pop(sub_id, None) if sub_id is not None else None
+        if (consumer is None and not durable_name and sub_id is not None
+                and ranges.for_broker(self.broker).unsubscribe(self, sub_id)):
+            self.receipt(frame)
+            return
         if consumer is None and not durable_name:
             raise ProtocolError(f"no subscription with id {sub_id!r}", fatal=False)
         if consumer is not None:
@@ -596,11 +616,17 @@ class Session:
         for consumer in candidates:
             if mid in consumer.inflight:
                 return consumer, self._take(consumer, mid, nack)
+        committed = ranges.for_broker(self.broker).ignorable_ack
+        for consumer in candidates:
+            if committed(consumer.queue, mid):
+                return consumer, []  # a ledger commit took it away: the ACK is moot
         raise ProtocolError(f"no unacknowledged message {message_id!r} on this connection",
                             fatal=False)
 
     def _take(self, consumer: Consumer, mid: int, nack: bool) -> list[Message]:
         if mid not in consumer.inflight:
+            if ranges.for_broker(self.broker).ignorable_ack(consumer.queue, mid):
+                return []  # a ledger commit took it away: the ACK is moot
             raise ProtocolError(f"message {mid} is not awaiting acknowledgement on subscription "
                                 f"{consumer.sub_id!r}", fatal=False)
         if consumer.ack_mode == CLIENT:

@@ -332,6 +332,28 @@ class Journal:
             raise StorageError(f"bad record at {loc}: {found}")
         return payload
 
+    def peek(self, loc: Location, start: int, length: int) -> bytes:
+        """Up to ``length`` bytes of loc's payload from ``start``, NOT checksum-verified: a
+        cheap look at a record's head (range reads classify stream chunks by their headers);
+        anything delivered is read with ``read``, which verifies."""
+        length = max(0, min(length, loc.length - start))
+        with self._lock:
+            data = self._unwritten.get(loc)
+            if data is not None:
+                return bytes(data[start:start + length])
+            if loc.segment not in self._segs:
+                raise StorageError(f"segment {loc.segment} is gone (reclaimed)")
+            try:
+                fd = os.dup(self._fd(loc.segment))
+            except OSError as exc:
+                raise StorageError(f"cannot open segment {loc.segment}: {exc}") from exc
+        try:
+            return os.pread(fd, length, loc.offset + HEADER_SIZE + start)
+        except OSError as exc:
+            raise StorageError(f"cannot read {loc}: {exc}") from exc
+        finally:
+            os.close(fd)
+
     def retain(self, loc: Location) -> None:
         """One more live record in loc's segment: the segment must stay."""
         with self._lock:

@@ -69,6 +69,20 @@ def message_body(payload: bytes | memoryview) -> memoryview:
     return memoryview(payload)[_MSG_HEAD.size + klen + hlen:]
 
 
+def message_prefix_size(payload: bytes | memoryview) -> int:
+    """Bytes of a MSG record before its body: fixed head, key and headers."""
+    _mid, _ts, _exp, _prio, _flags, klen, hlen = _MSG_HEAD.unpack_from(payload, 0)
+    return _MSG_HEAD.size + klen + hlen
+
+
+def message_headers(prefix: bytes | memoryview) -> dict[str, str]:
+    """The headers of a MSG record from a prefix holding at least ``message_prefix_size``."""
+    _mid, _ts, _exp, _prio, _flags, klen, hlen = _MSG_HEAD.unpack_from(prefix, 0)
+    pos = _MSG_HEAD.size + klen
+    headers: dict[str, str] = json.loads(bytes(prefix[pos:pos + hlen]))
+    return headers
+
+
 def encode_acks(acks: Iterable[tuple[str, int]]) -> bytes:
     """Group (key, mid) pairs by key: a batch of auto-acks costs ~8 bytes a message."""
     by_key: dict[str, array] = {}

@@ -64,6 +64,15 @@ class Store:
     def read(self, loc: Location) -> bytes:
         return self.journal.read(loc)
 
+    def peek_headers(self, loc: Location, inner: int = 0) -> dict[str, str]:
+        """The headers of the message stored at ``loc`` (at ``inner`` inside a transaction
+        record), read without its body and without checksum verification."""
+        head = self.journal.peek(loc, inner, 4096)
+        need = records.message_prefix_size(head)
+        if need > len(head):
+            head = self.journal.peek(loc, inner, need)
+        return records.message_headers(head)
+
     def start(self, call_soon_threadsafe: Callable[..., Any]) -> None:
         self.journal.start(
             lambda seq: call_soon_threadsafe(self._durable, seq),

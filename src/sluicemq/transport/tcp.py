@@ -111,8 +111,7 @@ class StompProtocol(asyncio.Protocol):
             self._slow_handle.cancel()
             self._slow_handle = None
         if self.session is not None:
-            for consumer in self.session.consumers.values():
-                self.broker.schedule_dispatch(consumer.queue)
+            self.session.output_ready()
 
     # -- Outbound (used by the session) ------------------------------------------------------
     def pause_reading(self) -> None:

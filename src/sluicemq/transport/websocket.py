@@ -119,8 +119,7 @@ class WebSocketConnection:
 
     def _resume(self) -> None:
         self.writable = True
-        for consumer in self.session.consumers.values():
-            self.broker.schedule_dispatch(consumer.queue)
+        self.session.output_ready()
 
     # -- heart-beating -----------------------------------------------------------------------
     def _negotiated(self, version: str) -> None:
