@@ -1,0 +1,289 @@
+"""Staged publishing (docs/replay-protocol.md, section 3) against the real broker process:
+parts are durable and invisible until published; publication is atomic, ordered and idempotent;
+everything survives kill -9 and segment reclaim."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from sluicemq import Client, ClientError
+from sluicemq.protocol.frames import Frame
+
+SMALL_SEGMENTS = """
+[journal]
+segment_bytes = 65536
+snapshot_records = 0
+"""
+
+
+def stage(c: Client, batch: str, part: str, bodies: list[str], dest: str = "/queue/out",
+          sink: str = "sink") -> None:
+    with c.stage(sink, batch, part) as p:
+        for body in bodies:
+            p.send(dest, body.encode(), {"part": part})
+    assert (p.result, p.messages) == ("staged", len(bodies))
+
+
+def visible(c: Client, dest: str = "/queue/out") -> list[bytes]:
+    """What a browser sees (a range read of everything retained)."""
+    with c.read_range(dest) as rng:
+        return [m.body for m in rng]
+
+
+def drain(c: Client, dest: str = "/queue/out", idle: float = 0.5) -> list[bytes]:
+    out = []
+    with c.subscribe(dest) as sub:
+        while (m := sub.get(timeout=idle)) is not None:
+            out.append(m.body)
+    return out
+
+
+def test_a_parked_part_is_invisible_to_consumers_and_browsers(broker) -> None:
+    with Client(broker.url) as c:
+        stage(c, "b1", "p0", ["a", "b"])
+        assert visible(c) == []
+        assert c.head("/queue/out").count == 0
+        assert drain(c) == []
+
+
+def test_publish_makes_the_listed_parts_visible_at_once_in_part_then_send_order(broker) -> None:
+    with Client(broker.url) as c:
+        stage(c, "b1", "p0", ["a0", "a1"])
+        stage(c, "b1", "p1", ["b0"])
+        stage(c, "b1", "p2", ["c0", "c1", "c2"])
+        before = c.head("/queue/out").next
+        assert c.publish_stage("sink", "b1", ["p2", "p0"]) == ("published", 5)
+        with c.read_range("/queue/out") as rng:
+            got = [(m.body, m.seq) for m in rng]
+        assert [b for b, _ in got] == [b"c0", b"c1", b"c2", b"a0", b"a1"]
+        seqs = [s for _, s in got]
+        assert seqs == sorted(seqs) and seqs[0] >= before  # fresh, increasing seqs
+        assert drain(c) == [b"c0", b"c1", b"c2", b"a0", b"a1"]  # the unlisted p1 is gone
+
+
+def test_publishing_again_is_a_duplicate_and_shows_nothing_twice(broker) -> None:
+    with Client(broker.url) as c:
+        stage(c, "b1", "p0", ["x"])
+        assert c.publish_stage("sink", "b1", ["p0"]) == ("published", 1)
+        with c.stage("sink", "b1", "p1") as p:  # a part of a published batch is not stored
+            p.send("/queue/out", b"late")
+        assert (p.result, p.messages) == ("duplicate", 0)
+        assert c.publish_stage("sink", "b1", ["p0"]) == ("duplicate", 1)
+        assert c.publish_stage("sink", "b1", ["p1", "nonexistent"]) == ("duplicate", 1)
+        assert drain(c) == [b"x"]
+
+
+def test_an_unknown_part_is_an_error_and_nothing_is_published(broker) -> None:
+    with Client(broker.url) as c:
+        stage(c, "b1", "p0", ["x"])
+        with pytest.raises(ClientError, match="no part p9"):
+            c.publish_stage("sink", "b1", ["p0", "p9"])
+        assert visible(c) == []
+        assert c.publish_stage("sink", "b1", ["p0"]) == ("published", 1)  # p0 was kept
+        assert drain(c) == [b"x"]
+
+
+def test_a_batch_with_no_parts_publishes_nothing_but_is_remembered(broker) -> None:
+    with Client(broker.url) as c:
+        stage(c, "b1", "p0", ["x"])
+        assert c.publish_stage("sink", "b1", []) == ("published", 0)
+        assert c.publish_stage("sink", "b1", ["p0"]) == ("duplicate", 0)
+        assert drain(c) == []
+
+
+def test_abort_discards_the_batch_and_leaves_published_ones_alone(broker) -> None:
+    with Client(broker.url) as c:
+        stage(c, "b1", "p0", ["x"])
+        stage(c, "b1", "p1", ["y"])
+        assert c.abort_stage("sink", "b1") == 2
+        with pytest.raises(ClientError, match="no part p0"):
+            c.publish_stage("sink", "b1", ["p0"])
+        stage(c, "b2", "p0", ["z"])
+        c.publish_stage("sink", "b2", ["p0"])
+        assert c.abort_stage("sink", "b2") == 0
+        assert drain(c) == [b"z"]
+
+
+def test_an_exception_inside_the_stage_block_aborts_the_part(broker) -> None:
+    with Client(broker.url) as c:
+        with pytest.raises(RuntimeError), c.stage("sink", "b1", "p0") as p:
+            p.send("/queue/out", b"half")
+            raise RuntimeError("task failed")
+        with pytest.raises(ClientError):
+            c.publish_stage("sink", "b1", ["p0"])
+
+
+def test_a_part_staged_again_replaces_the_earlier_attempt(broker) -> None:
+    with Client(broker.url) as c:
+        stage(c, "b1", "p0", ["attempt-1"])
+        stage(c, "b1", "p0", ["attempt-2a", "attempt-2b"])
+        assert c.publish_stage("sink", "b1", ["p0"]) == ("published", 2)
+        assert drain(c) == [b"attempt-2a", b"attempt-2b"]
+
+
+def test_parts_fan_out_to_several_destinations_and_topics(broker) -> None:
+    with Client(broker.url, client_id="d1") as c:
+        durable = c.subscribe("/topic/events", durable_name="keep")
+        live = c.subscribe("/topic/events")
+        with c.stage("sink", "b1", "p0") as p:
+            p.send("/queue/a", b"qa")
+            p.send("/topic/events", b"t1", {"kind": "event"})
+            p.send("/queue/b", b"qb")
+        assert live.get(timeout=0.3) is None
+        c.publish_stage("sink", "b1", ["p0"])
+        assert live.get(timeout=5).body == b"t1"
+        assert durable.get(timeout=5).headers["kind"] == "event"
+        assert drain(c, "/queue/a") == [b"qa"]
+        assert drain(c, "/queue/b") == [b"qb"]
+
+
+def test_parked_parts_expire_after_stage_timeout(broker_factory) -> None:
+    b = broker_factory(config_text="[limits]\nstage_timeout = 1.0\n")
+    with Client(b.url) as c:
+        stage(c, "b1", "p0", ["x"])
+        time.sleep(2.5)  # the broker's one-second tick discards it
+        with pytest.raises(ClientError, match="no part p0"):
+            c.publish_stage("sink", "b1", ["p0"])
+    assert "not published within stage_timeout" in b.log()
+
+
+def test_a_part_confirmed_before_kill_9_can_be_published_after_restart(broker) -> None:
+    with Client(broker.url) as c:
+        stage(c, "b1", "p0", ["a", "b"])
+        stage(c, "b1", "p1", ["c"])
+    broker.kill()
+    broker.restart()
+    with Client(broker.url) as c:
+        assert visible(c) == []
+        assert c.publish_stage("sink", "b1", ["p1", "p0"]) == ("published", 3)
+        assert drain(c) == [b"c", b"a", b"b"]
+
+
+def test_a_publication_confirmed_before_kill_9_stays_published_once(broker) -> None:
+    with Client(broker.url) as c:
+        stage(c, "b1", "p0", ["a", "b"])
+        assert c.publish_stage("sink", "b1", ["p0"]) == ("published", 2)
+        with c.read_range("/queue/out") as rng:
+            seqs = [m.seq for m in rng]
+    broker.kill()
+    broker.restart()
+    with Client(broker.url) as c:
+        with c.read_range("/queue/out") as rng:
+            assert [m.seq for m in rng] == seqs  # the same ids after replay
+        assert c.publish_stage("sink", "b1", ["p0"]) == ("duplicate", 2)
+        assert drain(c) == [b"a", b"b"]
+
+
+def test_the_memory_of_published_batches_survives_segment_reclaim_and_restarts(
+        broker_factory) -> None:
+    b = broker_factory(config_text=SMALL_SEGMENTS)
+    body = "x" * 4000
+    with Client(b.url) as c:
+        stage(c, "b1", "p0", ["first"])
+        c.publish_stage("sink", "b1", ["p0"])
+        assert drain(c) == [b"first"]
+        for i in range(80):  # ~5 segments of other traffic, all consumed
+            c.send("/queue/churn", body, {"i": str(i)})
+        assert len(drain(c, "/queue/churn")) == 80
+        time.sleep(2.5)  # ticks: the memo moves off the oldest segment, which is deleted
+    segments = sorted((b.data_dir / "journal").glob("*.log"))
+    assert segments[0].name != "00000001.log" and not (b.data_dir / "journal" /
+                                                        "00000001.log").exists()
+    b.kill()
+    b.restart()
+    with Client(b.url) as c:
+        assert c.publish_stage("sink", "b1", ["p0"]) == ("duplicate", 1)
+    b.stop()  # clean stop: the index snapshot carries the memory
+    b.restart()
+    with Client(b.url) as c:
+        assert c.publish_stage("sink", "b1", []) == ("duplicate", 1)
+        assert drain(c) == []
+
+
+def test_a_big_staged_batch_is_published_from_several_records(broker) -> None:
+    payload = b"y" * (256 << 10)
+    with Client(broker.url) as c:
+        with c.stage("sink", "big", "p0") as p:
+            for i in range(40):  # 10 MiB: three STAGE records
+                p.send("/queue/big", payload, {"i": str(i)})
+        assert c.publish_stage("sink", "big", ["p0"]) == ("published", 40)
+    broker.kill()
+    broker.restart()
+    with Client(broker.url) as c, c.subscribe("/queue/big", ack="client-individual") as sub:
+        for i in range(40):
+            m = sub.get(timeout=10)
+            assert m.headers["i"] == str(i) and m.body == payload
+            m.ack()
+
+
+def test_bad_stage_frames_get_an_error_and_the_connection_keeps_serving(broker, raw) -> None:
+    r = raw()
+    r.connect()
+
+    def error_for(command: str, headers: dict[str, str]) -> Frame:
+        r.send(command, {**headers, "receipt": "x"})
+        f = r.recv()
+        assert f.command == "ERROR" and f.headers["receipt-id"] == "x", f
+        return f
+
+    assert "sluice-stage" in error_for("BEGIN", {"transaction": "t",
+                                                 "sluice-stage": "no-part"}).headers["message"]
+    error_for("BEGIN", {"transaction": "t", "sluice-stage": "s/b/p q"})
+    error_for("COMMIT", {"transaction": "p", "sluice-stage-commit": "s/b"})  # no parts header
+    error_for("COMMIT", {"transaction": "p", "sluice-stage-commit": "s/b",
+                         "sluice-stage-parts": "p0,p0"})
+    error_for("ABORT", {"transaction": "p", "sluice-stage-abort": "only-sink"})
+    r.send("BEGIN", {"transaction": "t", "sluice-stage": "s/b/p"})
+    msg = error_for("SEND", {"transaction": "t", "destination": "/queue/q",
+                             "sluice-producer-id": "a", "sluice-producer-seq": "1"})
+    assert "staged part" in msg.headers["message"]
+    error_for("ACK", {"transaction": "t", "id": "1-1"})
+    r.send("SEND", {"transaction": "t", "destination": "/queue/q"}, b"ok")
+    r.send("COMMIT", {"transaction": "t", "receipt": "c"})
+    receipt = r.recv()
+    assert receipt.command == "RECEIPT", receipt
+    assert receipt.headers["sluice-stage-result"] == "staged"
+    assert receipt.headers["sluice-stage-messages"] == "1"
+    r.send("COMMIT", {"transaction": "p", "sluice-stage-commit": "s/b",
+                      "sluice-stage-parts": "p", "receipt": "pub"})
+    done = r.recv()
+    assert done.headers["sluice-stage-result"] == "published"
+    with Client(broker.url) as c:
+        assert drain(c, "/queue/q") == [b"ok"]
+
+
+def test_parked_parts_and_memory_come_back_from_an_index_snapshot(broker) -> None:
+    with Client(broker.url) as c:
+        stage(c, "b1", "p0", ["done"])
+        c.publish_stage("sink", "b1", ["p0"])
+        stage(c, "b2", "p0", ["parked-a", "parked-b"])
+    broker.stop()
+    broker.restart()
+    assert "index snapshot used" in broker.log()
+    assert "index snapshot not written" not in broker.log()
+    with Client(broker.url) as c:
+        assert c.publish_stage("sink", "b1", ["p0"]) == ("duplicate", 1)
+        assert c.publish_stage("sink", "b2", ["p0"]) == ("published", 2)
+        assert drain(c) == [b"done", b"parked-a", b"parked-b"]
+
+
+def test_snapshot_taken_while_running_plus_the_journal_tail_after_kill_9(broker_factory) -> None:
+    b = broker_factory(config_text="[journal]\nsnapshot_records = 5\n")
+    with Client(b.url) as c:
+        stage(c, "b1", "p0", ["one"])
+        stage(c, "b1", "p1", ["two"])
+        for i in range(20):  # enough records for a snapshot while running
+            c.send("/queue/other", str(i))
+        time.sleep(1.5)
+        stage(c, "b2", "p0", ["three"])  # in the tail after the snapshot
+        assert c.publish_stage("sink", "b1", ["p1", "p0"]) == ("published", 2)
+    assert "index snapshot written" in b.log()
+    b.kill()
+    b.restart()
+    assert "index snapshot used" in b.log()
+    with Client(b.url) as c:
+        assert c.publish_stage("sink", "b1", ["p0"]) == ("duplicate", 2)
+        assert c.publish_stage("sink", "b2", ["p0"]) == ("published", 1)
+        assert drain(c) == [b"two", b"one", b"three"]
