@@ -1,0 +1,218 @@
+"""Crash recovery after periodic index snapshots: the broker snapshots its stored state while it
+runs; after kill -9 the next start loads the newest snapshot and replays only the journal
+records written after it. The result is exactly what a full scan of the journal gives and what
+clients were told: receipted messages are back, acknowledged ones are gone, in order."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+from test_fast_restart import SNAPSHOT, build_state, client, drain, log_since, observe, send
+
+from sluice_testing import BrokerProcess
+
+EVERY = 40
+CONFIG = f"""
+[journal]
+segment_bytes = 65536
+snapshot_records = {EVERY}
+
+[[policy]]
+queue = "held.>"
+stream_dispatch = "complete"
+"""
+
+
+def snapshots(b: BrokerProcess) -> int:
+    return sum("index snapshot written" in line for line in b.output)
+
+
+def wait_for_snapshot(b: BrokerProcess, written: int, timeout: float = 10.0) -> None:
+    """Until more than ``written`` periodic snapshots were written."""
+    deadline = time.monotonic() + timeout
+    while snapshots(b) <= written:
+        assert time.monotonic() < deadline, "no periodic snapshot:\n" + b.log()
+        time.sleep(0.05)
+
+
+def fresh_snapshot(b: BrokerProcess) -> None:
+    """Append enough filler records for a new snapshot and wait for it (taken on the broker's
+    one-second tick)."""
+    written = snapshots(b)
+    c = client(b)
+    send(c, "/queue/filler", ["f"] * EVERY)
+    c.close()
+    wait_for_snapshot(b, written)
+
+
+def ack_first(b: BrokerProcess, dest: str, n: int) -> list[str]:
+    """Consume ``n`` messages with individual, receipted ACKs; returns their bodies."""
+    c = client(b)
+    c.send("SUBSCRIBE", {"destination": dest, "id": "a", "ack": "client-individual",
+                         "activemq.prefetchSize": "1"})
+    bodies: list[str] = []
+    receipts = 0
+    while receipts < n:
+        frame = c.recv()
+        if frame.command == "RECEIPT":
+            receipts += 1
+        elif len(bodies) < n:
+            bodies.append(frame.body.decode())
+            c.send("ACK", {"id": frame.headers["ack"], "receipt": f"ack{len(bodies)}"})
+    c.close()
+    return bodies
+
+
+def crash(b: BrokerProcess) -> str:
+    """kill -9 and start again; returns the start-up log."""
+    b.kill()
+    mark = len(b.output)
+    b.restart()
+    return log_since(b, mark)
+
+
+def replayed(cycle: str) -> int:
+    line = next(x for x in cycle.splitlines() if "index snapshot used" in x)
+    return int(line.split("then ")[1].split(" journal records")[0])
+
+
+def test_a_crash_replays_only_the_records_after_the_newest_snapshot(broker_factory) -> None:
+    b = broker_factory(config_text=CONFIG)
+    c = client(b)
+    send(c, "/queue/orders", [f"m{i}" for i in range(60)])
+    fresh_snapshot(b)
+    send(c, "/queue/orders", [f"n{i}" for i in range(5)])
+    assert ack_first(b, "/queue/orders", 10) == [f"m{i}" for i in range(10)]
+    cycle = crash(b)
+    assert "index snapshot used" in cycle
+    assert 0 < replayed(cycle) < EVERY, cycle
+    assert drain(client(b), "/queue/orders") == [f"m{i}" for i in range(10, 60)] + [
+        f"n{i}" for i in range(5)]
+
+
+def test_messages_unacknowledged_at_the_snapshot_are_redelivered(broker_factory) -> None:
+    b = broker_factory(config_text=CONFIG)
+    send(client(b), "/queue/work", [f"w{i}" for i in range(20)])
+    holder = client(b)
+    holder.send("SUBSCRIBE", {"destination": "/queue/work", "id": "h", "ack": "client",
+                              "activemq.prefetchSize": "5"})
+    held = [holder.recv() for _ in range(5)]
+    fresh_snapshot(b)  # captured while w0..w4 sit unacknowledged with the consumer
+    holder.send("ACK", {"id": held[1].headers["ack"], "receipt": "r"})  # cumulative: w0, w1
+    while holder.recv().command != "RECEIPT":
+        pass
+    assert "index snapshot used" in crash(b)
+    assert drain(client(b), "/queue/work") == [f"w{i}" for i in range(2, 20)]
+
+
+def test_snapshot_and_tail_give_what_a_full_scan_gives(broker_factory) -> None:
+    b = broker_factory(config_text=CONFIG, name="snap")
+    build_state(b)
+    for name in ("late", "gone"):
+        d = client(b, client_id=f"svc-{name}")
+        d.send("SUBSCRIBE", {"destination": "/topic/ledger", "id": "d", "receipt": "sub",
+                             "activemq.subscriptionName": name})
+        assert d.recv().command == "RECEIPT"
+        d.close()
+    fresh_snapshot(b)
+    # After the snapshot: acks of captured messages, new messages of several priorities,
+    # topic messages for durable subscriptions (one with a selector), an unsubscribe, and
+    # a stream chunk that moves the stream's resume point.
+    assert ack_first(b, "/queue/work", 3) == ["w3", "w4", "w5"]
+    p = client(b)
+    for i in range(4):
+        send(p, "/queue/prio", [f"q{i}"], priority=str(9 - i))
+    send(p, "/topic/ledger", ["e6", "e7"], n="7")
+    gone = client(b, client_id="svc-gone")
+    gone.send("UNSUBSCRIBE", {"id": "d", "activemq.subscriptionName": "gone",
+                              "destination": "/topic/ledger", "receipt": "u"})
+    assert gone.recv().command == "RECEIPT"
+    gone.close()
+    p.send("SEND", {"destination": "/queue/files", "persistent": "true",
+                    "sluice-stream-id": "open", "JMSXGroupID": "open", "sluice-stream-seq": "2",
+                    "sluice-stream-offset": "10", "sluice-stream-name": "open.bin",
+                    "receipt": "c"}, b"open2")
+    assert p.recv().command == "RECEIPT"
+    b.kill()
+    scanned_dir = b.data_dir.parent / "scanned"
+    shutil.copytree(b.data_dir, scanned_dir)
+    (scanned_dir / SNAPSHOT).unlink()
+    mark = len(b.output)
+    b.restart()
+    cycle = log_since(b, mark)
+    assert "index snapshot used" in cycle and 0 < replayed(cycle) < EVERY, cycle
+    other = broker_factory(config_text=CONFIG, name="scanned")
+    assert "no index snapshot: scanning the whole journal" in other.log()
+    from_snapshot, from_scan = observe(b), observe(other)
+    assert from_snapshot == from_scan
+    assert from_scan["/queue/work"] == [f"w{i}" for i in range(6, 20)]
+    assert from_scan["/queue/prio"][:5] == ["p9", "p19", "p29", "p39", "q0"]
+    assert from_scan["books"] == ["e3", "e4", "e5", "e6", "e7"]
+    assert from_scan["/queue/files"] == ["open0", "open1", "open2"]
+    assert from_scan["stream"]["sluice-stream-next-seq"] == "3"  # type: ignore[index]
+    for broker in (b, other):
+        late = client(broker, client_id="svc-late")
+        assert drain(late, "/topic/ledger", **{"activemq.subscriptionName": "late"}) == [
+            "e6", "e7"]
+        again = client(broker, client_id="svc-gone")
+        assert drain(again, "/topic/ledger", **{"activemq.subscriptionName": "gone"}) == []
+
+
+def test_compaction_after_the_snapshot_moves_what_it_captured(broker_factory) -> None:
+    """The snapshot points at messages in segment 1; compaction then copies them forward and
+    deletes segment 1; the crash restart finds the copies in the journal after the snapshot."""
+    b = broker_factory(config_text="[journal]\nsegment_bytes = 65536\nsnapshot_records = 0\n")
+    c = client(b)
+    send(c, "/queue/keep", ["k1", "k2"])
+    churn = "x" * 1000
+    send(c, "/queue/churn", [churn] * 70)  # fills segment 1, starts segment 2
+    assert len(drain(client(b), "/queue/churn")) == 70
+    send(c, "/queue/keep2", ["k3"])  # in segment 2, where the snapshot will be anchored
+    b.stop()
+    b.restart()  # the clean stop's snapshot: k1, k2 in segment 1; k3 in segment 2
+    segment_1 = b.data_dir / "journal" / "00000000000000000001.log"
+    c = client(b)
+    for _ in range(5):  # a batch at a time, so that no fifth segment makes k3 move too
+        send(c, "/queue/churn", [churn] * 40)
+        consumer = client(b)
+        assert len(drain(consumer, "/queue/churn", quiet=0.2)) == 40
+        consumer.close()
+        deadline = time.monotonic() + 2.5  # compaction runs on the one-second tick
+        while segment_1.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not segment_1.exists():
+            break
+    assert not segment_1.exists(), "compaction moved k1 and k2 and segment 1 was deleted"
+    assert "compacting journal segment 1" in b.log()
+    cycle = crash(b)
+    assert "index snapshot used: 3 messages as of segment 2" in cycle, cycle
+    assert drain(client(b), "/queue/keep") == ["k1", "k2"]
+    assert drain(client(b), "/queue/keep2") == ["k3"]
+
+
+def test_a_corrupt_snapshot_falls_back_to_a_full_scan(broker_factory) -> None:
+    b = broker_factory(config_text=CONFIG)
+    send(client(b), "/queue/c", [f"m{i}" for i in range(50)])
+    fresh_snapshot(b)
+    path = b.data_dir / SNAPSHOT
+    data = bytearray(path.read_bytes())
+    data[len(data) // 3] ^= 0x04
+    path.write_bytes(bytes(data))
+    leftover = path.with_name(path.name + ".tmp")
+    leftover.write_bytes(b"half a snapshot")  # as if a crash interrupted a write
+    cycle = crash(b)
+    assert "index snapshot ignored (checksum mismatch): scanning the whole journal" in cycle
+    assert not leftover.exists()
+    assert drain(client(b), "/queue/c") == [f"m{i}" for i in range(50)]
+
+
+def test_a_truncated_snapshot_falls_back_to_a_full_scan(broker_factory) -> None:
+    b = broker_factory(config_text=CONFIG)
+    send(client(b), "/queue/t", [f"m{i}" for i in range(50)])
+    fresh_snapshot(b)
+    path: Path = b.data_dir / SNAPSHOT
+    path.write_bytes(path.read_bytes()[:-7])
+    assert "index snapshot ignored (bad trailer (truncated?))" in crash(b)
+    assert drain(client(b), "/queue/t") == [f"m{i}" for i in range(50)]
