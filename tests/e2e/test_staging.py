@@ -287,3 +287,14 @@ def test_snapshot_taken_while_running_plus_the_journal_tail_after_kill_9(broker_
         assert c.publish_stage("sink", "b1", ["p0"]) == ("duplicate", 2)
         assert c.publish_stage("sink", "b2", ["p0"]) == ("published", 1)
         assert drain(c) == [b"two", b"one", b"three"]
+
+
+def test_a_send_the_broker_refused_makes_the_parts_commit_fail_loudly(broker) -> None:
+    with Client(broker.url) as c:
+        with pytest.raises(ClientError, match="stored 1 of 2"):  # noqa: SIM117
+            with c.stage("sink", "b1", "p0") as p:
+                p.send("/queue/fine", b"ok")
+                p.send("/queue/bad name", b"refused")  # ERROR: invalid destination
+        stage(c, "b1", "p0", ["retried"])  # the task's retry replaces the short part
+        c.publish_stage("sink", "b1", ["p0"])
+        assert drain(c) == [b"retried"]
