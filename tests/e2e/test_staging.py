@@ -298,3 +298,23 @@ def test_a_send_the_broker_refused_makes_the_parts_commit_fail_loudly(broker) ->
         stage(c, "b1", "p0", ["retried"])  # the task's retry replaces the short part
         c.publish_stage("sink", "b1", ["p0"])
         assert drain(c) == [b"retried"]
+
+
+def test_metrics_count_parts_publications_and_duplicates(broker) -> None:
+    import urllib.request
+
+    with Client(broker.url, producer_id="m") as c:
+        stage(c, "b1", "p0", ["a"])
+        stage(c, "b1", "p1", ["b"])
+        stage(c, "b2", "p0", ["c"])
+        c.publish_stage("sink", "b1", ["p0"])
+        first = c.send("/queue/m", b"x")
+        c.send("/queue/m", b"x", producer_seq=first.producer_seq)
+    with urllib.request.urlopen(f"{broker.console_url}/metrics", timeout=10) as resp:
+        lines = set(resp.read().decode().splitlines())
+    for line in ("sluice_stage_parked_parts 1.0", "sluice_stage_remembered_batches 1.0",
+                 "sluice_stage_published_batches_total 1.0",
+                 "sluice_stage_published_messages_total 1.0",
+                 "sluice_stage_discarded_parts_total 1.0", "sluice_producer_ids 1.0",
+                 "sluice_producer_duplicates_total 1.0"):
+        assert line in lines, line

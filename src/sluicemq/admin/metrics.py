@@ -76,6 +76,7 @@ class BrokerCollector(Collector):
         yield from self._journal()
         yield from self._process()
         yield from self._flow()
+        yield from self._pipelines()
 
     def _destinations(self) -> Iterator[Metric]:
         broker = self.ctx.broker
@@ -187,6 +188,29 @@ class BrokerCollector(Collector):
         yield CounterMetricFamily("sluice_flow_refused",
                                   "SENDs refused for lack of room (fail_if_no_space)",
                                   value=flow.failed_total)
+
+    def _pipelines(self) -> Iterator[Metric]:
+        """Staged publishing and producer duplicate detection (docs/replay-protocol.md)."""
+        stager, producers = self.ctx.broker.stager, self.ctx.broker.producers
+        yield GaugeMetricFamily("sluice_stage_parked_parts",
+                                "Staged parts waiting for publication", value=stager.parked_parts)
+        yield GaugeMetricFamily("sluice_stage_remembered_batches",
+                                "Published (sink, batch) ids remembered for idempotency",
+                                value=stager.book.remembered)
+        yield CounterMetricFamily("sluice_stage_published_batches",
+                                  "Batches published since broker start",
+                                  value=stager.published_batches)
+        yield CounterMetricFamily("sluice_stage_published_messages",
+                                  "Messages made visible by publications",
+                                  value=stager.published_messages)
+        yield CounterMetricFamily("sluice_stage_discarded_parts",
+                                  "Staged parts discarded (unlisted, aborted, expired)",
+                                  value=stager.discarded_parts)
+        yield GaugeMetricFamily("sluice_producer_ids", "Producer ids in the duplicate table",
+                                value=len(producers.table))
+        yield CounterMetricFamily("sluice_producer_duplicates",
+                                  "Numbered SENDs dropped as duplicates since broker start",
+                                  value=producers.table.duplicates)
 
     def _process(self) -> Iterator[Metric]:
         limit, source = memory_limit(getattr(self.ctx.broker.config.limits,
