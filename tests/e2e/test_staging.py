@@ -318,3 +318,48 @@ def test_metrics_count_parts_publications_and_duplicates(broker) -> None:
                  "sluice_stage_discarded_parts_total 1.0", "sluice_producer_ids 1.0",
                  "sluice_producer_duplicates_total 1.0"):
         assert line in lines, line
+
+
+def test_published_messages_are_compacted_forward_and_keep_their_seqs(broker_factory) -> None:
+    """A long-lived published message must not pin its part's segment: compaction copies it
+    (under its published id) and the segment goes; replay after kill -9 finds the copy."""
+    b = broker_factory(config_text=SMALL_SEGMENTS)
+    with Client(b.url) as c:
+        stage(c, "b1", "p0", ["keep-1", "keep-2"])
+        c.publish_stage("sink", "b1", ["p0"])
+        with c.read_range("/queue/out") as rng:
+            seqs = [m.seq for m in rng]
+        for i in range(120):  # ~8 segments of consumed traffic behind them
+            c.send("/queue/churn", "x" * 4000, {"i": str(i)})
+        assert len(drain(c, "/queue/churn")) == 120
+        deadline = time.monotonic() + 15
+        while (b.data_dir / "journal" / "00000001.log").exists():
+            assert time.monotonic() < deadline, "segment 1 was never compacted away"
+            time.sleep(0.2)
+    b.kill()
+    b.restart()
+    with Client(b.url) as c:
+        with c.read_range("/queue/out") as rng:
+            assert [(m.seq, m.body) for m in rng] == list(zip(seqs, [b"keep-1", b"keep-2"],
+                                                              strict=True))
+        assert c.publish_stage("sink", "b1", ["p0"]) == ("duplicate", 2)
+        assert drain(c) == [b"keep-1", b"keep-2"]
+
+
+def test_a_publication_pipelined_right_behind_its_part_waits_for_the_part(broker, raw) -> None:
+    r = raw()
+    r.connect()
+    frames = [("BEGIN", {"transaction": "t", "sluice-stage": "s/b/p"}, b""),
+              ("SEND", {"transaction": "t", "destination": "/queue/pipe"}, b"m"),
+              ("COMMIT", {"transaction": "t", "receipt": "part"}, b""),
+              ("COMMIT", {"transaction": "x", "sluice-stage-commit": "s/b",
+                          "sluice-stage-parts": "p", "receipt": "pub"}, b""),
+              ("SEND", {"destination": "/queue/pipe", "receipt": "after"}, b"n")]
+    from sluicemq.protocol.codec import encode_frame
+
+    r.send_bytes(b"".join(encode_frame(Frame(cmd, h, body), "1.2") for cmd, h, body in frames))
+    got = [r.recv() for _ in range(3)]
+    assert [f.headers.get("receipt-id") for f in got] == ["part", "pub", "after"]
+    assert got[1].headers["sluice-stage-result"] == "published"
+    with Client(broker.url) as c:
+        assert drain(c, "/queue/pipe") == [b"m", b"n"]
