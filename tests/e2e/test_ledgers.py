@@ -1,0 +1,162 @@
+"""Spec: ledgers and commit-upto (docs/replay-protocol.md, section 2): "done up to here",
+durable across kill -9, through the same path as an ACK."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from sluice_testing import RawStomp
+from sluicemq.client import Client
+from sluicemq.errors import ClientError
+
+SMALL_SEGMENTS = """
+[journal]
+segment_bytes = 1048576
+[[policy]]
+queue = ">"
+cursor_window = 100
+"""
+
+
+def fill(c: Client, destination: str, n: int, prefix: str = "m") -> list[int]:
+    before = c.head(destination).next
+    for i in range(n):
+        c.send_async(destination, f"{prefix}{i}")
+    c.send(destination, f"{prefix}-last")
+    return [m.seq for m in c.read_range(destination, before) if m.seq is not None]
+
+
+def bodies(c: Client, destination: str, **kw: object) -> list[str]:
+    with c.read_range(destination, **kw) as rng:  # type: ignore[arg-type]
+        return [m.text() for m in rng]
+
+
+def test_commit_upto_removes_what_is_below_and_moves_the_ledger(broker) -> None:
+    with Client(broker.url) as c:
+        seqs = fill(c, "/queue/l", 5)
+        done = c.commit_upto("/queue/l", seqs[3], ledger="spark")
+        assert (done.committed, done.count, done.end) == (seqs[3], 3, seqs[3])
+        assert done.first == seqs[3]
+        h = c.head("/queue/l", ledger="spark")
+        assert (h.committed, h.count, h.first) == (seqs[3], 3, seqs[3])
+        with c.subscribe("/queue/l") as sub:
+            assert [sub.get(5).text() for _ in range(3)] == ["m3", "m4", "m-last"]
+        again = c.commit_upto("/queue/l", seqs[1], ledger="spark")  # never backwards
+        assert again.committed == seqs[3] and again.count == 0
+
+
+def test_a_commit_survives_kill_9_and_so_does_its_ledger(broker) -> None:
+    with Client(broker.url) as c:
+        seqs = fill(c, "/queue/k", 10)
+        c.commit_upto("/queue/k", seqs[6], ledger="job")
+    broker.kill()
+    broker.restart()
+    with Client(broker.url) as c:
+        h = c.head("/queue/k", ledger="job")
+        assert (h.committed, h.count, h.first) == (seqs[6], 5, seqs[6])
+        assert bodies(c, "/queue/k") == ["m6", "m7", "m8", "m9", "m-last"]
+        with pytest.raises(ClientError, match=r"already committed by ledger job up to"):
+            c.read_range("/queue/k", seqs[2], ledger="job")
+
+
+def test_a_commit_with_from_removes_only_that_slice_and_leaves_the_ledger(broker) -> None:
+    with Client(broker.url) as c:
+        seqs = fill(c, "/queue/f", 6)
+        done = c.commit_upto("/queue/f", seqs[4], ledger="batch", start=seqs[2])
+        assert done.count == 2 and done.committed == 0
+        assert bodies(c, "/queue/f") == ["m0", "m1", "m4", "m5", "m-last"]
+
+
+def test_a_range_the_ledger_committed_is_an_error_and_the_broker_carries_on(broker) -> None:
+    with Client(broker.url) as c:
+        seqs = fill(c, "/queue/gone", 3)
+        c.commit_upto("/queue/gone", seqs[2], ledger="L")
+        with pytest.raises(ClientError) as err:
+            c.head("/queue/gone", start=seqs[0], ledger="L")
+        assert str(err.value) == (f"range [{seqs[0]}, {c.head('/queue/gone').next}) of "
+                                  f"/queue/gone was already committed by ledger L up to "
+                                  f"{seqs[2]}")
+        assert c.head("/queue/gone", ledger="L").count == 2  # from defaults to the ledger
+        assert bodies(c, "/queue/gone", ledger="L") == ["m2", "m-last"]
+
+
+def test_a_consumer_holding_a_committed_message_has_its_ack_ignored(broker) -> None:
+    with Client(broker.url) as reader, Client(broker.url) as consumer:
+        seqs = fill(reader, "/queue/c", 3)
+        sub = consumer.subscribe("/queue/c", ack="client-individual", prefetch=1)
+        held = sub.get(5)
+        assert held is not None and held.seq == seqs[0]
+        reader.commit_upto("/queue/c", seqs[2], ledger="L")
+        held.ack(receipt=True)  # no ERROR: the commit already took it
+        nxt = sub.get(5)
+        assert nxt is not None and nxt.text() == "m2"
+        sub.unsubscribe()
+    with Client(broker.url) as c:
+        assert bodies(c, "/queue/c") == ["m2", "m-last"]  # m2 was never acked
+
+
+def test_commits_on_one_durable_subscription_leave_the_others_alone(broker) -> None:
+    with Client(broker.url, client_id="a") as a, Client(broker.url, client_id="b") as b:
+        a.subscribe("/topic/t", durable_name="s").unsubscribe()
+        b.subscribe("/topic/t", durable_name="s").unsubscribe()
+        for i in range(4):
+            a.send("/topic/t", f"t{i}")
+        seqs = [m.seq for m in a.read_range("/topic/t", subscription="s")]
+        done = a.commit_upto("/topic/t", seqs[3], ledger="L", subscription="s")
+        assert done.count == 3 and done.committed == seqs[3]
+        assert bodies(a, "/topic/t", subscription="s") == ["t3"]
+        assert bodies(b, "/topic/t", subscription="s") == ["t0", "t1", "t2", "t3"]
+        assert b.head("/topic/t", ledger="L", subscription="s").committed == 0
+
+
+def test_a_big_commit_over_a_paged_out_backlog_gives_journal_space_back(broker_factory) -> None:
+    b = broker_factory(config_text=SMALL_SEGMENTS)
+    journal = Path(b.data_dir) / "journal"
+    with Client(b.url) as c:
+        body = "x" * 1000
+        for _ in range(12_000):  # ~12 MiB: a dozen segments, mostly paged out
+            c.send_async("/queue/big", body)
+        c.send("/queue/big", "tail")
+        h = c.head("/queue/big")
+        segments_before = len(list(journal.glob("*.log")))
+        done = c.commit_upto("/queue/big", h.next - 1, ledger="L")  # all but "tail"
+        assert done.count == 12_000 and c.head("/queue/big").count == 1
+        deadline = time.monotonic() + 10
+        while len(list(journal.glob("*.log"))) > 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert segments_before >= 10 and len(list(journal.glob("*.log"))) <= 3
+    b.kill()
+    b.restart()
+    with Client(b.url) as c:
+        assert bodies(c, "/queue/big") == ["tail"]
+
+
+def test_commit_then_kill_9_mid_traffic_loses_nothing_uncommitted(broker) -> None:
+    """Receipted messages above the committed position all survive, exactly once."""
+    with Client(broker.url) as c:
+        seqs = fill(c, "/queue/mix", 50)
+        c.commit_upto("/queue/mix", seqs[20], ledger="L")
+        for i in range(50, 60):
+            c.send("/queue/mix", f"m{i}")
+    broker.kill()
+    broker.restart()
+    with Client(broker.url) as c:
+        got = bodies(c, "/queue/mix")
+    assert got == [f"m{i}" for i in range(20, 50)] + ["m-last"] + [f"m{i}" for i in range(50, 60)]
+
+
+def test_bad_commits_get_errors_on_a_connection_that_lives_on(broker) -> None:
+    raw = RawStomp(broker.host, broker.port)
+    raw.connect()
+    sub = {"destination": "/queue/x", "id": "c", "browser": "true", "receipt": "r"}
+    raw.send("SUBSCRIBE", {**sub, "sluice-commit-upto": "x1", "sluice-ledger": "L"})
+    assert "invalid sluice-commit-upto 'x1'" in raw.recv().headers["message"]
+    raw.send("SUBSCRIBE", {**sub, "sluice-commit-upto": "1", "sluice-ledger": "no spaces"})
+    assert "invalid sluice-ledger" in raw.recv().headers["message"]
+    raw.send("SUBSCRIBE", {**sub, "sluice-commit-upto": "1", "sluice-ledger": "L"})
+    assert raw.recv().headers["browser"] == "end"
+    assert raw.recv().headers == {"receipt-id": "r"}
+    raw.close()
