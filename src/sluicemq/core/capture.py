@@ -14,6 +14,7 @@ counts. Anything unaccounted for means no snapshot rather than a wrong one.
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 STREAM_FIELDS = ("next_seq", "next_offset", "size", "sha256", "received_bytes",
                  "delivered_bytes", "acked_chunks", "chunks", "state", "started")
 _COUNT_SLICE = 1 << 16  # seg entries counted per C call: other threads get the GIL in between
+_OTHER_SLOT = re.compile(b"[^\x00]")  # a slot whose src is not JOURNAL (== 0)
 
 
 @dataclass(slots=True)
@@ -138,24 +140,29 @@ def _capture_queue(q: Queue, lanes: list[snapshot.Lane]) -> str | None:
 
 
 def _add_tail(lane: snapshot.Lane, tail: SpillFifo) -> bool:
-    """Paged-out slots, whole columns at a time when all are journal slots (the usual case)."""
+    """Paged-out slots, whole runs of journal slots at a time (C speed); the few other slots
+    (messages not yet durable, or redelivered, still objects) one by one."""
     mid, src, seg, off, length, inner, size = tail.columns()
+    cols = (mid, seg, off, length, inner, size)
     if src.count(JOURNAL) == len(src):
         if not len(lane):  # nothing in memory before it: the copies become the lane
-            lane.mid, lane.seg, lane.off, lane.length, lane.inner, lane.size = (
-                mid, seg, off, length, inner, size)
+            lane.mid, lane.seg, lane.off, lane.length, lane.inner, lane.size = cols
             return False
-        for dst, col in zip(lane.columns(), (mid, seg, off, length, inner, size), strict=True):
+        for dst, col in zip(lane.columns(), cols, strict=True):
             dst.extend(col)
         return False
-    for i in range(len(mid)):
-        if src[i] == JOURNAL:
-            for dst, v in zip(lane.columns(), (mid[i], seg[i], off[i], length[i], inner[i],
-                                               size[i]), strict=True):
-                dst.append(v)
-        elif src[i] == OBJ and _add(lane, tail.objs[mid[i]]):
+    start = 0
+    for found in _OTHER_SLOT.finditer(src.tobytes()):
+        i = found.start()
+        for dst, col in zip(lane.columns(), cols, strict=True):
+            dst.extend(col[start:i])
+        start = i + 1
+        if src[i] == OBJ and _add(lane, tail.objs[mid[i]]):
             return True
-    return False  # temp-store slots hold non-persistent messages: gone after any restart
+        # TEMP slots hold non-persistent messages: gone after any restart
+    for dst, col in zip(lane.columns(), cols, strict=True):
+        dst.extend(col[start:])
+    return False
 
 
 def _add(lane: snapshot.Lane, m: Message) -> bool:
