@@ -1,12 +1,18 @@
-"""Bounded memory under a deep backlog: queue N persistent messages with no consumer, then
-measure the broker's RSS, its restart (recovery) time, persistent send throughput while the
-backlog pages in, and the drain rate; optionally churn M messages through and time recovery.
+"""Bounded memory and restart time under a deep backlog: queue N persistent messages with no
+consumer, then measure the broker's RSS, its restart after kill -9 and after a clean stop
+(spawn to listening, recovery time from its log, RSS), persistent send throughput while the
+backlog pages in, and the drain rate; optionally push M more messages through a producer and
+a consumer ("history") and time the restart after that.
 
 Usage: python bench/backlog.py [--count 1000000] [--size 1024] [--memory-limit "64 MiB"]
-                               [--churn 0] [--json out.jsonl]
+                               [--restarts crash,clean] [--history 0] [--snapshot-records N]
+                               [--json out.jsonl]
 
 It starts its own broker (`python -m sluicemq broker`) on a throwaway data directory, so the
 numbers are for this machine's disk and CPUs, with the journal fsyncing as in production.
+While the backlog is enqueued a probe connection sends a non-persistent SEND with a receipt
+every 20 ms: its worst round trip shows event-loop stalls (index snapshots are captured on the
+loop; the broker also logs each capture's loop time).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -29,47 +36,74 @@ from stompwire import StompConnection
 
 MIB = 1 << 20
 LISTEN = re.compile(r"listening on stomp://([\d.]+):(\d+)")
-RECOVERED = re.compile(r"recovered (\d+) messages.* in ([\d.]+)s")
+RECOVERED = re.compile(r"recovered (\d+) messages.* from (\d+) records in ([\d.]+)s")
+SNAPSHOT_USED = re.compile(r"index snapshot used: (\d+) messages")
+CAPTURE = re.compile(r"index snapshot written: (\d+) messages, (\d+) bytes.*capture ([\d.]+) ms "
+                     r"on the loop, written in ([\d.]+)s")
 
 
 class Broker:
-    """A broker subprocess on a data directory that survives restarts."""
+    """A broker subprocess on a data directory that survives restarts; its log is kept."""
 
     def __init__(self, data_dir: Path, config: Path) -> None:
         self.data_dir = data_dir
         self.config = config
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
-        self.recovery_s = 0.0
-        self.recovered = 0
+        self.lines: list[str] = []
 
-    def start(self) -> float:
-        """Start and wait until it listens; returns seconds from spawn to listening."""
+    def start(self) -> dict[str, Any]:
+        """Start and wait until it listens; returns spawn-to-listening seconds and what its
+        recovery log line says."""
         started = time.perf_counter()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sluicemq", "broker", "--host", "127.0.0.1",
              "--port", str(self.port), "--data-dir", str(self.data_dir), "--config",
              str(self.config), "--console-port", "0", "--ws-port", "0"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
+        mark = len(self.lines)
+        listening = threading.Event()
+        threading.Thread(target=self._pump, args=(self.proc, listening), daemon=True).start()
+        while not listening.wait(0.01):
+            if self.proc.poll() is not None:
+                raise RuntimeError("broker did not start:\n" + "".join(self.lines[mark:]))
+        out: dict[str, Any] = {"listening_s": round(time.perf_counter() - started, 2)}
+        for line in self.lines[mark:]:
             if m := RECOVERED.search(line):
-                self.recovered, self.recovery_s = int(m.group(1)), float(m.group(2))
+                out["recovered"] = int(m.group(1))
+                out["records_replayed"] = int(m.group(2))
+                out["recovery_s"] = float(m.group(3))
+            out["from_snapshot"] = out.get("from_snapshot", False) or bool(
+                SNAPSHOT_USED.search(line))
+        out["rss_mib"] = self.rss_mib()
+        return out
+
+    def _pump(self, proc: subprocess.Popen[str], listening: threading.Event) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.lines.append(line)
             if m := LISTEN.search(line):
                 self.port = int(m.group(2))
-                break
-        else:
-            raise RuntimeError("broker did not start")
-        return time.perf_counter() - started
+                listening.set()
 
     def stop(self) -> None:
         assert self.proc is not None
         self.proc.terminate()
+        self.proc.wait(120)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
         self.proc.wait(60)
 
     def rss_mib(self) -> float:
         assert self.proc is not None
         return round(read_rss(self.proc.pid)[0] / MIB, 1)
+
+    def snapshots(self) -> list[tuple[int, int, float, float]]:
+        """(messages, bytes, loop ms, write s) of every periodic snapshot logged so far."""
+        return [(int(m.group(1)), int(m.group(2)), float(m.group(3)), float(m.group(4)))
+                for line in self.lines if (m := CAPTURE.search(line))]
 
 
 async def connect(port: int) -> StompConnection:
@@ -89,57 +123,94 @@ async def produce(port: int, dest: bytes, count: int, body: bytes, producers: in
     return count / elapsed
 
 
-async def drain(port: int, dest: bytes, count: int, ack: str = "client-individual") -> float:
+async def drain(port: int, dest: bytes, count: int, ack: str = "client-individual",
+                idle_timeout: float = 60.0) -> float:
     conn = await connect(port)
     consumer = Consumer(conn, dest, count, ack=ack, prefetch=1000)
     started = time.perf_counter()
     await consumer.subscribe()
-    await consumer.wait(60.0)
+    await consumer.wait(idle_timeout)
     elapsed = time.perf_counter() - started
     await conn.close()
     return count / elapsed
 
 
+async def probe(port: int, stop: asyncio.Event, every: float = 0.02) -> dict[str, float]:
+    """BEGIN, then ABORT with a receipt, until ``stop``: the worst round trip is about the
+    longest the broker's loop did not answer (plus one group commit: a receipt waits for what
+    was appended before it). Transactions are not subject to flow control; SENDs would be."""
+    conn = await connect(port)
+    samples: list[float] = []
+    while not stop.is_set():
+        started = time.perf_counter()
+        conn.write(b"BEGIN\ntransaction:p\n\n\x00")
+        await conn.request(b"ABORT", [(b"transaction", b"p")])
+        samples.append((time.perf_counter() - started) * 1000)
+        await asyncio.sleep(every)
+    await conn.close()
+    samples.sort()
+    return {"probe_p99_ms": round(samples[int(len(samples) * 0.99)], 1),
+            "probe_max_ms": round(samples[-1], 1)} if samples else {}
+
+
+async def restart(broker: Broker, how: str) -> dict[str, Any]:
+    (broker.kill if how == "crash" else broker.stop)()
+    return broker.start()
+
+
 async def run(opts: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"count": opts.count, "size": opts.size,
-                           "memory_limit": opts.memory_limit}
-    work = Path(tempfile.mkdtemp(prefix="sluice-backlog-"))
+                           "memory_limit": opts.memory_limit, "history": opts.history,
+                           "snapshot_records": opts.snapshot_records}
+    work = Path(tempfile.mkdtemp(prefix="sluice-backlog-", dir=opts.work_dir))
     config = work / "broker.toml"
-    config.write_text(f'[limits]\nmemory_limit = "{opts.memory_limit}"\n')
+    text = f'[limits]\nmemory_limit = "{opts.memory_limit}"\n'
+    if opts.snapshot_records is not None:
+        text += f"[journal]\nsnapshot_records = {opts.snapshot_records}\n"
+    config.write_text(text)
     broker = Broker(work / "data", config)
     broker.start()
     body = os.urandom(opts.size)
     out["rss_empty_mib"] = broker.rss_mib()
     backlog = b"/queue/backlog"
-    out["enqueue_msgs_per_s"] = round(await produce(broker.port, backlog, opts.count, body,
-                                                    opts.producers, opts.window))
-    out["rss_backlog_mib"] = broker.rss_mib()
-    broker.stop()
-    out["restart_s"] = round(broker.start(), 2)
-    out["recovery_s"] = broker.recovery_s
-    out["recovered"] = broker.recovered
-    out["rss_after_recovery_mib"] = broker.rss_mib()
-    # Persistent producers on another queue while the backlog pages in to a consumer.
-    side = b"/queue/side"
-    side_count = min(opts.count, 100_000)
-    drain_task = asyncio.create_task(drain(broker.port, backlog, opts.count))
-    out["send_during_drain_msgs_per_s"] = round(await produce(
-        broker.port, side, side_count, body, opts.producers, opts.window))
-    out["drain_msgs_per_s"] = round(await drain_task)
-    out["rss_after_drain_mib"] = broker.rss_mib()
-    await drain(broker.port, side, side_count, ack="auto")
-    if opts.churn:
+    if opts.count:
+        stop = asyncio.Event()
+        prober = asyncio.create_task(probe(broker.port, stop))
+        out["enqueue_msgs_per_s"] = round(await produce(broker.port, backlog, opts.count, body,
+                                                        opts.producers, opts.window))
+        stop.set()
+        out.update(await prober)
+        out["rss_backlog_mib"] = broker.rss_mib()
+        snaps = broker.snapshots()
+        if snaps:
+            out["snapshots_while_enqueuing"] = len(snaps)
+            out["snapshot_max_loop_ms"] = max(s[2] for s in snaps)
+            out["snapshot_last"] = {"messages": snaps[-1][0], "bytes": snaps[-1][1],
+                                    "loop_ms": snaps[-1][2], "write_s": snaps[-1][3]}
+        for how in opts.restarts:
+            out[f"restart_{how}"] = await restart(broker, how)
+        # Persistent producers on another queue while the backlog pages in to a consumer.
+        side = b"/queue/side"
+        side_count = min(opts.count, 100_000)
+        drain_task = asyncio.create_task(drain(broker.port, backlog, opts.count))
+        out["send_during_drain_msgs_per_s"] = round(await produce(
+            broker.port, side, side_count, body, opts.producers, opts.window))
+        out["drain_msgs_per_s"] = round(await drain_task)
+        out["rss_after_drain_mib"] = broker.rss_mib()
+        await drain(broker.port, side, side_count, ack="auto")
+    if opts.history:
         churn = b"/queue/churn"
-        consumer_task = asyncio.create_task(drain(broker.port, churn, opts.churn, ack="auto"))
-        out["churn_msgs_per_s"] = round(await produce(broker.port, churn, opts.churn, body,
-                                                      opts.producers, opts.window))
+        consumer_task = asyncio.create_task(drain(broker.port, churn, opts.history, ack="auto",
+                                                  idle_timeout=300.0))
+        started = time.perf_counter()
+        await produce(broker.port, churn, opts.history, body, opts.producers, opts.window)
         await consumer_task
+        out["history_msgs_per_s"] = round(opts.history / (time.perf_counter() - started))
+        out["rss_after_history_mib"] = broker.rss_mib()
     time.sleep(1.5)  # let the last acks' segment deletions land
-    segments = len(list((work / "data" / "journal").glob("*.log")))
-    out["segments_after_drain"] = segments
-    broker.stop()
-    out["restart_after_drain_s"] = round(broker.start(), 2)
-    out["recovery_after_drain_s"] = broker.recovery_s
+    out["segments_at_end"] = len(list((work / "data" / "journal").glob("*.log")))
+    for how in opts.restarts:
+        out[f"restart_{how}_at_end"] = await restart(broker, how)
     broker.stop()
     subprocess.run(["rm", "-rf", str(work)], check=False)
     return out
@@ -147,15 +218,21 @@ async def run(opts: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--count", type=int, default=1_000_000)
+    parser.add_argument("--count", type=int, default=1_000_000, help="backlog messages")
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--producers", type=int, default=8)
     parser.add_argument("--window", type=int, default=8, help="unreceipted SENDs per producer")
     parser.add_argument("--memory-limit", default="64 MiB")
-    parser.add_argument("--churn", type=int, default=0,
-                        help="messages produced and consumed after the drain (recovery after)")
+    parser.add_argument("--restarts", default="crash,clean",
+                        help="restarts to time, in order: crash (kill -9) and/or clean")
+    parser.add_argument("--history", "--churn", type=int, default=0,
+                        help="messages produced and consumed after the drain (restart after)")
+    parser.add_argument("--snapshot-records", type=int, default=None,
+                        help="[journal] snapshot_records for the broker (0: no periodic ones)")
+    parser.add_argument("--work-dir", default=None, help="where the data directory goes")
     parser.add_argument("--json", type=Path, help="append the result as one JSON line")
     opts = parser.parse_args()
+    opts.restarts = [r for r in opts.restarts.split(",") if r]
     try:
         import uvloop
 
@@ -163,7 +240,7 @@ def main() -> int:
     except ImportError:
         result = asyncio.run(run(opts))
     for key, value in result.items():
-        print(f"{key:28} {value}")
+        print(f"{key:30} {value}")
     if opts.json:
         with opts.json.open("a") as fh:
             fh.write(json.dumps(result) + "\n")
