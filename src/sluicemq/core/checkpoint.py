@@ -59,6 +59,7 @@ class Checkpointer:
         self._carried = replayed  # records after the last snapshot that this run did not append
         self._seq = 0  # this run's journal seq at the last snapshot
         self._busy = False
+        self._closed = False
         self._wait = 0
         self._future: Future[tuple[str | None, int]] | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -70,7 +71,7 @@ class Checkpointer:
 
     def tick(self) -> None:
         """Once a second, from the broker's housekeeping."""
-        if self.every <= 0 or self._busy:
+        if self.every <= 0 or self._busy or self._closed:
             return
         if self._wait:
             self._wait -= 1
@@ -95,6 +96,8 @@ class Checkpointer:
 
     def _durable(self, cap: Capture, exc: BaseException | None) -> None:
         """Everything the capture covers is on disk (or failed: then it is dropped)."""
+        if self._closed:
+            return  # stopping: the clean stop writes the last snapshot itself
         if exc is not None:
             self._busy = False
             self._refused(f"the journal failed to store its last records ({exc})")
@@ -134,6 +137,7 @@ class Checkpointer:
 
     def close(self) -> None:
         """Wait for a snapshot being written (the clean stop writes the last one after it)."""
+        self._closed = True
         if self._future is not None:
             try:
                 self._future.result()

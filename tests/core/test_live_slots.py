@@ -1,0 +1,107 @@
+"""Spec of replay's compact message bookkeeping (core/live.py): messages found in journal
+records, and a snapshot's lanes with what the journal tail did to them."""
+
+from __future__ import annotations
+
+from array import array
+
+from sluicemq.core.live import BaseLanes, LiveSlots
+from sluicemq.storage.snapshot import make_lane
+
+
+def entry(mid: int, prio: int = 4, seg: int = 1) -> tuple[int, int, int, int, int, int]:
+    return (seg, mid * 10, 9, 0, 3, prio)
+
+
+def lane_of(mids: list[int], prio: int = 4) -> object:
+    lane = make_lane("q:x", prio)
+    for mid in mids:
+        for col, v in zip(lane.columns(), (mid, 1, mid * 10, 9, 0, 3), strict=True):
+            col.append(v)
+    return lane
+
+
+def test_live_slots_keep_journal_order_and_forget_acked_ids() -> None:
+    live = LiveSlots()
+    for mid in range(1, 8):
+        live.add(mid, entry(mid))
+    assert live.remove(3) and live.remove(6)
+    assert not live.remove(3), "already gone"
+    assert not live.has(3) and live.has(4)
+    [(prio, cols)] = list(live.lanes())
+    assert prio == 4 and cols[0] == array("Q", [1, 2, 4, 5, 7])
+    assert cols[2] == array("Q", [10, 20, 40, 50, 70])
+    assert len(live) == 5
+
+
+def test_a_rewritten_id_keeps_only_its_newest_record() -> None:
+    live = LiveSlots()
+    for mid in (1, 2, 3):
+        live.add(mid, entry(mid))
+    live.add(2, entry(2, seg=7))  # compaction copied message 2 forward
+    [(_prio, cols)] = list(live.lanes())
+    assert cols[0] == array("Q", [1, 2, 3]) and cols[1] == array("I", [1, 7, 1])
+    assert live.remove(2) and not live.has(2)
+
+
+def test_priorities_come_out_as_separate_lanes_in_id_order() -> None:
+    live = LiveSlots()
+    for mid, prio in ((1, 4), (2, 9), (3, 4), (4, 9)):
+        live.add(mid, entry(mid, prio))
+    assert [(p, list(cols[0])) for p, cols in live.lanes()] == [(4, [1, 3]), (9, [2, 4])]
+
+
+def test_a_fifo_drain_after_the_snapshot_cuts_the_front_of_its_lane() -> None:
+    base = BaseLanes()
+    base.lanes.append(lane_of(list(range(100, 200))))
+    for mid in range(100, 130):
+        base.remove(mid)
+    assert base.settle() == {}
+    assert list(base.lanes[0].mid) == list(range(130, 200))
+    assert list(base.lanes[0].off) == [mid * 10 for mid in range(130, 200)]
+
+
+def test_scattered_acks_are_removed_in_one_pass() -> None:
+    base = BaseLanes()
+    base.lanes.append(lane_of(list(range(1000))))
+    odd = set(range(1, 1000, 2))  # 500 runs: the compress path
+    for mid in odd:
+        base.remove(mid)
+    base.settle()
+    assert list(base.lanes[0].mid) == list(range(0, 1000, 2))
+    assert all(len(col) == 500 for col in base.lanes[0].columns())
+
+
+def test_compaction_copies_move_entries_in_place_and_new_ids_are_handed_back() -> None:
+    base = BaseLanes()
+    base.lanes.append(lane_of([5, 3, 8]))  # dispatch order, not id order (3 was redelivered)
+    base.moved[3] = (9, 4096, 77, 0, 3, 4)
+    base.moved[42] = (9, 8192, 77, 0, 3, 4)  # never in the snapshot: a new message
+    leftovers = base.settle()
+    lane = base.lanes[0]
+    assert list(lane.mid) == [5, 3, 8]
+    assert (lane.seg[1], lane.off[1], lane.length[1]) == (9, 4096, 77)
+    assert leftovers == {42: (9, 8192, 77, 0, 3, 4)}
+
+
+def test_an_ack_after_a_move_removes_the_message() -> None:
+    base = BaseLanes()
+    base.lanes.append(lane_of([1, 2]))
+    base.moved[2] = (9, 0, 77, 0, 3, 4)
+    base.remove(2)
+    assert base.settle() == {}
+    assert list(base.lanes[0].mid) == [1]
+    assert not base.has(2) and base.has(1)
+
+
+def test_lanes_emptied_by_the_tail_disappear_and_held_chunks_follow_the_tail() -> None:
+    base = BaseLanes()
+    base.lanes.append(lane_of([1]))
+    base.held = [{"mid": 7, "loc": [1, 70, 9], "inner": 0}, {"mid": 8, "loc": [1, 80, 9],
+                                                               "inner": 0}]
+    base.remove(1)
+    base.remove(7)
+    base.moved[8] = (3, 300, 9, 0, 3, 4)
+    base.settle()
+    assert base.lanes == []
+    assert base.held == [{"mid": 8, "loc": [3, 300, 9], "inner": 0}]
