@@ -4,6 +4,8 @@ everything survives kill -9 and segment reclaim."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 
 import pytest
@@ -363,3 +365,38 @@ def test_a_publication_pipelined_right_behind_its_part_waits_for_the_part(broker
     assert got[1].headers["sluice-stage-result"] == "published"
     with Client(broker.url) as c:
         assert drain(c, "/queue/pipe") == [b"m", b"n"]
+
+
+def test_a_publication_refused_by_a_full_disk_is_stored_once_space_returns(tmp_path) -> None:
+    """The messages of a publication whose record hit ENOSPC are visible already, so the batch
+    stays published and the record is written again: a restart must not forget it."""
+    from sluice_testing import BrokerProcess, tmpfs
+
+    with tmpfs(tmp_path / "tiny", "16m") as mnt:
+        config = tmp_path / "tiny.toml"
+        config.write_text("[journal]\nsegment_bytes = 1048576\npreallocate = false\n"
+                          "snapshot_records = 0\n")
+        b = BrokerProcess(mnt / "data", ["--config", str(config)]).start()
+        try:
+            parts = [f"p{i}" for i in range(300)]  # a publication record of several pages
+            with Client(b.url) as c:
+                for part in parts:
+                    stage(c, "b1", part, [f"kept-{part}"])
+                filler = mnt / "filler"
+                fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+                for chunk in (1 << 20, 1 << 12):  # someone fills the disk to the last page
+                    with contextlib.suppress(OSError):
+                        while True:
+                            os.write(fd, bytes(chunk))
+                os.close(fd)
+                with pytest.raises(ClientError, match="No space left"):
+                    c.publish_stage("sink", "b1", parts)
+                filler.unlink()  # space returns
+                assert c.publish_stage("sink", "b1", parts) == ("duplicate", 300)
+            b.kill()
+            b.restart()
+            with Client(b.url) as c:
+                assert c.publish_stage("sink", "b1", parts) == ("duplicate", 300)
+                assert sorted(drain(c)) == sorted(f"kept-{p}".encode() for p in parts)
+        finally:
+            b.kill()

@@ -59,8 +59,10 @@ class Anchor:
         """Once a second: drop the anchor of an empty table; move one that holds the oldest
         segment to the head of the log."""
         loc = self.loc
-        if loc is None:
-            self.ticket = None  # never written, or its batch failed: ensure() writes it again
+        if loc is None:  # never written, or its write failed (disk full): write it again
+            self.ticket = None
+            if not empty:
+                self.write()
             return
         if empty:
             self.store.release_after(self.store.flush(), [self.ticket])  # type: ignore[list-item]

@@ -67,6 +67,11 @@ class Stager:
         self.published_batches = 0
         self.published_messages = 0
         self.discarded_parts = 0
+        # Publication records not yet durable, and those whose write failed (disk full): the
+        # messages are visible and the batch counts as published, so the record is written
+        # again until it sticks - else a restart would forget the publication.
+        self._unsynced: list[tuple[TicketLike, tuple[str, str], bytes]] = []
+        self._unsaved: dict[tuple[str, str], bytes] = {}
 
     # -- staging -----------------------------------------------------------------------------
     def stage(self, sink: str, batch: str, part: str,
@@ -121,6 +126,7 @@ class Stager:
         ``(published, n)`` or, for a batch published before, ``(duplicate, n then)``."""
         earlier = self.book.published_count(sink, batch)
         if earlier is not None:
+            self._resave((sink, batch))  # its RECEIPT then covers a record that had failed
             self._discard(self.book.take_batch(sink, batch))
             return DUPLICATE, earlier
         parked = self.book.parts_of(sink, batch)
@@ -136,7 +142,9 @@ class Stager:
         pub = Publication(sink, batch, base, count, now,
                           [(p.part, [(r.ticket.loc, len(r)) for r in p.records])  # type: ignore[misc]
                            for p in chosen])
-        ticket = self.store.append_record(STAGE_PUBLISH, encode_publish(pub))
+        payload = encode_publish(pub)
+        ticket = self.store.append_record(STAGE_PUBLISH, payload)
+        self._unsynced.append((ticket, (sink, batch), payload))
         every = self.book.take_batch(sink, batch)
         self.book.remember(sink, batch, now, count)
         self.anchor.ensure()
@@ -231,9 +239,24 @@ class Stager:
         self._discard(expired)
         self.book.forget_older(now_ms - self.memory_ms)
         self.anchor.tick(empty=not self.book.published)
+        durable = self.store.durable_seq
+        self._unsynced = [u for u in self._unsynced if u[0].seq > durable]
+        for key in list(self._unsaved):
+            self._resave(key)
+
+    def _resave(self, key: tuple[str, str]) -> None:
+        payload = self._unsaved.pop(key, None)
+        if payload is not None:
+            ticket = self.store.append_record(STAGE_PUBLISH, payload)
+            self._unsynced.append((ticket, key, payload))
 
     def failed(self, first: int, last: int) -> None:
-        """Records ``first..last`` never reached the disk: parts with such a record are gone."""
+        """Records ``first..last`` never reached the disk: parts with such a record are gone;
+        publication records are written again."""
+        for ticket, key, payload in self._unsynced:
+            if ticket.loc is None:
+                self._unsaved[key] = payload
+        self._unsynced = [u for u in self._unsynced if u[0].loc is not None]
         for p in self.book.all_parts():
             if any(t.loc is None for t in p.tickets):
                 self.book.take(p.sink, p.batch, p.part, p.attempt)
