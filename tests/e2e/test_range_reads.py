@@ -175,6 +175,10 @@ def test_a_range_of_a_durable_topic_subscription(broker) -> None:
         assert r.head("/topic/news", subscription="spark").count == 3
         with pytest.raises(ClientError, match="no durable subscription 'nope'"):
             r.head("/topic/news", subscription="nope")
+        with Client(broker.url) as task:  # parallel readers name the client id by header
+            assert task.head("/topic/news", subscription="spark", client_id="reader").count == 3
+            with pytest.raises(ClientError, match="needs sluice-client-id or a client-id"):
+                task.head("/topic/news", subscription="spark")
     with Client(broker.url, client_id="someone-else") as other, \
             pytest.raises(ClientError, match="no durable subscription 'spark'"):
         other.head("/topic/news", subscription="spark")
@@ -220,7 +224,7 @@ def _rss_mib(pid: int) -> float:
     ({"sluice-commit-upto": "5"}, "sluice-commit-upto needs sluice-ledger"),
     ({"sluice-splits": "2"}, "sluice-splits needs sluice-head-only:true"),
     ({"destination": "/topic/t"}, "needs activemq.subscriptionName"),
-    ({"destination": "/topic/t", "activemq.subscriptionName": "x"}, "needs a client-id"),
+    ({"destination": "/topic/t", "activemq.subscriptionName": "x"}, "or a client-id"),
     ({"sluice-commit-upto": str(1 << 62), "sluice-ledger": "l"}, "is above the head"),
 ])
 def test_bad_requests_get_an_error_and_the_connection_keeps_working(raw, headers, says) -> None:
@@ -241,8 +245,7 @@ def test_bad_requests_get_an_error_and_the_connection_keeps_working(raw, headers
     assert c.recv().headers == {"receipt-id": "u"}
 
 
-def test_range_reads_need_read_permission(broker_factory) -> None:
-    config = f"""
+SECURED = f"""
 [[security.users]]
 name = "app"
 password = "{hash_password('app-pw')}"
@@ -255,8 +258,15 @@ groups = ["others"]
 destination = "/queue/secret"
 read = ["apps"]
 write = ["apps", "others"]
+[[security.acl]]
+destination = "/topic/shared"
+read = ["*"]
+write = ["*"]
 """
-    b = broker_factory(config_text=config)
+
+
+def test_range_reads_need_read_permission(broker_factory) -> None:
+    b = broker_factory(config_text=SECURED)
     with Client(b.url, login="app", passcode="app-pw") as app:
         app.send("/queue/secret", "s")
         assert app.head("/queue/secret").count == 1
@@ -267,6 +277,21 @@ write = ["apps", "others"]
             with pytest.raises(ClientError, match="not authorized to read /queue/secret"):
                 attempt()
         eve.send("/queue/secret", "eve may still write")
+
+
+def test_another_users_durable_subscription_cannot_be_read(broker_factory) -> None:
+    b = broker_factory(config_text=SECURED)
+    with Client(b.url, login="app", passcode="app-pw", client_id="app-1") as app:
+        app.subscribe("/topic/shared", durable_name="d").unsubscribe()
+        app.send("/topic/shared", "mine")
+        with Client(b.url, login="app", passcode="app-pw") as task:
+            assert task.head("/topic/shared", subscription="d", client_id="app-1").count == 1
+    with Client(b.url, login="eve", passcode="eve-pw") as eve:
+        for attempt in (lambda: eve.head("/topic/shared", subscription="d", client_id="app-1"),
+                        lambda: eve.commit_upto("/topic/shared", 1, ledger="x",
+                                                subscription="d", client_id="app-1")):
+            with pytest.raises(ClientError, match="belongs to another user"):
+                attempt()
 
 
 # -- compatibility -----------------------------------------------------------------------------

@@ -52,9 +52,17 @@ class RangeHead:
 def range_headers(*, start: int | None = None, end: int | None = None,
                   max_messages: int | None = None, head_only: bool = False, splits: int = 0,
                   ledger: str | None = None, commit_upto: int | None = None,
+                  subscription: str | None = None, client_id: str | None = None,
                   streams: bool = False) -> dict[str, str]:
-    """The SUBSCRIBE headers of a range request (destination and id are added by the caller)."""
+    """The SUBSCRIBE headers of a range request (destination and id are added by the caller).
+
+    ``client_id`` only matters with ``subscription`` (a durable subscription is named by both).
+    """
     h = {"browser": "true"}
+    if subscription is not None:
+        h["activemq.subscriptionName"] = subscription
+        if client_id is not None:
+            h["sluice-client-id"] = client_id
     for name, value in (("sluice-seq-from", start), ("sluice-seq-to", end),
                         ("sluice-max", max_messages), ("sluice-commit-upto", commit_upto)):
         if value is not None:
@@ -212,13 +220,12 @@ def _unsubscribe(machine: ClientMachine, sub_id: str) -> Outgoing:
     return Outgoing(b"")
 
 
-def open_range(client: Client, destination: str, headers: dict[str, str],
-               subscription: str | None) -> RangeRead:
+def open_range(client: Client, destination: str, headers: dict[str, str]) -> RangeRead:
     """Send the SUBSCRIBE, wait for its RECEIPT (an ERROR raises), return the reader."""
     holder: list[RangeRead] = []
 
     def build(m: ClientMachine) -> Outgoing:
-        out = m.subscribe(destination, headers=headers, durable_name=subscription)
+        out = m.subscribe(destination, headers=headers)
         assert out.ident is not None
         reader = RangeRead(client, out.ident, destination)
         client._subscriptions[out.ident] = reader  # type: ignore[assignment]

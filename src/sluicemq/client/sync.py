@@ -299,35 +299,42 @@ class Client:
         return abort_stage(self, sink, batch)
 
     # Range reads, head queries and ledgers: docs/replay-protocol.md, sections 1, 2 and 5.
-    def head(self, destination: str, start: int | None = None,
+    # `subscription` (+ `client_id`, default this connection's) names a durable subscription.
+    def head(self, destination: str, start: int | None = None, end: int | None = None,
              max_messages: int | None = None, splits: int = 0, ledger: str | None = None,
-             subscription: str | None = None, streams: bool = False, *,
-             end: int | None = None) -> RangeHead:
+             subscription: str | None = None, client_id: str | None = None,
+             streams: bool = False) -> RangeHead:
         """Where ``destination`` stands: lowest retained seq, head, and the count (and
         ``splits`` cut points) of ``[start, end or head)``; reads no message."""
         headers = range_headers(start=start, end=end, max_messages=max_messages,
-                                head_only=True, splits=splits, ledger=ledger, streams=streams)
-        with open_range(self, destination, headers, subscription) as reader:
+                                head_only=True, splits=splits, ledger=ledger,
+                                subscription=subscription, client_id=client_id,
+                                streams=streams)
+        with open_range(self, destination, headers) as reader:
             return reader.result()
 
     def read_range(self, destination: str, start: int | None = None, end: int | None = None,
                    ledger: str | None = None, subscription: str | None = None,
-                   max_messages: int | None = None, streams: bool = False) -> RangeRead:
+                   client_id: str | None = None, max_messages: int | None = None,
+                   streams: bool = False) -> RangeRead:
         """Iterate the retained messages with seq in ``[start, end)`` in seq order, without
         consuming them; ``.head`` holds the end frame's facts after the last one. An ERROR
         (such as a range a ledger already committed) raises ClientError here."""
         headers = range_headers(start=start, end=end, max_messages=max_messages,
-                                ledger=ledger, streams=streams)
-        return open_range(self, destination, headers, subscription)
+                                ledger=ledger, subscription=subscription, client_id=client_id,
+                                streams=streams)
+        return open_range(self, destination, headers)
 
     def commit_upto(self, destination: str, upto: int, ledger: str,
-                    subscription: str | None = None, start: int | None = None,
-                    streams: bool = False) -> RangeHead:
+                    subscription: str | None = None, client_id: str | None = None,
+                    start: int | None = None, streams: bool = False) -> RangeHead:
         """Remove every retained message below ``upto`` (only ``[start, upto)`` with
         ``start``, and then the ledger stays) as if consumed, and move the ledger to
         ``upto``; returns once both are durable."""
-        headers = range_headers(start=start, ledger=ledger, commit_upto=upto, streams=streams)
-        with open_range(self, destination, headers, subscription) as reader:
+        headers = range_headers(start=start, ledger=ledger, commit_upto=upto,
+                                subscription=subscription, client_id=client_id,
+                                streams=streams)
+        with open_range(self, destination, headers) as reader:
             return reader.result()
 
     def stream_writer(self, destination: str, name: str = "", *,

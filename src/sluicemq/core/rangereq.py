@@ -21,6 +21,7 @@ SPLITS = "sluice-splits"
 LEDGER = "sluice-ledger"
 COMMIT_UPTO = "sluice-commit-upto"
 STREAMS = "sluice-streams"
+CLIENT_ID = "sluice-client-id"  # the client id of the durable subscription read
 SEQ_FIRST = "sluice-seq-first"
 SEQ_NEXT = "sluice-seq-next"
 SEQ_END = "sluice-seq-end"

@@ -29,6 +29,7 @@ from sluicemq.core.message import Message
 from sluicemq.core.names import QUEUE
 from sluicemq.core.rangecommit import Committed, Removal
 from sluicemq.core.rangereq import (
+    CLIENT_ID,
     COUNT,
     END,
     LEDGER_COMMITTED,
@@ -162,14 +163,15 @@ class RangeService:
             raise ProtocolError(f"a range read of /topic/{name} needs activemq.subscriptionName "
                                 "(a topic retains messages only for durable subscriptions)",
                                 fatal=False)
-        if not session.client_id:
-            raise ProtocolError("a range read of a durable subscription needs a client-id on "
-                                "CONNECT", fatal=False)
-        key = f"d:{session.client_id}:{durable}"
+        client_id = h.get(CLIENT_ID) or session.client_id
+        if not client_id:
+            raise ProtocolError(f"a range read of a durable subscription needs {CLIENT_ID} "
+                                "or a client-id on CONNECT", fatal=False)
+        key = f"d:{client_id}:{durable}"
         entry = self.broker.durables.get(key)
         if entry is None or entry[0].topic != name:
             raise ProtocolError(f"no durable subscription {durable!r} of /topic/{name} for "
-                                f"client-id {session.client_id!r}", fatal=False)
+                                f"client-id {client_id!r}", fatal=False)
         owners = session.security.durables
         owner = owners.owner(key) if owners is not None else None
         if owner is not None and (session.user is None or session.user.name != owner):
