@@ -1,0 +1,64 @@
+"""Staged publishing under kill -9 at random moments: whatever the broker confirmed stays, and
+every batch ends up visible exactly once (a coordinator that retries until it gets an answer)."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter
+
+from sluicemq import Client, ClientError
+
+PARTS = ("p0", "p1", "p2")
+LISTED = ["p2", "p0"]  # p1 plays the failed task: never published
+PER_PART = 3
+
+
+def body(batch: int, part: str, i: int) -> str:
+    return f"b{batch}/{part}/{i}"
+
+
+def stage_and_publish(url: str, batch: int, confirmed: dict[int, tuple[str, int]]) -> None:
+    with Client(url, timeout=5) as c:
+        for part in PARTS:
+            with c.stage("crash", batch, part) as p:
+                for i in range(PER_PART):
+                    p.send("/queue/crash", body(batch, part, i))
+        confirmed[batch] = c.publish_stage("crash", batch, LISTED)
+
+
+def test_kill_9_at_random_moments_never_loses_or_repeats_a_batch(broker) -> None:
+    rng = random.Random(7)
+    confirmed: dict[int, tuple[str, int]] = {}
+    batch = 0
+    for _cycle in range(4):
+        killer = threading.Timer(rng.uniform(0.05, 0.6), broker.kill)
+        killer.start()
+        try:
+            while True:
+                stage_and_publish(broker.url, batch, confirmed)
+                batch += 1
+        except (ClientError, OSError):
+            pass  # the broker died under us
+        killer.join()
+        broker.restart()
+        for b, answer in confirmed.items():  # what was confirmed is remembered
+            with Client(broker.url) as c:
+                assert c.publish_stage("crash", b, LISTED) == ("duplicate", answer[1])
+        batch += 1  # the interrupted batch keeps its number: retried below
+    with Client(broker.url) as c:
+        for b in range(batch):  # the coordinator's retries: every batch gets published once
+            if b in confirmed:
+                continue
+            try:
+                c.publish_stage("crash", b, LISTED)
+            except ClientError:  # its parts never made it: the task would be re-run
+                stage_and_publish(broker.url, b, confirmed)
+        seen: Counter[str] = Counter()
+        with c.subscribe("/queue/crash") as sub:
+            while (m := sub.get(timeout=1.0)) is not None:
+                seen[m.body.decode()] += 1
+    expected = Counter(body(b, part, i) for b in range(batch) for part in LISTED
+                       for i in range(PER_PART))
+    assert seen == expected
+    assert len(confirmed) >= 4
