@@ -212,6 +212,8 @@ async def run(opts: argparse.Namespace) -> dict[str, Any]:
     for how in opts.restarts:
         out[f"restart_{how}_at_end"] = await restart(broker, how)
     broker.stop()
+    if opts.log:
+        opts.log.write_text("".join(broker.lines))
     subprocess.run(["rm", "-rf", str(work)], check=False)
     return out
 
@@ -231,6 +233,7 @@ def main() -> int:
                         help="[journal] snapshot_records for the broker (0: no periodic ones)")
     parser.add_argument("--work-dir", default=None, help="where the data directory goes")
     parser.add_argument("--json", type=Path, help="append the result as one JSON line")
+    parser.add_argument("--log", type=Path, help="write the broker's log (all runs) here")
     opts = parser.parse_args()
     opts.restarts = [r for r in opts.restarts.split(",") if r]
     try:

@@ -3,13 +3,15 @@ newest one: restart time follows what is unconsumed, not the journal's history.
 
 When enough records were appended since the last snapshot (``every``, or an eighth of the
 messages the last snapshot held, whichever is more: a big backlog is not rewritten too often),
-the broker tick captures the state on the event loop (``core/capture.py``: array copies, no
-per-message work for paged-out messages), waits until the journal is durable up to the
-captured position, then checks and writes the file on a worker thread (encoding, checksum,
-fsync, rename). Nothing of it touches the send path; the capture's loop time is measured
-(``loop_ms``) and logged. A snapshot that cannot be taken (a compaction in flight, a failed
-batch, holders that do not add up) is retried a few ticks later; the previous snapshot stays
-valid meanwhile, since the journal after it is intact.
+or when the segment holding the last snapshot's anchor record was reclaimed (that snapshot is
+then useless: the next start would scan the whole journal), the broker tick captures the state
+on the event loop (``core/capture.py``: array copies, no per-message work for paged-out
+messages), waits until the journal is durable up to the captured position, then checks and
+writes the file on a worker thread (encoding, checksum, fsync, rename). Nothing of it touches
+the send path; the capture's loop time is measured (``loop_ms``) and logged. A snapshot that
+cannot be taken (a compaction in flight, a failed batch, holders that do not add up) is
+retried a few ticks later; the previous snapshot stays valid meanwhile, since the journal
+after it is intact.
 """
 
 from __future__ import annotations
@@ -50,14 +52,16 @@ class Checkpointer:
     """Decides when to snapshot, and writes snapshots off the event loop; one at a time."""
 
     def __init__(self, broker: Broker, every: int, call_soon_threadsafe: Callable[..., Any],
-                 *, replayed: int = 0, backlog: int = 0) -> None:
+                 *, replayed: int = 0, backlog: int = 0, anchor_segment: int = 0) -> None:
         """``replayed``: records start-up read after the snapshot it used (all of them after a
-        full scan); ``backlog``: messages it restored."""
+        full scan); ``backlog``: messages it restored; ``anchor_segment``: where that
+        snapshot's last record is (0: none)."""
         self.broker = broker
         self.every = every  # journal records between snapshots (at least); 0: never
         self._call_soon_threadsafe = call_soon_threadsafe
         self._carried = replayed  # records after the last snapshot that this run did not append
         self._seq = 0  # this run's journal seq at the last snapshot
+        self._anchor_segment = anchor_segment
         self._busy = False
         self._closed = False
         self._wait = 0
@@ -67,7 +71,10 @@ class Checkpointer:
 
     def due(self) -> bool:
         since = self._carried + self.broker.store.appended_seq - self._seq
-        return since >= max(self.every, self.stats.last_messages // BACKLOG_SHARE)
+        if since >= max(self.every, self.stats.last_messages // BACKLOG_SHARE):
+            return True
+        anchor = self._anchor_segment
+        return since > 0 and anchor > 0 and anchor not in self.broker.store.journal.live_segments()
 
     def tick(self) -> None:
         """Once a second, from the broker's housekeeping."""
@@ -130,6 +137,7 @@ class Checkpointer:
         stats.last_write_s = time.perf_counter() - started
         self._seq = snap.position.seq
         self._carried = 0
+        self._anchor_segment = snap.position.last[0]
         log.info("index snapshot written: %d messages, %d bytes, as of segment %d offset %d "
                  "(capture %.1f ms on the loop, written in %.3fs)", snap.messages, nbytes,
                  snap.position.last[0], snap.position.last[1], stats.last_loop_ms,

@@ -435,24 +435,27 @@ def replay(broker: Broker) -> dict[str, int]:
         r = None
     elif snap is None:
         log.info("no index snapshot: scanning the whole journal")
+    used = r is not None
     if r is None:
         r = Replay(broker)
         r.run(None)
-        why = r.settle()
-        if why is not None:
-            raise StorageError(f"journal replay is inconsistent: {why}")
+        inconsistent = r.settle()
+        if inconsistent is not None:
+            raise StorageError(f"journal replay is inconsistent: {inconsistent}")
     restored = r.install()
     broker.store.journal.reclaim()
     if r.tx_parts:
         log.warning("discarded %d uncommitted transaction(s) found in the journal",
                     len(r.tx_parts))
     elapsed = time.monotonic() - started
-    if snap is not None and why is None:
+    if used:
+        assert snap is not None
         log.info("index snapshot used: %d messages as of segment %d offset %d, then %d journal "
                  "records replayed (%.3fs)", captured, snap.position.last[0],
                  snap.position.last[1], r.records, elapsed)
     return {"records": r.records, "messages": restored, "durable_subscriptions": len(r.subs),
-            "elapsed_ms": int(elapsed * 1000), "snapshot": int(snap is not None and why is None)}
+            "elapsed_ms": int(elapsed * 1000), "snapshot": int(used),
+            "anchor_segment": snap.position.last[0] if used and snap is not None else 0}
 
 
 def save_snapshot(broker: Broker) -> None:

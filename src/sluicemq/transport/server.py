@@ -62,7 +62,8 @@ class BrokerServer:
         self.store.start(loop.call_soon_threadsafe)
         self.checkpointer = Checkpointer(self.broker, js.snapshot_records,
                                          loop.call_soon_threadsafe, replayed=counts["records"],
-                                         backlog=counts["messages"])
+                                         backlog=counts["messages"],
+                                         anchor_segment=counts.get("anchor_segment", 0))
         await self._start_operations()
         self._ticker = loop.create_task(self._tick())
         await self._start_tls()
@@ -71,6 +72,9 @@ class BrokerServer:
             self.config.host, self.config.port, reuse_address=True, backlog=1024)
         self._servers.append(server)
         host, port = server.sockets[0].getsockname()[:2]
+        for sig in (signal.SIGTERM, signal.SIGINT):  # before anyone is told we listen
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, self._stopped.set)
         print(f"sluice: listening on stomp://{host}:{port} (data in {data_dir})", flush=True)
 
     async def _start_tls(self) -> None:
@@ -124,10 +128,6 @@ class BrokerServer:
             print(f"sluice: console on http://{c_host}:{c_port}", flush=True)
 
     async def serve_until_stopped(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(sig, self._stopped.set)
         await self._stopped.wait()
         await self.stop()
 
