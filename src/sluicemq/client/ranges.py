@@ -149,7 +149,13 @@ class RangeRead:
 
     def _may_wait(self) -> bool:
         """Block the reader only while nobody waits for a receipt it must read first."""
-        return not self._closed and self.client.is_open and not self.client._receipts
+        return (not self._closed and self.client.is_open
+                and not self.client._receipt_waiters.count)
+
+    def wake(self) -> None:
+        """Re-check whether the reader thread may wait (someone now waits for a receipt)."""
+        with self._cond:
+            self._cond.notify_all()
 
     # -- caller ------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Message]:

@@ -179,6 +179,7 @@ class Client:
         self._state = threading.Lock()
         self._write = threading.Lock()
         self._receipts: dict[str, Future[dict[str, str]]] = {}
+        self._receipt_waiters = ReceiptWaiters(self._wake_ranges)
         self._subscriptions: dict[str, Subscription] = {}
         self._connected: Future[Connected] = Future()
         self._failure: ClientError | None = None
@@ -421,7 +422,7 @@ class Client:
                 except OSError as exc:
                     self._fail(ClientError(f"connection lost while sending: {exc}"))
                     raise self._failure from exc  # type: ignore[misc]
-        return out, Receipt(future, self.timeout)
+        return out, Receipt(future, self.timeout, self._receipt_waiters)
 
     def _acknowledge(self, command: str, message: _Received, tx: str | None,
                      receipt: bool = False, *, wait: bool = True) -> Receipt:
@@ -464,7 +465,7 @@ class Client:
         reader thread waits for a slow range reader and so cannot judge the broker's silence."""
         with self._state:
             check = self._machine.heartbeat()
-        if check.dead and check_dead:
+        if check.dead and check_dead and not self._unread():
             raise ClientError("broker stopped sending heart-beats; connection is dead")
         if check.data and self._write.acquire(blocking=False):
             try:
@@ -472,6 +473,23 @@ class Client:
             finally:
                 self._write.release()
         return check.wait
+
+    def _wake_ranges(self) -> None:
+        """A thread waits for a receipt: range readers stop holding up the reader thread."""
+        for sub in list(self._subscriptions.values()):
+            wake = getattr(sub, "wake", None)
+            if wake is not None:
+                wake()
+
+    def _unread(self) -> bool:
+        """Bytes wait in the socket: the broker was not silent, we were busy (a range read
+        that made the reader wait for its caller)."""
+        if isinstance(self._sock, ssl.SSLSocket) and self._sock.pending():
+            return True
+        try:
+            return bool(select.select([self._sock], [], [], 0)[0])
+        except (OSError, ValueError):
+            return False
 
     def _route(self, event: Event) -> Callable[[], None]:
         """Decide under the state lock what an event means; the returned action runs outside
@@ -539,9 +557,11 @@ class Receipt:
     """Handle of a frame in flight; `result()` waits for its receipt (client timeout by default)
     and raises ClientError if the broker refused it or the connection died first."""
 
-    def __init__(self, future: Future[dict[str, str]], timeout: float) -> None:
+    def __init__(self, future: Future[dict[str, str]], timeout: float,
+                 waiters: ReceiptWaiters | None = None) -> None:
         self._future = future
         self._timeout = timeout
+        self._waiters = waiters
         self.producer_seq: int | None = None  # the number a numbered SEND went out with
 
     @property
@@ -562,12 +582,38 @@ class Receipt:
 
     def result(self, timeout: float | None = None) -> dict[str, str]:
         """The RECEIPT's headers (empty when the frame asked for no receipt)."""
+        waiters = self._waiters if not self._future.done() else None
+        if waiters is not None:
+            waiters.enter()
         try:
             return self._future.result(self._timeout if timeout is None else timeout)
         except FutureTimeout:
             raise ClientError("no receipt from the broker in time") from None
+        finally:
+            if waiters is not None:
+                waiters.leave()
 
     wait = result
+
+
+class ReceiptWaiters:
+    """How many threads wait for a receipt. While any does, the reader thread must keep
+    reading (its receipt may sit behind range-read messages), so range readers do not make
+    it wait for their callers."""
+
+    def __init__(self, on_enter: Callable[[], None]) -> None:
+        self._lock = threading.Lock()
+        self._on_enter = on_enter
+        self.count = 0
+
+    def enter(self) -> None:
+        with self._lock:
+            self.count += 1
+        self._on_enter()
+
+    def leave(self) -> None:
+        with self._lock:
+            self.count -= 1
 
 
 def _nothing() -> None:
