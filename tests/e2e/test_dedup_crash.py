@@ -30,9 +30,10 @@ def test_resending_unconfirmed_numbered_messages_after_kill_9_stores_each_once(b
                                                             producer_seq=seq)))
                 while True:
                     if len(pending) >= WINDOW:
-                        receipt = pending.popleft()[2]
+                        receipt = pending[0][2]
                         assert receipt is not None
-                        receipt.result()
+                        receipt.result()  # confirmed: no resend needed
+                        pending.popleft()
                     text = f"m{next_body}"
                     seq = FIRST + next_body  # the producer's own numbering, kept with the text
                     next_body += 1
