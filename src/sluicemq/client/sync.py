@@ -251,7 +251,14 @@ class Client:
             return m.send(destination, body, extra, persistent=persistent, receipt=receipt,
                           transaction=tx)
 
-        _, receipt_handle = self._submit(build)
+        try:
+            _, receipt_handle = self._submit(build)
+        except ClientError as exc:
+            if not seq:
+                raise
+            failed = ClientError(str(exc), exc.headers, exc.body)
+            failed.producer_seq = seq[0]  # type: ignore[attr-defined]  # for the resend
+            raise failed from exc
         receipt_handle.producer_seq = seq[0] if seq else None
         return receipt_handle
 
