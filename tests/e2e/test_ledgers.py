@@ -98,6 +98,18 @@ def test_a_consumer_holding_a_committed_message_has_its_ack_ignored(broker) -> N
         assert bodies(c, "/queue/c") == ["m2", "m-last"]  # m2 was never acked
 
 
+def test_a_cumulative_ack_of_a_committed_message_still_covers_older_ones(broker) -> None:
+    with Client(broker.url) as reader, Client(broker.url) as consumer:
+        seqs = fill(reader, "/queue/cum", 4)
+        sub = consumer.subscribe("/queue/cum", ack="client", prefetch=10)
+        got = [sub.get(5) for _ in range(5)]
+        assert [m.text() for m in got if m is not None] == ["m0", "m1", "m2", "m3", "m-last"]
+        reader.commit_upto("/queue/cum", seqs[2], ledger="L", start=seqs[1])  # takes m1 only
+        got[1].ack(receipt=True)  # cumulative: m0 is acknowledged with it
+        sub.unsubscribe()  # m2, m3 and m-last go back to the queue
+        assert bodies(reader, "/queue/cum") == ["m2", "m3", "m-last"]
+
+
 def test_commits_on_one_durable_subscription_leave_the_others_alone(broker) -> None:
     with Client(broker.url, client_id="a") as a, Client(broker.url, client_id="b") as b:
         a.subscribe("/topic/t", durable_name="s").unsubscribe()

@@ -308,6 +308,17 @@ def test_a_plain_activemq_browse_with_stomp_py(broker) -> None:
     conn.disconnect()
 
 
+def test_browser_false_is_an_ordinary_subscription(raw) -> None:
+    c = raw()
+    c.connect()
+    c.send("SEND", {"destination": "/queue/bf", "receipt": "s"}, b"taken")
+    assert c.recv().command == "RECEIPT"
+    c.send("SUBSCRIBE", {"destination": "/queue/bf", "id": "1", "browser": "false"})
+    assert c.recv().body == b"taken"
+    c.send("SUBSCRIBE", {"destination": "/queue/bf", "id": "2", "browser": "true"})
+    assert c.recv().headers["sluice-count"] == "0"  # consumed by the first
+
+
 def test_a_dead_lettered_message_gets_a_fresh_seq_and_keeps_its_first_id(broker_factory) -> None:
     b = broker_factory(config_text="[defaults]\nmax_redeliveries = 0\n")
     with Client(b.url) as c:

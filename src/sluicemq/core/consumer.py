@@ -87,5 +87,13 @@ class Consumer:
                 break
         return taken
 
+    def take_inflight_below(self, mid: int) -> list[Message]:
+        """Cumulative ACK of a message no longer held (a ledger commit removed it): the
+        unacknowledged ones with lower ids."""
+        taken = [m for m in self.inflight.values() if m.mid < mid]
+        for m in taken:
+            del self.inflight[m.mid]
+        return taken
+
     def __repr__(self) -> str:
         return f"<Consumer {self.sub_id} on {self.destination} {self.ack_mode}>"

@@ -481,7 +481,7 @@ class Session:
         destination = h.get("destination")
         kind, name = parse_destination(destination)
         self._authorize(READ, kind, name)
-        if "browser" in h:  # range read, head query or ledger commit (docs/replay-protocol.md)
+        if h.get("browser") == "true":  # range read, head query or ledger commit
             ranges.for_broker(self.broker).subscribe(self, frame, kind, name)
             return
         limits = self.broker.config.limits
@@ -626,7 +626,8 @@ class Session:
     def _take(self, consumer: Consumer, mid: int, nack: bool) -> list[Message]:
         if mid not in consumer.inflight:
             if ranges.for_broker(self.broker).ignorable_ack(consumer.queue, mid):
-                return []  # a ledger commit took it away: the ACK is moot
+                # A ledger commit took it away; a cumulative ACK still covers older ones.
+                return consumer.take_inflight_below(mid) if consumer.ack_mode == CLIENT else []
             raise ProtocolError(f"message {mid} is not awaiting acknowledgement on subscription "
                                 f"{consumer.sub_id!r}", fatal=False)
         if consumer.ack_mode == CLIENT:
