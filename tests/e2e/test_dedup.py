@@ -184,3 +184,23 @@ def test_a_client_without_producer_id_refuses_a_producer_seq(broker) -> None:
     with pytest.raises(ValueError):
         Client(broker.url, producer_id="line\nbreak")
 
+
+
+
+def test_a_send_without_receipt_in_time_tells_its_number_for_the_resend(broker) -> None:
+    import os
+    import signal
+
+    from sluicemq import ClientError
+
+    with Client(broker.url, producer_id="slow", producer_seq=40, timeout=2.0) as c:
+        c.send("/queue/slow", b"first")
+        os.kill(broker.pid, signal.SIGSTOP)  # the broker stalls: the RECEIPT does not come
+        try:
+            with pytest.raises(ClientError, match="no receipt") as err:
+                c.send("/queue/slow", b"second")
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+        assert err.value.producer_seq == 41  # type: ignore[attr-defined]
+        assert c.send("/queue/slow", b"second", producer_seq=41).duplicate  # it got there
+        assert drain(c, "/queue/slow") == [b"first", b"second"]

@@ -5,7 +5,8 @@ the wall clock in microseconds, so a restarted producer with the same id continu
 earlier numbers without remembering them. To resend a message whose RECEIPT never came (say,
 after reconnecting), send it again with its original number (``producer_seq=``, which the
 first attempt's ``Receipt.producer_seq`` told, or the ``producer_seq`` attribute of the
-ClientError its write raised): the broker stores it only if it had not.
+ClientError it raised - present whenever the SEND may have reached the broker; without it the
+SEND never left the client): the broker stores it only if it had not.
 Resend unconfirmed messages in their original order: a number at or below the highest one
 stored is a duplicate.
 """

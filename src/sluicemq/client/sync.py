@@ -228,7 +228,12 @@ class Client:
         handle = self.send_async(destination, body, headers, persistent=persistent,
                                  receipt=receipt, transaction=transaction,
                                  producer_seq=producer_seq)
-        handle.result()
+        try:
+            handle.result()
+        except ClientError as exc:
+            if handle.producer_seq is None:
+                raise
+            raise _numbered(exc, handle.producer_seq) from exc
         return handle
 
     def send_async(self, destination: str, body: bytes | str = b"",
@@ -256,9 +261,7 @@ class Client:
         except ClientError as exc:
             if not seq:
                 raise
-            failed = ClientError(str(exc), exc.headers, exc.body)
-            failed.producer_seq = seq[0]  # type: ignore[attr-defined]  # for the resend
-            raise failed from exc
+            raise _numbered(exc, seq[0]) from exc
         receipt_handle.producer_seq = seq[0] if seq else None
         return receipt_handle
 
@@ -625,6 +628,13 @@ class ReceiptWaiters:
 
 def _nothing() -> None:
     return None
+
+
+def _numbered(exc: ClientError, producer_seq: int) -> ClientError:
+    """A copy of ``exc`` that tells which number the failed SEND had (to resend under it)."""
+    failed = ClientError(str(exc), exc.headers, exc.body)
+    failed.producer_seq = producer_seq  # type: ignore[attr-defined]
+    return failed
 
 
 def _resolve(future: Future, outcome: object) -> None:
