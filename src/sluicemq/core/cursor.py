@@ -169,7 +169,7 @@ class SpillFifo:
         start, end = self._start, len(self.mid)
         if start == end:
             return []
-        if self._runs is None:
+        if not self._runs:  # unknown (bulk-extended, or more runs than worth tracking)
             m = self.mid
             breaks = compress(count(start + 1), map(lt, islice(m, start + 1, None),
                                                      islice(m, start, None)))
