@@ -12,6 +12,7 @@ import pytest
 import stomp
 
 from sluicemq import Client
+from sluicemq.storage.segment import segment_name
 
 SMALL_SEGMENTS = """
 [journal]
@@ -99,7 +100,7 @@ def test_the_table_survives_segment_reclaim_and_clean_restarts(broker_factory) -
             c.send("/queue/churn", body)
         assert len(drain(c, "/queue/churn")) == 80
         time.sleep(2.5)  # ticks move the table's anchor off the oldest segment
-    assert not (b.data_dir / "journal" / "00000001.log").exists()
+    assert not (b.data_dir / "journal" / segment_name(1)).exists()
     b.kill()
     b.restart()
     with Client(b.url, producer_id="churn") as c:

@@ -65,7 +65,7 @@ class Anchor:
                 self.write()
             return
         if empty:
-            self.store.release_after(self.store.flush(), [self.ticket])  # type: ignore[list-item]
+            release_soon(self.store, [self.ticket])  # type: ignore[list-item]
             self.ticket = None
             return
         live = self.store.journal.live_counts()
@@ -75,3 +75,16 @@ class Anchor:
     def adopt(self, loc: Location | None) -> None:
         """Recovery: the anchor found on disk (already retained by the caller)."""
         self.ticket = RecoveredTicket(loc) if loc is not None else None
+
+
+def release_soon(store: Store, tickets: list[TicketLike]) -> None:
+    """Unpin records that nothing newer needs to wait for: now, if everything appended so far
+    is durable (``release_after`` would otherwise wait for the next write), else after it."""
+    seq = store.flush()
+    if seq > store.durable_seq:
+        store.release_after(seq, tickets)
+        return
+    for t in tickets:
+        if t.loc is not None:
+            store.journal.release(t.loc)
+    store.journal.reclaim()

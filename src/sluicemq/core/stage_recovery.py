@@ -74,7 +74,8 @@ class StagingPart(StatePart):
             locs.append(loc)
             if final:
                 del self.partial[txid]
-                self.parked[(meta.sink, meta.batch, meta.part)] = (meta, locs)
+                if self.book.published_count(meta.sink, meta.batch) is None:
+                    self.parked[(meta.sink, meta.batch, meta.part)] = (meta, locs)
         elif rtype == STAGE_PUBLISH:
             self._publish(replay, payload)
         elif rtype == STAGE_DISCARD:
@@ -145,15 +146,13 @@ class StagingPart(StatePart):
     @classmethod
     def capture(cls, broker: Broker) -> tuple[Any, Iterable[Location]]:
         stager = broker.stager
-        parked, pins = [], []
+        parked = []
+        pins = [t.loc for t in stager.pins() if t.loc is not None]
         for p in stager.book.all_parts():
-            locs = [t.loc for t in p.tickets if t.loc is not None]
+            locs = stager.mover.locations(p)  # a part being moved: where replay finds it
             parked.append([p.sink, p.batch, p.part, p.attempt, p.created_ms,
                            [[loc.segment, loc.offset, loc.length] for loc in locs]])
-            pins.extend(locs)
         anchor = stager.anchor.loc
-        if anchor is not None:
-            pins.append(anchor)
         data = {"parked": parked, "memory": stager.book.dump_memory(),
                 "anchor": [anchor.segment, anchor.offset, anchor.length] if anchor else None}
         return data, pins

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from sluicemq.core.anchor import Anchor
 from sluicemq.core.cursor import JOURNAL, SpillFifo
 from sluicemq.core.message import Message
+from sluicemq.core.stage_mover import PartMover
 from sluicemq.core.staging import DUPLICATE, PUBLISHED, STAGED, ParkedPart, StageBook, StagedRecord
 from sluicemq.errors import ProtocolError
 from sluicemq.storage import records
@@ -63,6 +64,7 @@ class Stager:
         self.book = StageBook(limits.stage_memory_batches)
         self.anchor = Anchor(broker.store, MEMO_PUBLISHED, MEMORY_TABLE,
                              lambda: self.book.dump_memory())  # the book is replaced at start-up
+        self.mover = PartMover(broker.store, lambda: self.book)
         self._attempts = itertools.count(int(time.time() * 1_000_000))
         self.published_batches = 0
         self.published_messages = 0
@@ -230,7 +232,7 @@ class Stager:
 
     def tick(self, now_ms: int) -> None:
         """Discard parts older than ``stage_timeout``, forget batches older than
-        ``stage_memory``, keep the memory's anchor off the oldest segment."""
+        ``stage_memory``, keep parked parts and the memory's anchor off the oldest segment."""
         expired = self.book.expired(now_ms, self.timeout_ms)
         for p in expired:
             self.book.take(p.sink, p.batch, p.part, p.attempt)
@@ -239,6 +241,7 @@ class Stager:
         self._discard(expired)
         self.book.forget_older(now_ms - self.memory_ms)
         self.anchor.tick(empty=not self.book.published)
+        self.mover.tick()
         durable = self.store.durable_seq
         self._unsynced = [u for u in self._unsynced if u[0].seq > durable]
         for key in list(self._unsaved):
@@ -268,7 +271,7 @@ class Stager:
 
     def pins(self) -> list[TicketLike]:
         """Every record this module holds on its own (index snapshot self-check)."""
-        pins = [t for p in self.book.all_parts() for t in p.tickets]
+        pins = [t for p in self.book.all_parts() for t in p.tickets] + self.mover.pins()
         if self.anchor.ticket is not None:
             pins.append(self.anchor.ticket)
         return pins
