@@ -105,3 +105,18 @@ def test_lanes_emptied_by_the_tail_disappear_and_held_chunks_follow_the_tail() -
     base.settle()
     assert base.lanes == []
     assert base.held == [{"mid": 8, "loc": [3, 300, 9], "inner": 0}]
+
+
+def test_snapshot_self_check_counts_segment_runs_exactly() -> None:
+    import random
+    from collections import Counter
+
+    from sluicemq.core.capture import count_runs
+
+    rng = random.Random(7)
+    for trial in range(100):
+        values = rng.choices(range(1, 6), k=rng.randint(0, 3000))
+        seg = array("I", sorted(values) if trial % 2 else values)  # runs, or scattered
+        counts: Counter[int] = Counter()
+        count_runs(seg, counts)
+        assert counts == Counter(seg)
