@@ -3,8 +3,11 @@ records, and a snapshot's lanes with what the journal tail did to them."""
 
 from __future__ import annotations
 
+import random
 from array import array
+from collections import Counter
 
+from sluicemq.core.capture import count_runs
 from sluicemq.core.live import BaseLanes, LiveSlots
 from sluicemq.storage.snapshot import make_lane
 
@@ -108,11 +111,6 @@ def test_lanes_emptied_by_the_tail_disappear_and_held_chunks_follow_the_tail() -
 
 
 def test_snapshot_self_check_counts_segment_runs_exactly() -> None:
-    import random
-    from collections import Counter
-
-    from sluicemq.core.capture import count_runs
-
     rng = random.Random(7)
     for trial in range(100):
         values = rng.choices(range(1, 6), k=rng.randint(0, 3000))
