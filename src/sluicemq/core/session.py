@@ -369,7 +369,9 @@ class Session:
                 return
         if txid is not None:
             spool = self._tx(txid)
-            stage_frames.check_op(spool, frame)
+            if stage_frames.add_send(spool, frame, kind, name, self.broker.now_ms()):
+                self.receipt(frame)
+                return
             headers = {k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}
             headers["destination"] = h["destination"]
             spool.add(OP_SEND, records.encode_message(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluicemq.core.dedup import PRODUCER_ID, PRODUCER_SEQ
+from sluicemq.core.message import TRANSPORT_HEADERS, parse_expires, parse_priority
 from sluicemq.core.names import QUEUE
 from sluicemq.core.spool import TxSpool
 from sluicemq.core.staging import (
@@ -34,6 +35,9 @@ from sluicemq.storage import records
 
 if TYPE_CHECKING:
     from sluicemq.core.session import Session
+
+
+OP_SEND = 1  # the session's spool tag for a SEND
 
 
 class StageSpool(TxSpool):
@@ -63,23 +67,32 @@ def check_op(spool: TxSpool, frame: Frame) -> None:
                             "is idempotent by itself", fatal=False)
 
 
+def add_send(spool: TxSpool, frame: Frame, kind: str, name: str, now_ms: int) -> bool:
+    """A SEND inside a staged part, spooled exactly as it will be journaled (journal key, no
+    destination header, persistent whatever it said): its COMMIT then copies the bytes without
+    decoding them. False for a plain transaction's SEND (the session spools it)."""
+    if not isinstance(spool, StageSpool):
+        return False
+    check_op(spool, frame)
+    h = frame.headers
+    headers = {k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}
+    headers["persistent"] = "true"
+    spool.add(OP_SEND, records.encode_message(
+        f"{'q' if kind == QUEUE else 't'}:{name}", 0, now_ms, parse_expires(h.get("expires")),
+        parse_priority(h.get("priority")), headers, bytes(frame.body)))
+    return True
+
+
 def commit_part(session: Session, spool: StageSpool) -> dict[str, str]:
     """COMMIT of a staged part: store it, invisible; the RECEIPT headers to answer with."""
     result, count = session.broker.stager.stage(spool.sink, spool.batch, spool.part,
-                                                _messages(spool))
+                                                _payloads(spool))
     return {RESULT: result, MESSAGES: str(count)}
 
 
-def _messages(spool: TxSpool) -> Iterator[records.StoredMessage]:
-    """The spooled SENDs as they will be stored: journal key, no destination header, and
-    persistent (a staged message is stored whatever its SEND said)."""
+def _payloads(spool: TxSpool) -> Iterator[bytes]:
     for _op, payload in spool:
-        sm = records.decode_message(payload)
-        kind, _, name = sm.key.partition(":")
-        sm.key = f"{'q' if kind == QUEUE else 't'}:{name}"
-        sm.headers.pop("destination", None)
-        sm.headers["persistent"] = "true"
-        yield sm
+        yield payload
 
 
 def publish(session: Session, frame: Frame) -> None:

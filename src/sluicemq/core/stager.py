@@ -77,9 +77,10 @@ class Stager:
 
     # -- staging -----------------------------------------------------------------------------
     def stage(self, sink: str, batch: str, part: str,
-              messages: Iterable[records.StoredMessage]) -> tuple[str, int]:
-        """Store a part (its COMMIT); ``(staged, n)``, or ``(duplicate, 0)`` when the batch
-        was published already (nothing is stored: publishing it again would do nothing)."""
+              messages: Iterable[bytes]) -> tuple[str, int]:
+        """Store a part (its COMMIT) from its messages' MSG payloads (id 0, journal key);
+        ``(staged, n)``, or ``(duplicate, 0)`` when the batch was published already (nothing
+        is stored: publishing it again would do nothing)."""
         if self.book.published_count(sink, batch) is not None:
             return DUPLICATE, 0
         meta = StageMeta(sink, batch, part, next(self._attempts), self.broker.now_ms())
@@ -100,11 +101,10 @@ class Stager:
             parked.records.append(rec)
             ops, pending, size, pos = [], [], 0, first
 
-        for sm in messages:
-            payload = records.encode_message(sm.key, 0, sm.timestamp, sm.expires, sm.priority,
-                                             sm.headers, sm.body)
+        for payload in messages:
+            _mid, priority, _flags, key, hpos, hlen = records.message_head(payload)
             ops.append((records.MSG, payload))
-            pending.append((sm.key, sm.priority, pos, len(sm.body)))
+            pending.append((key, priority, pos, len(payload) - hpos - hlen))
             pos += len(payload) + records.OP_HEAD_SIZE
             size += len(payload)
             if size >= RECORD_BYTES:
