@@ -6,6 +6,11 @@ messages that Spark can read again after a crash (the ledger keeps them until `c
 `commit(end)` moves the broker-side ledger: only then are the messages removed. With an
 idempotent sink (Spark's file sink, or ours) that gives exactly-once results.
 
+Spark calls `commit` late (when it plans the next batch) and not at all for the last batch
+before a stop, so `latestOffset(start)` commits `start` too: in micro-batch mode Spark asks for
+a new batch only once every batch ending at `start` is in its commit log (a batch planned but
+not committed before a crash is re-run from the offset log first, without `latestOffset`).
+
 Planning methods run in a long-lived Python worker on the driver; it keeps one connection.
 `read` runs pickled on executors and opens its own.
 """
@@ -33,6 +38,7 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self._client: Client | None = None
         self._until: int | None = None  # Trigger.AvailableNow: the head when it started
+        self._committed = -1  # the ledger position we last moved the broker to
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -73,6 +79,8 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         opts = self.opts
         first = int(start["seq"])
+        if first > self._committed:
+            self._commit(first)
         most = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         head = self._broker().head(opts.destination, start=first, end=self._until,
                                    max_messages=most, **target(opts))
@@ -88,9 +96,14 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from read_rows(self.opts, partition, ledger=self.opts.ledger)
 
     def commit(self, end: dict) -> None:
+        upto = int(end["seq"])
+        if upto > self._committed:
+            self._commit(upto)
+
+    def _commit(self, upto: int) -> None:
         opts = self.opts
-        self._broker().commit_upto(opts.destination, int(end["seq"]), ledger=opts.ledger,
-                                   **target(opts))
+        self._broker().commit_upto(opts.destination, upto, ledger=opts.ledger, **target(opts))
+        self._committed = upto
 
     def stop(self) -> None:
         if self._client is not None:

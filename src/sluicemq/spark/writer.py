@@ -22,7 +22,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 from sluicemq.spark.options import SinkOptions
 from sluicemq.spark.ranges import connect
 
-BATCH_ID_PROPERTY = "streaming.sql.batch_id"  # set by Spark on every micro-batch's tasks
+BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark on every micro-batch's tasks
 
 
 @dataclass

@@ -1,0 +1,121 @@
+"""Reading SluiceMQ from Spark: streaming micro-batches over broker seq ranges, batch browse.
+
+Every spec runs a real local SparkSession against a real broker process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sluicemq.client import Client
+
+
+def send_many(broker, destination: str, n: int, *, prefix: str = "m") -> list[str]:
+    bodies = [f"{prefix}-{i}" for i in range(n)]
+    with Client(broker.url) as c:
+        receipts = [c.send_async(destination, b, headers={"n": str(i)})
+                    for i, b in enumerate(bodies)]
+        for r in receipts:
+            r.result(10)
+    return bodies
+
+
+def stream_once(spark, broker, tmp: Path, name: str, **options: str):
+    """Run one availableNow query over `tmp`'s checkpoint; return the rows of its micro-batches
+    and the query. (`name` labels the run.)"""
+    rows: list = []
+    reader = spark.readStream.format("sluice").option("url", broker.url)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    query = (reader.load().writeStream.queryName(name)
+             .foreachBatch(lambda batch, _id: rows.extend(batch.collect()))
+             .option("checkpointLocation", str(tmp / "checkpoint"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert query.exception() is None, query.exception()
+    return rows, query
+
+
+def retained(broker, destination: str) -> int:
+    with Client(broker.url) as c:
+        return c.head(destination).count
+
+
+def test_a_streaming_query_reads_every_message_once_in_seq_order(spark, broker, tmp_path):
+    bodies = send_many(broker, "/queue/orders", 40)
+    rows, _ = stream_once(spark, broker, tmp_path, "orders1", destination="/queue/orders")
+    got = sorted(rows, key=lambda r: r.offset)
+    assert [bytes(r.body).decode() for r in got] == bodies
+    assert all(r.destination == "/queue/orders" for r in got)
+    assert [r.headers["n"] for r in got] == [str(i) for i in range(40)]
+    assert all(r.message_id.startswith("ID:") and r.timestamp is not None for r in got)
+    assert len({r.offset for r in got}) == 40
+
+
+def test_a_restarted_query_continues_after_its_checkpoint(spark, broker, tmp_path):
+    send_many(broker, "/queue/resume", 10, prefix="first")
+    first, _ = stream_once(spark, broker, tmp_path, "resume1", destination="/queue/resume")
+    send_many(broker, "/queue/resume", 7, prefix="second")
+    second, _ = stream_once(spark, broker, tmp_path, "resume2", destination="/queue/resume")
+    assert sorted(bytes(r.body).decode() for r in first) == sorted(
+        f"first-{i}" for i in range(10))
+    assert sorted(bytes(r.body).decode() for r in second) == sorted(
+        f"second-{i}" for i in range(7))
+
+
+def test_committed_batches_are_removed_from_the_broker(spark, broker, tmp_path):
+    send_many(broker, "/queue/retention", 25)
+    stream_once(spark, broker, tmp_path, "ret1", destination="/queue/retention")
+    # The source commits a batch when the next one is planned: a second run commits the first.
+    stream_once(spark, broker, tmp_path, "ret2", destination="/queue/retention")
+    assert retained(broker, "/queue/retention") == 0
+
+
+def test_max_messages_per_trigger_bounds_every_micro_batch(spark, broker, tmp_path):
+    send_many(broker, "/queue/limited", 35)
+    rows, query = stream_once(spark, broker, tmp_path, "limited", destination="/queue/limited",
+                              maxMessagesPerTrigger="10")
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert len(rows) == 35
+    assert max(sizes) <= 10 and sum(sizes) == 35
+
+
+def test_a_durable_topic_subscription_retains_for_the_query(spark, broker, tmp_path):
+    opts = {"destination": "/topic/prices", "subscription": "spark-prices"}
+    rows, _ = stream_once(spark, broker, tmp_path, "prices0", **opts)  # creates the subscription
+    assert rows == []
+    send_many(broker, "/topic/prices", 12, prefix="tick")
+    rows, _ = stream_once(spark, broker, tmp_path, "prices1", **opts)
+    assert sorted(bytes(r.body).decode() for r in rows) == sorted(f"tick-{i}" for i in range(12))
+
+
+def test_batch_read_browses_without_consuming(spark, broker):
+    send_many(broker, "/queue/browse", 30)
+    df = (spark.read.format("sluice").option("url", broker.url)
+          .option("destination", "/queue/browse").option("partitions", "3").load())
+    first = sorted(bytes(r.body).decode() for r in df.collect())
+    again = sorted(bytes(r.body).decode() for r in df.collect())
+    assert first == again == sorted(f"m-{i}" for i in range(30))
+    assert retained(broker, "/queue/browse") == 30
+
+
+def test_batch_read_can_consume(spark, broker):
+    send_many(broker, "/queue/drain", 20)
+    rows = (spark.read.format("sluice").option("url", broker.url)
+            .option("destination", "/queue/drain").option("consume", "true").load().collect())
+    assert len(rows) == 20
+    assert retained(broker, "/queue/drain") == 0
+
+
+def test_bad_options_fail_the_query_at_start(spark, broker):
+    import pytest
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    for options in ({"destination": "orders"}, {"destination": "/topic/x"},
+                    {"destination": "/queue/x", "mode": "files"}):
+        reader = spark.read.format("sluice").option("url", broker.url)
+        for k, v in options.items():
+            reader = reader.option(k, v)
+        with pytest.raises((PySparkException, Py4JJavaError)):
+            reader.load().collect()
