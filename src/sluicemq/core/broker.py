@@ -683,6 +683,6 @@ class Broker:
         self._waiters = keep
 
     # -- recovery ----------------------------------------------------------------------------
-    def recover(self) -> dict[str, int]:
+    def recover(self) -> dict[str, Any]:
         """Rebuild queues and durable subscriptions from the journal; returns counts."""
         return replay(self)

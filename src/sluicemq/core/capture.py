@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -49,8 +50,9 @@ class Capture:
     pins: list[Location]
 
 
-def capture(broker: Broker) -> Capture | str:
-    """The broker's stored state now, or why no snapshot can be taken now."""
+def capture(broker: Broker, pins: Iterable[Location] = ()) -> Capture | str:
+    """The broker's stored state now, or why no snapshot can be taken now. ``pins``: records
+    retained by others than the broker's holders (the checkpointer's anchor pins)."""
     store = broker.store
     journal = store.journal
     store.flush()  # pending acks become a record: the state below includes their removals
@@ -61,7 +63,7 @@ def capture(broker: Broker) -> Capture | str:
         return "the journal is rewinding a failed batch"
     seq, last, end = mark
     expected = store.settled_counts()
-    pins: list[Location] = []
+    pins: list[Location] = list(pins)
     subs = []
     for key, (sub, _q) in broker.durables.items():
         ticket = broker.sub_tickets.get(key)

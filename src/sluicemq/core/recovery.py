@@ -25,7 +25,7 @@ import logging
 import struct
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from sluicemq.core import capture as capturing
@@ -415,7 +415,7 @@ def _queue_of(broker: Broker, key: str) -> Queue:
     return broker.queue(name) if kind == "q" else broker.durables[key][1]
 
 
-def replay(broker: Broker) -> dict[str, int]:
+def replay(broker: Broker) -> dict[str, Any]:
     """Restore from the index snapshot and the journal after it, or from the whole journal;
     returns what was restored, for the start-up log line."""
     started = time.monotonic()
@@ -443,6 +443,10 @@ def replay(broker: Broker) -> dict[str, int]:
         if inconsistent is not None:
             raise StorageError(f"journal replay is inconsistent: {inconsistent}")
     restored = r.install()
+    if used and snap is not None and snap.position.anchor is not None:
+        # The anchor stays pinned (core/checkpoint.py adopts the pin): a crash before the
+        # next snapshot must find it, and every record after it.
+        broker.store.journal.retain(Location(*snap.position.last, 0))
     broker.store.journal.reclaim()
     if r.tx_parts:
         log.warning("discarded %d uncommitted transaction(s) found in the journal",
@@ -455,17 +459,19 @@ def replay(broker: Broker) -> dict[str, int]:
                  snap.position.last[1], r.records, elapsed)
     return {"records": r.records, "messages": restored, "durable_subscriptions": len(r.subs),
             "elapsed_ms": int(elapsed * 1000), "snapshot": int(used),
-            "anchor_segment": snap.position.last[0] if used and snap is not None else 0}
+            "anchor": snap.position.last if used and snap is not None
+            and snap.position.anchor is not None else None}
 
 
-def save_snapshot(broker: Broker) -> None:
-    """Run by the closing journal: write the index snapshot, or log why not.
+def save_snapshot(broker: Broker, pins: Iterable[Location] = ()) -> None:
+    """Run by the closing journal: write the index snapshot, or log why not. ``pins``: records
+    the checkpointer retains.
 
     Never raises: a failed snapshot costs only the next start's speed.
     """
     started = time.monotonic()
     try:
-        cap = capturing.capture(broker)
+        cap = capturing.capture(broker, pins)
         why = cap if isinstance(cap, str) else capturing.verify(cap)
         if why is not None:
             log.warning("index snapshot not written (%s)", why)

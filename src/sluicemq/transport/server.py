@@ -63,7 +63,7 @@ class BrokerServer:
         self.checkpointer = Checkpointer(self.broker, js.snapshot_records,
                                          loop.call_soon_threadsafe, replayed=counts["records"],
                                          backlog=counts["messages"],
-                                         anchor_segment=counts.get("anchor_segment", 0))
+                                         anchor=counts.get("anchor"))
         await self._start_operations()
         self._ticker = loop.create_task(self._tick())
         await self._start_tls()
@@ -153,7 +153,8 @@ class BrokerServer:
         if self.store is not None:
             broker = self.broker
             # The index snapshot lets the next start skip the journal scan (core/recovery.py).
-            self.store.close(on_closed=(lambda: save_snapshot(broker)) if broker else None)
+            pins = self.checkpointer.pins if self.checkpointer is not None else []
+            self.store.close(on_closed=(lambda: save_snapshot(broker, pins)) if broker else None)
         print("sluice: stopped", flush=True)
 
 
