@@ -63,6 +63,12 @@ class Compactor:
         self.compacted_segments = 0
         self.copied = 0
 
+    @property
+    def busy(self) -> bool:
+        """Copies are appended but their holders not yet moved (no index snapshot now: the
+        copies are retained by nobody the snapshot could name)."""
+        return bool(self._plan)
+
     def tick(self) -> None:
         """Advance: finish a durable plan, or start one for the oldest segment."""
         if self._plan:
