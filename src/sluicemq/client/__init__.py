@@ -1,6 +1,7 @@
 """The Python client library: one sans-IO protocol machine, blocking and asyncio front ends."""
 
 from sluicemq.client.aio import AsyncClient, AsyncSubscription, AsyncTransaction
+from sluicemq.client.aio_ranges import AsyncRangeRead
 from sluicemq.client.aio_streams import (
     AsyncStreamReader,
     AsyncStreamSubscription,
@@ -22,6 +23,7 @@ from sluicemq.streaming.errors import (
 __all__ = [
     "AsyncClient",
     "AsyncMessage",
+    "AsyncRangeRead",
     "AsyncStreamReader",
     "AsyncStreamSubscription",
     "AsyncStreamWriter",

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 
 from sluicemq.client import aio_streams
+from sluicemq.client.aio_ranges import AsyncRangeRead, open_range
 from sluicemq.client.aio_streams import AsyncStreamSubscription, AsyncStreamWriter
 from sluicemq.client.files import Progress
 from sluicemq.client.inbox import Ended, take
@@ -29,6 +30,7 @@ from sluicemq.client.machine import (
     ReceiptReceived,
 )
 from sluicemq.client.message import AsyncMessage, TransactionRef, _Received, transaction_id
+from sluicemq.client.ranges import RangeHead, range_headers
 from sluicemq.client.streams import DEFAULT_CHUNK_SIZE, DEFAULT_WINDOW
 from sluicemq.client.url import parse_url, tls_context
 from sluicemq.config import DEFAULT_URL
@@ -156,6 +158,9 @@ class AsyncClient:
         self._failure: ClientError | None = None
         self._closing = False
         self._tasks: list[asyncio.Task[None]] = []
+        self._settling = 0  # tasks waiting for a receipt: the socket must then be read
+        self._room = asyncio.Event()  # a range reader took messages (or someone settles)
+        self._paused = False  # not reading: a range caller is behind (aio_ranges.py)
 
     @classmethod
     async def connect(
@@ -259,6 +264,38 @@ class AsyncClient:
     def transaction(self) -> AsyncTransaction:
         return AsyncTransaction(self)
 
+    # Range reads, head queries and ledgers (docs/replay-protocol.md, sections 1, 2 and 5):
+    # the blocking client's API, awaited.
+    async def head(self, destination: str, start: int | None = None, end: int | None = None,
+                   max_messages: int | None = None, splits: int = 0,
+                   ledger: str | None = None, subscription: str | None = None,
+                   client_id: str | None = None, streams: bool = False) -> RangeHead:
+        headers = range_headers(start=start, end=end, max_messages=max_messages,
+                                head_only=True, splits=splits, ledger=ledger,
+                                subscription=subscription, client_id=client_id,
+                                streams=streams)
+        async with await open_range(self, destination, headers) as reader:
+            return await reader.result()
+
+    async def read_range(self, destination: str, start: int | None = None,
+                         end: int | None = None, ledger: str | None = None,
+                         subscription: str | None = None, client_id: str | None = None,
+                         max_messages: int | None = None,
+                         streams: bool = False) -> AsyncRangeRead:
+        headers = range_headers(start=start, end=end, max_messages=max_messages,
+                                ledger=ledger, subscription=subscription, client_id=client_id,
+                                streams=streams)
+        return await open_range(self, destination, headers)
+
+    async def commit_upto(self, destination: str, upto: int, ledger: str,
+                          subscription: str | None = None, client_id: str | None = None,
+                          start: int | None = None, streams: bool = False) -> RangeHead:
+        headers = range_headers(start=start, ledger=ledger, commit_upto=upto,
+                                subscription=subscription, client_id=client_id,
+                                streams=streams)
+        async with await open_range(self, destination, headers) as reader:
+            return await reader.result()
+
     def stream_writer(self, destination: str, name: str = "", *,
                       chunk_size: int = DEFAULT_CHUNK_SIZE, window: int = DEFAULT_WINDOW,
                       headers: Mapping[str, str] | None = None, stream_id: str | None = None,
@@ -341,10 +378,14 @@ class AsyncClient:
                       timeout: float | None = None) -> dict[str, str]:
         """Wait for a receipt (client timeout by default); returns the RECEIPT's headers."""
         await self.drain()
+        self._settling += 1
+        self._room.set()
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout or self.timeout)
         except TimeoutError:
             raise ClientError("no receipt from the broker in time") from None
+        finally:
+            self._settling -= 1
 
     async def _acknowledge(self, command: str, message: _Received, tx: str | None,
                            receipt: bool = False) -> None:
@@ -359,6 +400,7 @@ class AsyncClient:
     async def _read_loop(self) -> None:
         try:
             while True:
+                await self._ranges_caught_up()
                 data = await self._reader.read(READ_CHUNK)
                 if not data:
                     raise self._machine.closed_by_peer()
@@ -370,7 +412,7 @@ class AsyncClient:
     async def _heartbeat_loop(self) -> None:
         while self._failure is None:
             check = self._machine.heartbeat()
-            if check.dead:
+            if check.dead and not self._paused:  # not reading: its silence proves nothing
                 self._fail(ClientError("broker stopped sending heart-beats; connection is dead"))
                 return
             if check.data:
@@ -378,6 +420,18 @@ class AsyncClient:
             if check.wait is None:
                 return
             await asyncio.sleep(check.wait)
+
+    async def _ranges_caught_up(self) -> None:
+        """Hold the socket while a range reader's caller is behind and no receipt is awaited."""
+        while self._settling == 0 and any(
+                isinstance(s, AsyncRangeRead) and s.full for s in self._subscriptions.values()):
+            self._paused = True
+            self._room.clear()
+            await self._room.wait()
+        self._paused = False
+
+    def _room_for_ranges(self) -> None:
+        self._room.set()
 
     def _route(self, event: Event) -> None:
         if isinstance(event, MessageReceived):
