@@ -170,7 +170,6 @@ class SinkOptions:
     connection: Connection
     destination: str | None
     sink_id: str
-    persistent: bool
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SinkOptions:
@@ -189,5 +188,4 @@ class SinkOptions:
         elif not _SINK_ID.fullmatch(sink_id):
             raise OptionError(f"option sinkId must be 1-200 characters of A-Z a-z 0-9 . _ : -, "
                               f"got {sink_id!r}")
-        return cls(Connection.parse(opts), _destination(opts, required=False), sink_id,
-                   _flag(opts.get("persistent"), True))
+        return cls(Connection.parse(opts), _destination(opts, required=False), sink_id)

@@ -7,7 +7,7 @@ retried commit or a replayed micro-batch publishes nothing twice, and parts of f
 attempts are discarded (or expire on the broker's timer when nobody tells it).
 
 Rows need a `body` column (binary or string) and may have `headers` (map<string,string>) and
-`destination` (string; else option `destination`).
+`destination` (string; else option `destination`). Staged messages are always persistent.
 """
 
 from __future__ import annotations
@@ -62,7 +62,6 @@ def stage_rows(opts: SinkOptions, batch: str, rows: Iterator[Any]) -> StagedPart
     with connect(opts.connection) as client, client.stage(opts.sink_id, batch, part) as staged:
         for row in rows:
             destination, body, headers = _row_fields(row, opts.destination)
-            headers.setdefault("persistent", "true" if opts.persistent else "false")
             staged.send(destination, body, headers)
             count += 1
     return StagedPart(part, count)
