@@ -110,6 +110,23 @@ def test_a_cumulative_ack_of_a_committed_message_still_covers_older_ones(broker)
         assert bodies(reader, "/queue/cum") == ["m2", "m3", "m-last"]
 
 
+def test_a_stomp_1_1_ack_by_message_id_of_a_committed_message_is_ignored(broker) -> None:
+    raw = RawStomp(broker.host, broker.port)
+    raw.connect(version="1.1")
+    with Client(broker.url) as reader:
+        seqs = fill(reader, "/queue/v11", 1)
+        raw.send("SUBSCRIBE", {"destination": "/queue/v11", "id": "s", "ack": "client",
+                               "activemq.prefetchSize": "1"})
+        held = raw.recv()
+        reader.commit_upto("/queue/v11", seqs[1], ledger="L")
+        assert raw.recv().body == b"m-last"  # the commit freed the prefetch slot
+        raw.send("ACK", {"message-id": held.headers["message-id"], "subscription": "s",
+                         "receipt": "a"})
+        assert raw.recv().headers == {"receipt-id": "a"}  # not an ERROR
+        assert reader.head("/queue/v11").count == 1  # m-last, held by the consumer
+    raw.close()
+
+
 def test_commits_on_one_durable_subscription_leave_the_others_alone(broker) -> None:
     with Client(broker.url, client_id="a") as a, Client(broker.url, client_id="b") as b:
         a.subscribe("/topic/t", durable_name="s").unsubscribe()

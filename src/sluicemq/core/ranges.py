@@ -92,7 +92,7 @@ class RangeService:
         self.facts = ChunkFacts()
         self.committed = Committed()
         self.heads: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-        self.plans: dict[tuple[Any, ...], list[WholeStream]] = {}
+        self.plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # (version, streams)
         self._jobs: weakref.WeakKeyDictionary[Session, dict[str, _Job]] = (
             weakref.WeakKeyDictionary())
         self._done: weakref.WeakKeyDictionary[Session, deque[str]] = weakref.WeakKeyDictionary()

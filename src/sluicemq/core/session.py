@@ -620,8 +620,8 @@ class Session:
                 return consumer, self._take(consumer, mid, nack)
         committed = ranges.for_broker(self.broker).ignorable_ack
         for consumer in candidates:
-            if committed(consumer.queue, mid):
-                return consumer, []  # a ledger commit took it away: the ACK is moot
+            if committed(consumer.queue, mid):  # a ledger commit took it away
+                return consumer, self._take(consumer, mid, nack)
         raise ProtocolError(f"no unacknowledged message {message_id!r} on this connection",
                             fatal=False)
 
