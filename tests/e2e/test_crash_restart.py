@@ -9,7 +9,16 @@ import shutil
 import time
 from pathlib import Path
 
-from test_fast_restart import SNAPSHOT, build_state, client, drain, log_since, observe, send
+from test_fast_restart import (
+    SNAPSHOT,
+    build_state,
+    client,
+    drain,
+    durable_subscribe,
+    log_since,
+    observe,
+    send,
+)
 
 from sluice_testing import BrokerProcess
 
@@ -110,12 +119,8 @@ def test_messages_unacknowledged_at_the_snapshot_are_redelivered(broker_factory)
 def test_snapshot_and_tail_give_what_a_full_scan_gives(broker_factory) -> None:
     b = broker_factory(config_text=CONFIG, name="snap")
     build_state(b)
-    for name in ("late", "gone"):
-        d = client(b, client_id=f"svc-{name}")
-        d.send("SUBSCRIBE", {"destination": "/topic/ledger", "id": "d", "receipt": "sub",
-                             "activemq.subscriptionName": name})
-        assert d.recv().command == "RECEIPT"
-        d.close()
+    durable_subscribe(b, "late")
+    durable_subscribe(b, "gone")
     fresh_snapshot(b)
     # After the snapshot: acks of captured messages, new messages of several priorities,
     # topic messages for durable subscriptions (one with a selector), an unsubscribe, and

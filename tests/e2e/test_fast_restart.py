@@ -143,6 +143,22 @@ def test_a_damaged_snapshot_is_ignored(broker) -> None:
     assert drain(client(broker), "/queue/d") == ["a", "b"]
 
 
+def durable_subscribe(b: BrokerProcess, name: str, selector: str | None = None) -> None:
+    """Create durable subscription ``name`` on /topic/ledger (client-id ``svc-<name>``) and
+    leave it without a consumer: detached by UNSUBSCRIBE (no subscription name: it stays)
+    before anything is published, so no message can reach the departing consumer."""
+    d = client(b, client_id=f"svc-{name}")
+    headers = {"destination": "/topic/ledger", "id": "d", "receipt": "sub",
+               "activemq.subscriptionName": name}
+    if selector:
+        headers["selector"] = selector
+    d.send("SUBSCRIBE", headers)
+    assert d.recv().command == "RECEIPT"
+    d.send("UNSUBSCRIBE", {"id": "d", "receipt": "detached"})
+    assert d.recv().command == "RECEIPT"
+    d.close()
+
+
 def build_state(b: BrokerProcess) -> None:
     """Queues with priorities, acked and returned messages, durable subscriptions (one with a
     selector), an open stream and a stream held for `complete` dispatch."""
@@ -159,15 +175,8 @@ def build_state(b: BrokerProcess) -> None:
         while c.recv().command != "RECEIPT":
             pass
     c.close()  # two delivered, unacked messages go back to the queue
-    for name, selector in (("books", "n > 2"), ("all", None)):
-        d = client(b, client_id=f"svc-{name}")
-        headers = {"destination": "/topic/ledger", "id": "d", "receipt": "sub",
-                   "activemq.subscriptionName": name}
-        if selector:
-            headers["selector"] = selector
-        d.send("SUBSCRIBE", headers)
-        assert d.recv().command == "RECEIPT"
-        d.close()
+    durable_subscribe(b, "books", "n > 2")
+    durable_subscribe(b, "all")
     for i in range(6):
         send(p, "/topic/ledger", [f"e{i}"], n=str(i))
     for dest, sid in (("/queue/files", "open"), ("/queue/held.files", "held")):
