@@ -221,3 +221,23 @@ def test_a_truncated_snapshot_falls_back_to_a_full_scan(broker_factory) -> None:
     path.write_bytes(path.read_bytes()[:-7])
     assert "index snapshot ignored (bad trailer (truncated?))" in crash(b)
     assert drain(client(b), "/queue/t") == [f"m{i}" for i in range(50)]
+
+
+def test_damage_the_snapshot_did_not_scan_costs_only_the_damaged_message(broker_factory) -> None:
+    """Records before a snapshot's anchor are not read at start-up: a damaged one is found when
+    its message is paged in, dropped and logged, and the queue carries on."""
+    b = broker_factory(config_text=CONFIG)
+    bodies = [f"body-{i:02d}-" + "x" * 200 for i in range(3000)]
+    send(client(b), "/queue/rot", bodies)  # far beyond the in-memory window: paged out
+    b.stop()
+    segment = sorted((b.data_dir / "journal").glob("*.log"))[0]
+    data = bytearray(segment.read_bytes())
+    at = data.find(b"body-05-")
+    data[at + 10] ^= 0x01
+    segment.write_bytes(bytes(data))
+    mark = len(b.output)
+    b.restart()
+    assert "index snapshot used: 3000 messages" in log_since(b, mark), b.log()
+    got = drain(client(b), "/queue/rot")
+    assert got == bodies[:5] + bodies[6:]
+    assert "journal: dropped unreadable message" in log_since(b, mark)

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 # downtime.
 STREAM_FIELDS = ("next_seq", "next_offset", "size", "sha256", "received_bytes",
                  "delivered_bytes", "acked_chunks", "chunks", "state", "started")
+COMPACTING = "a journal compaction is in flight"
 _SHORT_RANGE = 256  # count_runs counts ranges this short item by item
 _NONZERO_IS_ONE = bytes([0] + [1] * 255)  # src column -> 1 where a slot is not JOURNAL (== 0)
 
@@ -57,7 +58,7 @@ def capture(broker: Broker, pins: Iterable[Location] = ()) -> Capture | str:
     journal = store.journal
     store.flush()  # pending acks become a record: the state below includes their removals
     if broker.compactor.busy:
-        return "a journal compaction is in flight"
+        return COMPACTING
     mark = journal.mark()
     if mark is None:
         return "the journal is rewinding a failed batch"

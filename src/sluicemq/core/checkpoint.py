@@ -15,6 +15,8 @@ journal after it is intact.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -22,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sluicemq.core.capture import Capture, capture, verify
+from sluicemq.core.capture import COMPACTING, Capture, capture, verify
 from sluicemq.storage import snapshot
 from sluicemq.storage.segment import Location
 
@@ -133,8 +135,22 @@ class Checkpointer:
 
     def _refused(self, why: str) -> None:
         self.stats.refused += 1
-        self._wait = RETRY_TICKS
+        # A compaction finishes on the next tick and may start another on the one after:
+        # retry on the very next tick, or the two could keep missing each other.
+        self._wait = 0 if why == COMPACTING else RETRY_TICKS
         log.info("index snapshot postponed: %s", why)
+
+    async def finish_compaction(self) -> None:
+        """Before a clean stop: let a compaction whose copies are appended finish (once they
+        are durable), so that the last snapshot can be taken (a plan in flight prevents it)."""
+        compactor = self.broker.compactor
+        if not compactor.busy:
+            return
+        done = asyncio.get_running_loop().create_future()
+        self.broker.when_durable(lambda exc: done.done() or done.set_result(exc))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done, 10.0)
+        compactor.tick()
 
     def _drop_pending(self) -> None:
         self._busy = False

@@ -14,6 +14,8 @@ batch rewinds the journal, so an undurable location may later hold another recor
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from array import array
 from collections import deque
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ from operator import lt
 from typing import TYPE_CHECKING
 
 from sluicemq.core.message import Message
+from sluicemq.errors import StorageError
 from sluicemq.storage import records
 from sluicemq.storage.segment import Location
 from sluicemq.storage.store import RecoveredTicket
@@ -29,6 +32,8 @@ from sluicemq.storage.store import RecoveredTicket
 if TYPE_CHECKING:
     from sluicemq.storage.store import Store
     from sluicemq.storage.tempstore import TempStore
+
+log = logging.getLogger("sluicemq.cursor")
 
 JOURNAL, TEMP, OBJ = 0, 1, 2
 Slot = tuple[int, int, int, int, int, int, int]  # mid, src, seg, off, length, inner, size
@@ -313,6 +318,18 @@ class Pager:
         msg.ticket = RecoveredTicket(Location(seg, off, length))
         msg.inner = inner
         return msg
+
+    def unreadable(self, slot: Slot, destination: str, exc: StorageError) -> None:
+        """A journal slot whose record fails its checks when read back (damage the start-up
+        did not scan: before an index snapshot's anchor, or rot since): the message is lost,
+        as a full scan would have lost it, and its record let go; the queue carries on."""
+        mid, _src, seg, off, length, _inner, _size = slot
+        log.warning("journal: dropped unreadable message %d of %s at segment %d offset %d (%s)",
+                    mid, destination, seg, off, exc)
+        journal = self.store.journal
+        with contextlib.suppress(StorageError):
+            journal.release(Location(seg, off, length))
+            journal.reclaim()
 
     def drop(self, fifo: SpillFifo, slot: Slot) -> None:
         """Forget a slot for good (a temp record is freed)."""

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from sluicemq.core.cursor import JOURNAL, OBJ, Pager, Slot, SpillFifo
 from sluicemq.core.message import MAX_PRIORITY, Message
+from sluicemq.errors import StorageError
 
 if TYPE_CHECKING:
     from sluicemq.core.flow import MemoryAccount
@@ -154,7 +155,15 @@ class PendingList:
         room = max(1, min(REFILL_BATCH, self.window - self._in_head))
         for _ in range(min(room, len(tail))):
             slot = tail.popleft()
-            msg = self.pager.page_in(tail, slot, self.destination, prio)
+            try:
+                msg = self.pager.page_in(tail, slot, self.destination, prio)
+            except StorageError as exc:
+                if slot[1] != JOURNAL:
+                    raise
+                self.pager.unreadable(slot, self.destination, exc)
+                self._size -= 1
+                self.stored_bytes -= slot[6]
+                continue
             if slot[1] != OBJ:
                 self.stored_bytes -= slot[6]
                 self._hold(msg)

@@ -151,6 +151,7 @@ class BrokerServer:
             await self.websocket.stop()
         await asyncio.sleep(0)
         if self.checkpointer is not None:
+            await self.checkpointer.finish_compaction()
             self.checkpointer.close()
         if self.store is not None:
             broker = self.broker
