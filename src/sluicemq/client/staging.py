@@ -7,11 +7,10 @@ client does not depend on the broker's packages.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable, Mapping
-from types import TracebackType
 from typing import TYPE_CHECKING
 
+from sluicemq.client.scope import CommitScope
 from sluicemq.errors import ClientError
 
 if TYPE_CHECKING:
@@ -26,7 +25,7 @@ MESSAGES = "sluice-stage-messages"
 DISCARDED = "sluice-stage-discarded"
 
 
-class StagedPart:
+class StagedPart(CommitScope):
     """One part of a batch: SENDs parked invisibly until the batch is published.
 
     Use as a context manager: a clean exit commits (and waits for the RECEIPT: the part is then
@@ -78,19 +77,6 @@ class StagedPart:
         if self.finished:
             raise ClientError(f"staged part {self.name} is already finished")
         self.finished = True
-
-    def __enter__(self) -> StagedPart:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        if self.finished:
-            return
-        if exc_type is None:
-            self.commit()
-        else:
-            with contextlib.suppress(ClientError):  # never mask the error that got us here
-                self.abort()
 
 
 def publish_stage(client: Client, sink: str, batch: str | int,

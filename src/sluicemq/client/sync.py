@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from types import TracebackType
 
 from sluicemq.client import files
 from sluicemq.client.files import Progress
@@ -37,6 +36,7 @@ from sluicemq.client.machine import (
 from sluicemq.client.message import Message, TransactionRef, _Received, transaction_id
 from sluicemq.client.producer import ProducerNumbers
 from sluicemq.client.ranges import RangeHead, RangeRead, open_range, range_headers
+from sluicemq.client.scope import CommitScope
 from sluicemq.client.staging import StagedPart, abort_stage, publish_stage
 from sluicemq.client.streams import (
     DEFAULT_CHUNK_SIZE,
@@ -98,7 +98,7 @@ class Subscription:
             self.unsubscribe()
 
 
-class Transaction:
+class Transaction(CommitScope):
     """A STOMP transaction: begun on creation, committed on a clean `with` exit, else aborted."""
 
     def __init__(self, client: Client) -> None:
@@ -132,19 +132,6 @@ class Transaction:
             raise ClientError(f"transaction {self.id} already finished")
         self.finished = True
         self.client._call(build)
-
-    def __enter__(self) -> Transaction:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        if self.finished:
-            return
-        if exc_type is None:
-            self.commit()
-        else:
-            with contextlib.suppress(ClientError):  # never mask the error that got us here
-                self.abort()
 
 
 class Client:
