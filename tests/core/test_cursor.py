@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from sluicemq.core.cursor import JOURNAL, OBJ, Pager
+from sluicemq.core.cursor import Pager
 from sluicemq.core.flow import MemoryAccount
 from sluicemq.core.message import Message
 from sluicemq.core.pending import PendingList
+from sluicemq.core.spill import JOURNAL, OBJ
 from sluicemq.storage import records
 from sluicemq.storage.journal import Journal
 from sluicemq.storage.store import Store
@@ -108,9 +109,9 @@ def test_records_not_yet_durable_wait_as_objects_then_become_compact_slots(h: Ha
     pending.push(first)
     pending.push(second)  # beyond the window, but its record may not be on disk yet
     tail = pending._lanes[4].tail
-    assert tail.src[-1] == OBJ
+    assert tail.src_at(len(tail.mid) - 1) == OBJ
     h.settle()
-    assert tail.src[-1] == JOURNAL and not tail.objs
+    assert tail.src_at(len(tail.mid) - 1) == JOURNAL and not tail.objs
     assert [m.mid for m in drain(pending)] == [first.mid, second.mid]
 
 

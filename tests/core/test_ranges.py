@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sluicemq.core.cursor import Pager, SpillFifo
+from sluicemq.core.cursor import Pager
 from sluicemq.core.ledgers import LedgerBook
 from sluicemq.core.message import Message
 from sluicemq.core.pending import PendingList
@@ -19,6 +19,7 @@ from sluicemq.core.rangecommit import Committed
 from sluicemq.core.rangereq import RangeError, RangeRequest, parse_request
 from sluicemq.core.rangestreams import StreamPlanner, facts_of, select, stream_cuts
 from sluicemq.core.seqindex import Fetcher, SeqView
+from sluicemq.core.spill import SpillFifo
 from sluicemq.storage.journal import Journal
 from sluicemq.storage.store import Store
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sluicemq.storage import snapshot
+from sluicemq.storage import slotpack, snapshot
 from sluicemq.storage.journal import Journal
 from sluicemq.storage.records import DurableSub
 from sluicemq.storage.segment import HEADER_SIZE, Location, segment_name
@@ -62,6 +62,28 @@ def payloads_after(directory: Path, position: Position) -> list[bytes]:
 
 
 # -- the file ---------------------------------------------------------------------------------
+
+def test_packed_runs_of_cursor_slots_come_back_in_place_as_plain_columns() -> None:
+    """A cursor's packed block is stored as it is, between the lane's column slots."""
+    fields = slotpack.empty()
+    for k in range(10):
+        for col, v in zip(fields, (0, 2, 100 * k, 50, 0, 5), strict=True):
+            col.append(v)
+    lane = snapshot.make_lane("q:big", 4)
+    for col, v in zip(lane.columns(), (1, 1, 0, 20, 0, 3), strict=True):
+        col.append(v)
+    lane.add_packed(array("Q", [13, 14, 15]).tobytes(), slotpack.pack(fields), skip=3)
+    for col, v in zip(lane.columns(), (20, 3, 8, 20, 0, 3), strict=True):
+        col.append(v)
+    assert len(lane) == 5
+    snap = IndexSnapshot(Position((1, 0), 20, 1), 99, [lane])
+    back = snapshot.decode(b"".join(snapshot.encode(snap))).lanes[0]
+    assert not back.packed and len(back) == 5
+    assert list(back.mid) == [1, 13, 14, 15, 20]
+    assert list(back.seg) == [1, 2, 2, 2, 3]
+    assert list(back.off) == [0, 300, 400, 500, 8]
+    assert list(back.size) == [3, 5, 5, 5, 3]
+
 
 def test_round_trip_keeps_every_field() -> None:
     snap = sample()

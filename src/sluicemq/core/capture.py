@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sluicemq.core.cursor import OBJ, SpillFifo
 from sluicemq.core.parts import PARTS
+from sluicemq.core.spill import OBJ, SpillFifo
 from sluicemq.core.streams import StreamState
 from sluicemq.storage import snapshot
 from sluicemq.storage.segment import Location
@@ -110,6 +110,8 @@ def verify(cap: Capture) -> str | None:
     counts: Counter[int] = Counter(loc.segment for loc in cap.pins)
     for lane in cap.snap.lanes:
         count_runs(lane.seg, counts)
+        for run in lane.packed:
+            count_runs(run.columns()[1], counts)
     mine = {seg: n for seg, n in counts.items() if n}
     theirs = {seg: n for seg, n in cap.expected.items() if n}
     if mine == theirs:
@@ -162,35 +164,38 @@ def _capture_queue(q: Queue, lanes: list[snapshot.Lane]) -> str | None:
 
 
 def _add_tail(lane: snapshot.Lane, tail: SpillFifo) -> bool:
-    """Paged-out slots: runs of journal slots are copied straight from the cursor's columns
-    into the lane (one memcpy per column, C speed); the few other slots (messages not yet
-    durable, or redelivered: still objects) one by one."""
-    live = tail.indexes()
-    a, b = live.start, live.stop
-    if a == b:
-        return False
-    src = tail.src
-    others: list[int] = []
-    with memoryview(src) as view:
-        marks = view[a:b].tobytes()
-    if marks.count(0) != len(marks):  # bytes.count: C speed, unlike array.count
-        marks = marks.translate(_NONZERO_IS_ONE)
-        i = marks.find(b"\x01")
-        while i >= 0:
-            others.append(a + i)
-            i = marks.find(b"\x01", i + 1)
-    cols = (tail.mid, tail.seg, tail.off, tail.length, tail.inner, tail.size)
-    start = a
-    for i in [*others, b]:
-        if start < i:
-            for dst, col in zip(lane.columns(), cols, strict=True):
-                size = col.itemsize
-                with memoryview(col) as view, view.cast("B") as raw:
-                    dst.frombytes(raw[start * size:i * size])
-        start = i + 1
-        if i < b and src[i] == OBJ and _add(lane, tail.objs[tail.mid[i]]):
-            return True
-        # TEMP slots hold non-persistent messages: gone after any restart
+    """Paged-out slots, block by block. A packed block of journal slots is kept by reference
+    (its bytes are immutable: the cursor packs anew when it changes a block), with a copy of
+    its ids; an open block's journal slots are copied column by column (memcpy speed), and
+    the few other slots (messages not yet durable, or redelivered: still objects) one by one."""
+    mids = tail.mid
+    dst = lane.columns()
+    for i, j, packed, fields, k in tail.pieces():
+        if packed is not None:
+            with memoryview(mids) as view:
+                lane.add_packed(view[i:j].tobytes(), packed, k)
+            continue
+        assert fields is not None
+        src = fields[0]
+        with memoryview(src) as view:
+            marks = view[k:k + j - i].tobytes()
+        others: list[int] = []
+        if marks.count(0) != len(marks):  # bytes.count: C speed, unlike array.count
+            marks = marks.translate(_NONZERO_IS_ONE)
+            x = marks.find(b"\x01")
+            while x >= 0:
+                others.append(x)
+                x = marks.find(b"\x01", x + 1)
+        start = 0
+        for x in [*others, j - i]:
+            if start < x:
+                dst[0].extend(mids[i + start:i + x])
+                for col, field in zip(dst[1:], fields[1:], strict=True):
+                    col.extend(field[k + start:k + x])
+            start = x + 1
+            if x < j - i and src[k + x] == OBJ and _add(lane, tail.objs[mids[i + x]]):
+                return True
+            # TEMP slots hold non-persistent messages: gone after any restart
     return False
 
 

@@ -1,29 +1,19 @@
-"""Paged-out messages: a compact FIFO of where they are stored, and the pager that moves them.
+"""The pager: moves messages between a cursor's memory and their stored records.
 
-Why arrays: a backlog of millions of messages must not cost a Python object each. A paged-out
-message is one slot in seven parallel ``array``s (~37 bytes): its id, where its record is
-(``src``: the journal, the temp store, or still an object), segment/file, offset, record
-length, the offset of the message inside the record (non-zero for transaction records) and
-its body size. Reading it back rebuilds the full ``Message`` from the record.
-
-A message whose record is not yet durable (or that cannot be paged: redelivered, or stored in
-a record whose layout we do not know) waits in the FIFO as an object (``src == OBJ``) and is
-turned into a compact slot by ``Pager.settle`` once the journal reports it durable: a failed
-batch rewinds the journal, so an undurable location may later hold another record.
+Paged-out messages are slots in a ``SpillFifo`` (``spill.py``); this module decides when a
+message may become a slot (its record is durable, or it was written to the temp store) and
+rebuilds the full ``Message`` from its record when a consumer needs it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from array import array
 from collections import deque
-from collections.abc import Iterator
-from itertools import compress, count, islice
-from operator import lt
 from typing import TYPE_CHECKING
 
 from sluicemq.core.message import Message
+from sluicemq.core.spill import JOURNAL, OBJ, TEMP, Slot, SpillFifo
 from sluicemq.errors import StorageError
 from sluicemq.storage import records
 from sluicemq.storage.segment import Location
@@ -34,187 +24,6 @@ if TYPE_CHECKING:
     from sluicemq.storage.tempstore import TempStore
 
 log = logging.getLogger("sluicemq.cursor")
-
-JOURNAL, TEMP, OBJ = 0, 1, 2
-Slot = tuple[int, int, int, int, int, int, int]  # mid, src, seg, off, length, inner, size
-MAX_RUNS = 64  # beyond this many sorted runs, forget them and rescan when next asked
-
-
-class SpillFifo:
-    """FIFO of paged-out messages in parallel arrays; pops from the front in O(1) amortised.
-
-    Range reads find messages by id, so the FIFO also knows where its ids form ascending
-    *runs*: usually one (ids are handed out in enqueue order), a few after late arrivals such
-    as held stream chunks or restored unacknowledged messages. Each run is binary-searchable.
-    """
-
-    __slots__ = ("_runs", "_start", "base", "inner", "length", "mid", "objs", "off", "seg",
-                 "size", "src")
-
-    def __init__(self) -> None:
-        self.mid = array("Q")
-        self.src = array("B")
-        self.seg = array("I")
-        self.off = array("Q")
-        self.length = array("I")
-        self.inner = array("I")
-        self.size = array("I")
-        self.objs: dict[int, Message] = {}  # OBJ slots, by message id
-        self._start = 0
-        self.base = 0  # slots ever popped from the front: absolute position = base + index
-        self._runs: list[int] | None = []  # absolute positions where ascending runs start
-
-    def __len__(self) -> int:
-        return len(self.mid) - self._start
-
-    def append(self, mid: int, src: int, seg: int, off: int, length: int, inner: int,
-               size: int) -> int:
-        """Add a slot at the back; returns its absolute position (stable until removed)."""
-        runs = self._runs
-        if len(self.mid) == self._start:
-            self._runs = [self.base]
-        elif runs is not None and mid < self.mid[-1]:
-            runs.append(self.base + len(self.mid) - self._start)
-            if len(runs) > MAX_RUNS:
-                self._runs = None
-        self.mid.append(mid)
-        self.src.append(src)
-        self.seg.append(seg)
-        self.off.append(off)
-        self.length.append(length)
-        self.inner.append(inner)
-        self.size.append(size)
-        return self.base + len(self.mid) - 1 - self._start
-
-    def extend(self, mid: array, seg: array, off: array, length: array, inner: array,
-               size: array) -> None:
-        """Append journal slots in bulk, column by column (index snapshot: C speed)."""
-        self._runs = None  # found by one scan when a range read first asks
-        self.mid.extend(mid)
-        self.src.frombytes(bytes(len(mid)))  # JOURNAL == 0
-        self.seg.extend(seg)
-        self.off.extend(off)
-        self.length.extend(length)
-        self.inner.extend(inner)
-        self.size.extend(size)
-
-    def columns(self) -> tuple[array, array, array, array, array, array, array]:
-        """Copies of the live part of every column: mid, src, seg, off, length, inner, size."""
-        i = self._start
-        return (self.mid[i:], self.src[i:], self.seg[i:], self.off[i:], self.length[i:],
-                self.inner[i:], self.size[i:])
-
-    def append_obj(self, msg: Message) -> int:
-        self.objs[msg.mid] = msg
-        return self.append(msg.mid, OBJ, 0, 0, 0, 0, msg.size)
-
-    def slot(self, i: int) -> Slot:
-        """The slot at array index ``i`` (not absolute position)."""
-        return (self.mid[i], self.src[i], self.seg[i], self.off[i], self.length[i],
-                self.inner[i], self.size[i])
-
-    def popleft(self) -> Slot:
-        i = self._start
-        s = self.slot(i)
-        self._start = i + 1
-        self.base += 1
-        if self._start >= 4096 and self._start * 2 >= len(self.mid):
-            self._trim()
-        return s
-
-    def _trim(self) -> None:
-        n = self._start
-        for a in (self.mid, self.src, self.seg, self.off, self.length, self.inner, self.size):
-            del a[:n]
-        self._start = 0
-
-    def index_of(self, mid: int, position: int | None = None) -> int:
-        """Array index of the slot for ``mid`` (hint: its absolute position), or -1."""
-        if position is not None:
-            i = position - self.base + self._start
-            if self._start <= i < len(self.mid) and self.mid[i] == mid:
-                return i
-        try:
-            i = self.mid.index(mid, self._start)
-        except ValueError:
-            return -1
-        return i
-
-    def settle(self, i: int, src: int, seg: int, off: int, length: int, inner: int) -> None:
-        """An OBJ slot becomes a compact one in place."""
-        self.objs.pop(self.mid[i], None)
-        self.src[i], self.seg[i], self.off[i] = src, seg, off
-        self.length[i], self.inner[i] = length, inner
-
-    def delete(self, i: int) -> Slot:
-        """Remove the slot at array index ``i`` (admin removals; O(n))."""
-        s = self.slot(i)
-        for a in (self.mid, self.src, self.seg, self.off, self.length, self.inner, self.size):
-            del a[i]
-        self._runs = None
-        return s
-
-    def delete_range(self, i: int, j: int) -> list[Slot]:
-        """Remove the slots at array indexes ``[i, j)``; from the front this is a cheap pop."""
-        out = [self.slot(k) for k in range(i, j)]
-        if i == self._start:
-            self._start = j
-            self.base += j - i
-            if self._start >= 4096 and self._start * 2 >= len(self.mid):
-                self._trim()
-        else:
-            for a in (self.mid, self.src, self.seg, self.off, self.length, self.inner,
-                      self.size):
-                del a[i:j]
-            self._runs = None
-        return out
-
-    def runs(self) -> list[tuple[int, int]]:
-        """``[lo, hi)`` array-index windows in which ids ascend, front to back."""
-        start, end = self._start, len(self.mid)
-        if start == end:
-            return []
-        if not self._runs:  # unknown (bulk-extended, or more runs than worth tracking)
-            m = self.mid
-            breaks = compress(count(start + 1), map(lt, islice(m, start + 1, None),
-                                                     islice(m, start, None)))
-            self._runs = [self.base] + [self.base + i - start for i in breaks]
-        runs = self._runs
-        front = self.base
-        while len(runs) > 1 and runs[1] <= front:
-            del runs[0]
-        out = []
-        for k, pos in enumerate(runs):
-            lo = max(pos, front) - front + start
-            hi = runs[k + 1] - front + start if k + 1 < len(runs) else end
-            if lo < hi:
-                out.append((lo, hi))
-        return out
-
-    def indexes(self) -> range:
-        return range(self._start, len(self.mid))
-
-    def relocate(self, moved: dict[tuple[int, int, int], Location]) -> set[tuple[int, int, int]]:
-        """Journal slots whose (seg, off, inner) is in ``moved`` now point at the new location:
-        compaction rewrote the message as a plain record there. Returns the keys found."""
-        found: set[tuple[int, int, int]] = set()
-        segs = {key[0] for key in moved}
-        for i in self.indexes():
-            if self.src[i] == JOURNAL and self.seg[i] in segs:
-                key = (self.seg[i], self.off[i], self.inner[i])
-                new = moved.get(key)
-                if new is not None:
-                    self.seg[i], self.off[i], self.length[i] = new.segment, new.offset, new.length
-                    self.inner[i] = 0
-                    found.add(key)
-        return found
-
-    def clear(self) -> None:
-        for a in (self.mid, self.src, self.seg, self.off, self.length, self.inner, self.size):
-            del a[:]
-        self.objs.clear()
-        self._start = 0
-        self._runs = []
 
 
 class Pager:
@@ -233,8 +42,9 @@ class Pager:
         self.paged_in = 0
         self.paged_out = 0
 
-    def page_out(self, fifo: SpillFifo, msg: Message) -> None:
-        """Append ``msg`` to ``fifo``: as a compact slot when its record is safe to point at."""
+    def page_out(self, fifo: SpillFifo, msg: Message) -> bool:
+        """Append ``msg`` to ``fifo``: as a compact slot when its record is safe to point at.
+        False when it stays an object (its memory is still held)."""
         ticket = msg.ticket
         if msg.deliveries == 0 and msg.persistent and ticket is not None and msg.inner >= 0:
             loc = ticket.loc
@@ -242,11 +52,11 @@ class Pager:
                 fifo.append(msg.mid, JOURNAL, loc.segment, loc.offset, loc.length, msg.inner,
                             msg.size)
                 self.paged_out += 1
-                return
+                return True
             if loc is not None:
                 pos = fifo.append_obj(msg)
                 self._unsettled.append((fifo, pos, msg))
-                return
+                return False
         elif (msg.deliveries == 0 and not msg.persistent and self.temp is not None
               and msg.body is not None):
             payload = records.encode_message("", msg.mid, msg.timestamp, msg.expires,
@@ -254,8 +64,9 @@ class Pager:
             f, off, length = self.temp.append(payload)
             fifo.append(msg.mid, TEMP, f, off, length, 0, msg.size)
             self.paged_out += 1
-            return
+            return True
         fifo.append_obj(msg)
+        return False
 
     def settle(self, durable_seq: int) -> None:
         """Journal records up to ``durable_seq`` are on disk: their waiting objects go compact."""
@@ -266,7 +77,7 @@ class Pager:
             if loc is None or fifo.objs.get(msg.mid) is not msg:
                 continue  # its batch failed (it stays an object), or it left the cursor
             i = fifo.index_of(msg.mid, pos)
-            if i >= 0 and fifo.src[i] == OBJ:
+            if i >= 0 and fifo.src_at(i) == OBJ:
                 fifo.settle(i, JOURNAL, loc.segment, loc.offset, loc.length, msg.inner)
                 self.paged_out += 1
 
@@ -337,10 +148,4 @@ class Pager:
             fifo.objs.pop(slot[0], None)
         elif slot[1] == TEMP and self.temp is not None:
             self.temp.release(slot[2])
-
-
-def slots(fifo: SpillFifo) -> Iterator[Slot]:
-    """Every slot front to back (a snapshot of indexes: do not mutate while iterating)."""
-    for i in fifo.indexes():
-        yield fifo.slot(i)
 

@@ -17,8 +17,9 @@ from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from sluicemq.core.cursor import JOURNAL, OBJ, Pager, Slot, SpillFifo
+from sluicemq.core.cursor import Pager
 from sluicemq.core.message import MAX_PRIORITY, Message
+from sluicemq.core.spill import JOURNAL, OBJ, Slot, SpillFifo
 from sluicemq.errors import StorageError
 
 if TYPE_CHECKING:
@@ -99,12 +100,10 @@ class PendingList:
             self._in_head += 1
             self._hold(msg)
             return
-        tail = lane.tail
-        self.pager.page_out(tail, msg)
-        if tail.src[-1] == OBJ:
-            self._hold(msg)
-        else:
+        if self.pager.page_out(lane.tail, msg):
             self.stored_bytes += msg.size
+        else:
+            self._hold(msg)
 
     def push_front(self, msg: Message) -> None:
         """Put a returned message back where it was: before everything of its priority."""
@@ -301,10 +300,7 @@ class PendingList:
     def journal_slots(self, segment: int) -> Iterator[tuple[int, int, int, int, int]]:
         """(mid, seg, off, length, inner) of paged-out messages stored in ``segment``."""
         for lane in self._lanes:
-            tail = lane.tail
-            for i in tail.indexes():
-                if tail.src[i] == JOURNAL and tail.seg[i] == segment:
-                    yield tail.mid[i], segment, tail.off[i], tail.length[i], tail.inner[i]
+            yield from lane.tail.journal_slots(segment)
 
     def in_memory(self) -> Iterator[Message]:
         """Message objects this cursor holds (heads, and tail objects)."""

@@ -29,11 +29,11 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from sluicemq.core import capture as capturing
-from sluicemq.core.cursor import JOURNAL, SpillFifo
 from sluicemq.core.live import BaseLanes, Entry, LiveSlots
 from sluicemq.core.message import Message
 from sluicemq.core.parts import PARTS, StatePart
 from sluicemq.core.selectors import compile_selector
+from sluicemq.core.spill import JOURNAL, SpillFifo
 from sluicemq.core.streams import (
     COMPLETE_FIRST,
     DISPATCHING,

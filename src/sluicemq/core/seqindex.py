@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from sluicemq.core.cursor import JOURNAL, OBJ, Pager, SpillFifo
+from sluicemq.core.cursor import Pager
 from sluicemq.core.message import Message
+from sluicemq.core.spill import JOURNAL, OBJ, SpillFifo
 from sluicemq.storage import records
 from sluicemq.storage.segment import Location
 from sluicemq.storage.store import RecoveredTicket

@@ -23,8 +23,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from sluicemq.core.anchor import Anchor
-from sluicemq.core.cursor import JOURNAL, SpillFifo
 from sluicemq.core.message import Message
+from sluicemq.core.spill import JOURNAL, SpillFifo
 from sluicemq.core.stage_mover import PartMover
 from sluicemq.core.staging import DUPLICATE, PUBLISHED, STAGED, ParkedPart, StageBook, StagedRecord
 from sluicemq.errors import ProtocolError

@@ -18,8 +18,12 @@ The storage layer does not interpret the queue keys, stream states or extra part
 the core (``core/capture.py``, ``core/recovery.py``) captures and restores them. Layout (native
 byte order arrays)::
 
-    MAGIC | u32 version | u64 meta length | meta (JSON) | lane columns ... | trailer
+    MAGIC | u32 version | u64 meta length | meta (JSON) | lanes ... | trailer
+    lane: its columns | for each packed run: ids (u64 each) | the packed block (slotpack)
     trailer: u64 bytes before it | u32 crc32 of those bytes | END
+
+A lane's paged-out messages mostly come as *packed runs*: the cursor's own packed blocks of
+slots (``storage/slotpack.py``), referenced rather than copied when the snapshot is taken.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sluicemq.storage import slotpack
 from sluicemq.storage.records import DurableSub
 from sluicemq.storage.segment import (
     HEADER_SIZE,
@@ -50,7 +55,7 @@ __all__ = ["FILE_NAME", "IndexSnapshot", "Lane", "Position", "SnapshotError", "c
 FILE_NAME = "index.snapshot"
 MAGIC = b"SLUICEIX"
 END = b"XIECIULS"
-VERSION = 2
+VERSION = 3
 _HEAD = struct.Struct("<8sIQ")
 _TRAILER = struct.Struct("<QI8s")
 # Column typecodes of a lane, in file order: mid, segment, offset, length, inner, size.
@@ -82,9 +87,34 @@ class Position:
         return self.last[0], self.last[1], self.end
 
 
+@dataclass(frozen=True, slots=True)
+class PackedRun:
+    """Slots ``[skip, skip + len(mids) / 8)`` of a packed block (journal slots only), placed in
+    the lane after its first ``at`` column slots."""
+
+    at: int
+    mids: bytes
+    packed: bytes
+    skip: int
+
+    def __len__(self) -> int:
+        return len(self.mids) // 8
+
+    def columns(self) -> tuple[array, ...]:
+        """mid, seg, off, length, inner, size of the run's slots."""
+        mids = array("Q")
+        mids.frombytes(self.mids)
+        _src, *fields = slotpack.unpack(self.packed)
+        a, b = self.skip, self.skip + len(mids)
+        if b > len(_src):
+            raise ValueError("a packed run is shorter than its ids")
+        return (mids, *(col[a:b] for col in fields))
+
+
 @dataclass(slots=True)
 class Lane:
-    """One priority lane of one queue key: stored messages in dispatch order, as columns."""
+    """One priority lane of one queue key: stored messages in dispatch order, as columns, with
+    packed runs (taken whole from the cursor) interleaved."""
 
     key: str
     priority: int
@@ -94,12 +124,32 @@ class Lane:
     length: array
     inner: array
     size: array
+    packed: list[PackedRun] = field(default_factory=list)
 
     def columns(self) -> tuple[array, ...]:
         return (self.mid, self.seg, self.off, self.length, self.inner, self.size)
 
     def __len__(self) -> int:
-        return len(self.mid)
+        return len(self.mid) + sum(len(run) for run in self.packed)
+
+    def add_packed(self, mids: bytes, packed: bytes, skip: int) -> None:
+        self.packed.append(PackedRun(len(self.mid), mids, packed, skip))
+
+    def unpacked(self) -> Lane:
+        """The same lane with every packed run expanded into the columns, in order."""
+        if not self.packed:
+            return self
+        out = make_lane(self.key, self.priority)
+        prev = 0
+        for run in [*self.packed, None]:
+            at = len(self.mid) if run is None else run.at
+            for dst, col in zip(out.columns(), self.columns(), strict=True):
+                dst.extend(col[prev:at])
+            if run is not None:
+                for dst, col in zip(out.columns(), run.columns(), strict=True):
+                    dst.extend(col)
+            prev = at
+        return out
 
 
 @dataclass(slots=True)
@@ -139,12 +189,16 @@ def encode(snap: IndexSnapshot) -> list[bytes | memoryview]:
         if any(len(col) != n or col.typecode != code
                for col, code in zip(lane.columns(), COLUMNS, strict=True)):
             raise ValueError(f"lane {lane.key}/{lane.priority}: ragged or mistyped columns")
+        if any(len(run.mids) % 8 or not 0 <= run.at <= n for run in lane.packed):
+            raise ValueError(f"lane {lane.key}/{lane.priority}: misplaced packed run")
     pos = snap.position
     meta = {
         "byteorder": sys.byteorder,
         "position": {"last": list(pos.last), "end": pos.end, "seq": pos.seq},
         "next_mid": snap.next_mid,
-        "lanes": [[lane.key, lane.priority, len(lane)] for lane in snap.lanes],
+        "lanes": [[lane.key, lane.priority, len(lane.mid),
+                   [[run.at, len(run), run.skip, len(run.packed)] for run in lane.packed]]
+                  for lane in snap.lanes],
         "subs": [[_sub_dict(sub), [loc.segment, loc.offset, loc.length]]
                  for sub, loc in snap.subs],
         "held": snap.held,
@@ -155,6 +209,8 @@ def encode(snap: IndexSnapshot) -> list[bytes | memoryview]:
     parts: list[bytes | memoryview] = [_HEAD.pack(MAGIC, VERSION, len(text)), text]
     for lane in snap.lanes:
         parts.extend(memoryview(col).cast("B") for col in lane.columns() if len(col))
+        for run in lane.packed:
+            parts += [run.mids, run.packed]
     crc = 0
     total = 0
     for part in parts:
@@ -184,13 +240,20 @@ def decode(data: bytes | memoryview) -> IndexSnapshot:
             raise SnapshotError("written on a machine of the other byte order")
         pos += meta_len
         lanes = []
-        for key, priority, n in meta["lanes"]:
+        for key, priority, n, runs in meta["lanes"]:
             lane = make_lane(key, priority)
             for col in lane.columns():
                 nbytes = n * col.itemsize
                 col.frombytes(view[pos:pos + nbytes])
                 pos += nbytes
-            lanes.append(lane)
+            for at, count, skip, plen in runs:
+                mids = bytes(view[pos:pos + 8 * count])
+                pos += 8 * count
+                lane.packed.append(PackedRun(at, mids, bytes(view[pos:pos + plen]), skip))
+                pos += plen
+            if pos > total:
+                raise SnapshotError("lanes run past the end of the file")
+            lanes.append(lane.unpacked())
         if pos != total:
             raise SnapshotError("lane columns do not fill the file")
         p = meta["position"]

@@ -1,0 +1,410 @@
+"""The paged-out part of a cursor lane: a FIFO of compact slots saying where messages are stored.
+
+Why this shape: a backlog of ten million messages must cost a few bytes each, not a Python
+object each (nor the ~33 bytes of plain parallel arrays). A slot is the message id plus six
+fields: where its record is (``src``: the journal, the temp store, or still an object),
+segment/file, offset, record length, the offset of the message inside the record (non-zero for
+transaction records) and its body size.
+
+* The ids stay one plain ``array("Q")`` (``mid``), indexed by *array index*, because range
+  reads binary-search them in place (``runs``) and ids are what every caller looks up.
+* The six other fields live in *blocks* of up to ``BLOCK`` consecutive slots. A full block is
+  sealed: its columns are joined and zlib-compressed (consecutive slots differ by little: the
+  same segment, offsets a record apart, equal sizes), about 3 bytes a slot instead of 25. A
+  few blocks are kept open (decompressed) at a time: the one being appended to, and the last
+  ones read or changed, so a consumer draining the front decompresses each block once.
+
+A message whose record is not yet durable (or that cannot be paged: redelivered, or stored in
+a record whose layout we do not know) waits in the FIFO as an object (``src == OBJ``, the
+``Message`` in ``objs``) and is turned into a compact slot by ``settle`` once the journal
+reports it durable: a failed batch rewinds the journal, so an undurable location may later
+hold another record.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_right
+from collections.abc import Iterator
+from itertools import compress, count, islice
+from operator import lt
+from typing import TYPE_CHECKING
+
+from sluicemq.storage import slotpack
+from sluicemq.storage.slotpack import SLOT_BYTES, Fields
+
+if TYPE_CHECKING:
+    from sluicemq.core.message import Message
+    from sluicemq.storage.segment import Location
+
+JOURNAL, TEMP, OBJ = 0, 1, 2
+Slot = tuple[int, int, int, int, int, int, int]  # mid, src, seg, off, length, inner, size
+BLOCK = 4096  # slots per block: ~100 KiB open, a few KiB sealed
+OPEN_BLOCKS = 4  # sealed blocks kept decompressed besides the one being appended to
+MAX_RUNS = 64  # beyond this many sorted runs, forget them and rescan when next asked
+
+
+class _Block:
+    """Fields of consecutive slots: open (``fields``), sealed (``packed``), or both while a
+    sealed block is being read (then ``packed`` is still valid and dropping ``fields`` is free).
+    ``packed is None`` means the open fields changed since they were last packed."""
+
+    __slots__ = ("fields", "journal_only", "n", "packed", "segs")
+
+    def __init__(self, fields: Fields) -> None:
+        self.fields: Fields | None = fields
+        self.packed: bytes | None = None
+        self.n = len(fields[0])
+        self.segs = (0, -1)  # lowest and highest journal segment, known while sealed
+        self.journal_only = False  # every slot a journal slot, known while sealed
+
+    def open(self) -> Fields:
+        if self.fields is None:
+            assert self.packed is not None
+            self.fields = slotpack.unpack(self.packed)
+        return self.fields
+
+    def seal(self) -> None:
+        """Drop the open fields, packing them first if they changed."""
+        fields = self.fields
+        if fields is None:
+            return
+        if self.packed is None:
+            self.n = len(fields[0])
+            self.packed = slotpack.pack(fields)
+            seg = fields[1]
+            self.segs = (min(seg), max(seg)) if self.n else (0, -1)
+            self.journal_only = fields[0].tobytes().count(JOURNAL) == self.n
+        self.fields = None
+
+    def changed(self) -> Fields:
+        """The open fields, about to be modified: the packed copy is stale from now on."""
+        fields = self.open()
+        self.packed = None
+        return fields
+
+    def may_hold_segment(self, lo: int, hi: int) -> bool:
+        """Could a journal slot here be in a segment within ``[lo, hi]``? (cheap skip)"""
+        if self.fields is not None:
+            return True
+        return self.segs[0] <= hi and lo <= self.segs[1]
+
+    @property
+    def nbytes(self) -> int:
+        packed = len(self.packed) if self.packed is not None else 0
+        return packed + (self.n * SLOT_BYTES if self.fields is not None else 0)
+
+
+class SpillFifo:
+    """FIFO of paged-out messages; pops from the front in O(1) amortised.
+
+    Positions: callers hold *array indexes* into ``mid`` (valid until the FIFO changes) or
+    *absolute positions* (``base`` + index, stable until the slot is removed). Range reads
+    find messages by id, so the FIFO also knows where its ids form ascending *runs*: usually
+    one (ids are handed out in enqueue order), a few after late arrivals such as held stream
+    chunks or restored unacknowledged messages. Each run is binary-searchable.
+    """
+
+    __slots__ = ("_blocks", "_open", "_runs", "_start", "_starts", "base", "mid", "objs")
+
+    def __init__(self) -> None:
+        self.mid = array("Q")
+        self.objs: dict[int, Message] = {}  # OBJ slots, by message id
+        self._blocks: list[_Block] = []
+        self._starts: list[int] = []  # array index of each block's first slot
+        self._open: list[_Block] = []  # opened sealed blocks, least recently used first
+        self._start = 0
+        self.base = 0  # slots ever popped from the front: absolute position = base + index
+        self._runs: list[int] | None = []  # absolute positions where ascending runs start
+
+    def __len__(self) -> int:
+        return len(self.mid) - self._start
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this FIFO's slots take (ids, packed and open blocks)."""
+        return self.mid.itemsize * len(self.mid) + sum(b.nbytes for b in self._blocks)
+
+    # -- blocks ------------------------------------------------------------------------------
+    def _locate(self, i: int) -> tuple[int, int]:
+        """(block number, offset in it) of array index ``i``."""
+        k = bisect_right(self._starts, i) - 1
+        return k, i - self._starts[k]
+
+    def _fields(self, k: int) -> Fields:
+        """Block ``k`` open, remembered as recently used (the last block is always open)."""
+        block = self._blocks[k]
+        if k == len(self._blocks) - 1 and block.packed is None:
+            return block.open()
+        opened = self._open
+        if opened and opened[-1] is block:
+            return block.open()
+        if block in opened:
+            opened.remove(block)
+        opened.append(block)
+        fields = block.open()
+        while len(opened) > OPEN_BLOCKS:
+            opened.pop(0).seal()
+        return fields
+
+    def _tail_fields(self) -> Fields:
+        """The block appends go to: a new one when the last is full or sealed."""
+        blocks = self._blocks
+        if blocks:
+            last = blocks[-1]
+            if last.n < BLOCK and last.packed is None and last.fields is not None:
+                return last.fields
+            self._remember(last)
+        block = _Block(slotpack.empty())
+        blocks.append(block)
+        self._starts.append(len(self.mid))
+        return block.fields  # type: ignore[return-value]
+
+    def _remember(self, block: _Block) -> None:
+        """A block stops being the last one: it joins the opened ones and may get sealed."""
+        if block.fields is None or block in self._open:
+            return
+        self._open.append(block)
+        while len(self._open) > OPEN_BLOCKS:
+            self._open.pop(0).seal()
+
+    def _drop_front_blocks(self) -> None:
+        """Forget blocks whose slots all lie before the front."""
+        starts, blocks = self._starts, self._blocks
+        k = 0
+        while k + 1 < len(starts) and starts[k + 1] <= self._start:
+            k += 1
+        if len(blocks) and self._start >= len(self.mid):
+            k = len(blocks)  # everything popped
+        if k:
+            for block in blocks[:k]:
+                if block in self._open:
+                    self._open.remove(block)
+            del blocks[:k], starts[:k]
+
+    def _renumber(self, k: int) -> None:
+        """Drop empty blocks from ``k`` on and recount the starts after them."""
+        blocks, starts = self._blocks, self._starts
+        pos = starts[k] if k < len(starts) else len(self.mid)
+        j = k
+        while j < len(blocks):
+            if blocks[j].n == 0:
+                if blocks[j] in self._open:
+                    self._open.remove(blocks[j])
+                del blocks[j], starts[j]
+                continue
+            starts[j] = pos
+            pos += blocks[j].n
+            j += 1
+
+    # -- appending ---------------------------------------------------------------------------
+    def append(self, mid: int, src: int, seg: int, off: int, length: int, inner: int,
+               size: int) -> int:
+        """Add a slot at the back; returns its absolute position (stable until removed)."""
+        runs = self._runs
+        if len(self.mid) == self._start:
+            self._runs = [self.base]
+        elif runs is not None and mid < self.mid[-1]:
+            runs.append(self.base + len(self.mid) - self._start)
+            if len(runs) > MAX_RUNS:
+                self._runs = None
+        fields = self._tail_fields()
+        for col, v in zip(fields, (src, seg, off, length, inner, size), strict=True):
+            col.append(v)
+        self._blocks[-1].n += 1
+        self.mid.append(mid)
+        return self.base + len(self.mid) - 1 - self._start
+
+    def extend(self, mid: array, seg: array, off: array, length: array, inner: array,
+               size: array) -> None:
+        """Append journal slots in bulk (index snapshot), packing full blocks as they come."""
+        self._runs = None  # found by one scan when a range read first asks
+        n = len(mid)
+        for a in range(0, n, BLOCK):
+            b = min(n, a + BLOCK)
+            if self._blocks:
+                self._remember(self._blocks[-1])
+            fields: Fields = (array("B", bytes(b - a)), seg[a:b], off[a:b], length[a:b],
+                              inner[a:b], size[a:b])
+            block = _Block(fields)
+            self._blocks.append(block)
+            self._starts.append(len(self.mid) + a)
+            if b - a == BLOCK:
+                block.seal()
+        self.mid.extend(mid)
+
+    def append_obj(self, msg: Message) -> int:
+        self.objs[msg.mid] = msg
+        return self.append(msg.mid, OBJ, 0, 0, 0, 0, msg.size)
+
+    # -- reading -----------------------------------------------------------------------------
+    def slot(self, i: int) -> Slot:
+        """The slot at array index ``i`` (not absolute position)."""
+        k, j = self._locate(i)
+        src, seg, off, length, inner, size = self._fields(k)
+        return (self.mid[i], src[j], seg[j], off[j], length[j], inner[j], size[j])
+
+    def src_at(self, i: int) -> int:
+        k, j = self._locate(i)
+        return self._fields(k)[0][j]
+
+    def index_of(self, mid: int, position: int | None = None) -> int:
+        """Array index of the slot for ``mid`` (hint: its absolute position), or -1."""
+        if position is not None:
+            i = position - self.base + self._start
+            if self._start <= i < len(self.mid) and self.mid[i] == mid:
+                return i
+        try:
+            return self.mid.index(mid, self._start)
+        except ValueError:
+            return -1
+
+    def indexes(self) -> range:
+        return range(self._start, len(self.mid))
+
+    def runs(self) -> list[tuple[int, int]]:
+        """``[lo, hi)`` array-index windows in which ids ascend, front to back."""
+        start, end = self._start, len(self.mid)
+        if start == end:
+            return []
+        if not self._runs:  # unknown (bulk-extended, or more runs than worth tracking)
+            m = self.mid
+            breaks = compress(count(start + 1), map(lt, islice(m, start + 1, None),
+                                                     islice(m, start, None)))
+            self._runs = [self.base] + [self.base + i - start for i in breaks]
+        runs = self._runs
+        front = self.base
+        while len(runs) > 1 and runs[1] <= front:
+            del runs[0]
+        out = []
+        for k, pos in enumerate(runs):
+            lo = max(pos, front) - front + start
+            hi = runs[k + 1] - front + start if k + 1 < len(runs) else end
+            if lo < hi:
+                out.append((lo, hi))
+        return out
+
+    def pieces(self) -> Iterator[tuple[int, int, bytes | None, Fields | None, int]]:
+        """``(i, j, packed, fields, k)`` for each block's live slots: array indexes ``[i, j)``
+        are offsets ``[k, k + j - i)`` of the block. ``packed`` (a block of journal slots only,
+        immutable bytes that may be kept) or else ``fields`` (open for one step) is given."""
+        start, end = self._start, len(self.mid)
+        for n, (block, first) in enumerate(zip(list(self._blocks), list(self._starts),
+                                               strict=True)):
+            i, j = max(first, start), min(first + block.n, end)
+            if i >= j:
+                continue
+            if block.packed is not None and block.journal_only:
+                yield i, j, block.packed, None, i - first
+            else:
+                yield i, j, None, self._fields(n), i - first
+
+    def journal_slots(self, segment: int) -> Iterator[tuple[int, int, int, int, int]]:
+        """(mid, seg, off, length, inner) of live journal slots stored in ``segment``."""
+        mids = self.mid
+        out: list[tuple[int, int, int, int, int]] = []
+        for n, (block, first) in enumerate(zip(self._blocks, self._starts, strict=True)):
+            if not block.may_hold_segment(segment, segment):
+                continue
+            src, seg, off, length, inner, _size = self._fields(n)
+            for j in range(max(0, self._start - first), block.n):
+                if seg[j] == segment and src[j] == JOURNAL:
+                    out.append((mids[first + j], segment, off[j], length[j], inner[j]))
+        yield from out
+
+    # -- taking out --------------------------------------------------------------------------
+    def popleft(self) -> Slot:
+        i = self._start
+        s = self.slot(i)
+        self._start = i + 1
+        self.base += 1
+        starts = self._starts
+        if (len(starts) > 1 and starts[1] <= self._start) or self._start == len(self.mid):
+            self._drop_front_blocks()
+        if self._start >= 4096 and self._start * 2 >= len(self.mid):
+            self._trim()
+        return s
+
+    def _trim(self) -> None:
+        n = self._start
+        del self.mid[:n]
+        self._starts = [s - n for s in self._starts]
+        self._start = 0
+
+    def settle(self, i: int, src: int, seg: int, off: int, length: int, inner: int) -> None:
+        """An OBJ slot becomes a compact one in place."""
+        self.objs.pop(self.mid[i], None)
+        k, j = self._locate(i)
+        fields = self._blocks[k].changed()
+        self._fields(k)
+        for col, v in zip(fields[:5], (src, seg, off, length, inner), strict=True):
+            col[j] = v
+
+    def delete(self, i: int) -> Slot:
+        """Remove the slot at array index ``i`` (admin removals)."""
+        return self.delete_range(i, i + 1)[0]
+
+    def delete_range(self, i: int, j: int) -> list[Slot]:
+        """Remove the slots at array indexes ``[i, j)``; from the front this is a cheap pop."""
+        out = [self.slot(k) for k in range(i, j)]
+        if i == self._start:
+            self._start = j
+            self.base += j - i
+            self._drop_front_blocks()
+            if self._start >= 4096 and self._start * 2 >= len(self.mid):
+                self._trim()
+            return out
+        k0, _ = self._locate(i)
+        k = k0
+        while k < len(self._blocks) and self._starts[k] < j:
+            first = self._starts[k]
+            a, b = max(i, first) - first, min(j, first + self._blocks[k].n) - first
+            if a < b:
+                block = self._blocks[k]
+                self._fields(k)
+                for col in block.changed():
+                    del col[a:b]
+                block.n -= b - a
+            k += 1
+        del self.mid[i:j]
+        self._renumber(k0)
+        self._runs = None
+        return out
+
+    def relocate(self, moved: dict[tuple[int, int, int], Location]) -> set[tuple[int, int, int]]:
+        """Journal slots whose (seg, off, inner) is in ``moved`` now point at the new location:
+        compaction rewrote the message as a plain record there. Returns the keys found."""
+        found: set[tuple[int, int, int]] = set()
+        segs = {key[0] for key in moved}
+        if not segs:
+            return found
+        lo, hi = min(segs), max(segs)
+        for n, (block, first) in enumerate(zip(self._blocks, self._starts, strict=True)):
+            if not block.may_hold_segment(lo, hi):
+                continue
+            src, seg, off, length, inner, _size = self._fields(n)
+            for j in range(max(0, self._start - first), block.n):
+                if src[j] == JOURNAL and seg[j] in segs:
+                    key = (seg[j], off[j], inner[j])
+                    new = moved.get(key)
+                    if new is not None:
+                        src, seg, off, length, inner, _size = block.changed()
+                        seg[j], off[j], length[j] = new.segment, new.offset, new.length
+                        inner[j] = 0
+                        found.add(key)
+        return found
+
+    def clear(self) -> None:
+        del self.mid[:]
+        self.objs.clear()
+        self._blocks.clear()
+        self._starts.clear()
+        self._open.clear()
+        self._start = 0
+        self._runs = []
+
+
+def slots(fifo: SpillFifo) -> Iterator[Slot]:
+    """Every slot front to back (a snapshot of indexes: do not mutate while iterating)."""
+    for i in fifo.indexes():
+        yield fifo.slot(i)
