@@ -181,6 +181,8 @@ async def run(opts: argparse.Namespace) -> dict[str, Any]:
         stop.set()
         out.update(await prober)
         out["rss_backlog_mib"] = broker.rss_mib()
+        assert broker.proc is not None
+        out["rss_peak_while_enqueuing_mib"] = round(read_rss(broker.proc.pid)[1] / MIB, 1)
         snaps = broker.snapshots()
         if snaps:
             out["snapshots_while_enqueuing"] = len(snaps)

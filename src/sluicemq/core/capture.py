@@ -170,10 +170,15 @@ def _add_tail(lane: snapshot.Lane, tail: SpillFifo) -> bool:
     the few other slots (messages not yet durable, or redelivered: still objects) one by one."""
     mids = tail.mid
     dst = lane.columns()
+    first, width = tail.indexes().start, mids.itemsize
+    with memoryview(mids) as view:
+        # One copy of all the ids (one large allocation, given back whole when the snapshot
+        # is written) that the packed runs slice: thousands of small copies would be scattered
+        # through the heap between long-lived blocks, and the heap would keep their space.
+        ids = memoryview(view[first:].tobytes())
     for i, j, packed, fields, k in tail.pieces():
         if packed is not None:
-            with memoryview(mids) as view:
-                lane.add_packed(view[i:j].tobytes(), packed, k)
+            lane.add_packed(ids[(i - first) * width:(j - first) * width], packed, k)
             continue
         assert fields is not None
         src = fields[0]

@@ -93,7 +93,7 @@ class PackedRun:
     the lane after its first ``at`` column slots."""
 
     at: int
-    mids: bytes
+    mids: bytes | memoryview
     packed: bytes
     skip: int
 
@@ -132,7 +132,7 @@ class Lane:
     def __len__(self) -> int:
         return len(self.mid) + sum(len(run) for run in self.packed)
 
-    def add_packed(self, mids: bytes, packed: bytes, skip: int) -> None:
+    def add_packed(self, mids: bytes | memoryview, packed: bytes, skip: int) -> None:
         self.packed.append(PackedRun(len(self.mid), mids, packed, skip))
 
     def unpacked(self) -> Lane:
