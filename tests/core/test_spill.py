@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from sluicemq.core import spill
 from sluicemq.core.message import Message
 from sluicemq.core.spill import JOURNAL, OBJ, TEMP, Slot, SpillFifo
+from sluicemq.storage import slotpack
 from sluicemq.storage.segment import Location
 
 
@@ -187,3 +188,17 @@ def test_any_sequence_of_operations_matches_a_plain_list(ops: list[tuple[str, in
                 model = [(t[0], JOURNAL, 8, x, 12, 0, t[6])
                          if t[1] == JOURNAL and (t[2], t[3], t[5]) == key else t for t in model]
         check(fifo, model)
+
+
+def test_a_packed_block_from_a_snapshot_is_adopted_as_it_is() -> None:
+    fields = slotpack.empty()
+    for mid in range(10, 18):
+        for col, v in zip(fields, journal_slot(mid, seg=4)[1:], strict=True):
+            col.append(v)
+    fifo = SpillFifo()
+    fifo.append(*journal_slot(9))
+    fifo.adopt_block(array("Q", range(10, 18)), slotpack.pack(fields), fields)
+    fifo.append(*journal_slot(18))
+    assert fifo._blocks[1].fields is None  # kept packed
+    check(fifo, [journal_slot(m, seg=4 if 10 <= m < 18 else 1) for m in range(9, 19)])
+    assert [s[0] for s in fifo.journal_slots(4)] == list(range(10, 18))

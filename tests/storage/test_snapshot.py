@@ -63,7 +63,7 @@ def payloads_after(directory: Path, position: Position) -> list[bytes]:
 
 # -- the file ---------------------------------------------------------------------------------
 
-def test_packed_runs_of_cursor_slots_come_back_in_place_as_plain_columns() -> None:
+def test_packed_runs_of_cursor_slots_come_back_packed_and_unpack_in_place() -> None:
     """A cursor's packed block is stored as it is, between the lane's column slots."""
     fields = slotpack.empty()
     for k in range(10):
@@ -77,7 +77,9 @@ def test_packed_runs_of_cursor_slots_come_back_in_place_as_plain_columns() -> No
         col.append(v)
     assert len(lane) == 5
     snap = IndexSnapshot(Position((1, 0), 20, 1), 99, [lane])
-    back = snapshot.decode(b"".join(snapshot.encode(snap))).lanes[0]
+    loaded = snapshot.decode(b"".join(snapshot.encode(snap))).lanes[0]
+    assert len(loaded.packed) == 1 and len(loaded) == 5  # still packed, as written
+    back = loaded.unpacked()
     assert not back.packed and len(back) == 5
     assert list(back.mid) == [1, 13, 14, 15, 20]
     assert list(back.seg) == [1, 2, 2, 2, 3]

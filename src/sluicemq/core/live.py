@@ -143,6 +143,9 @@ class BaseLanes:
             return {}
         moved = dict(self.moved)
         touched = self.gone | moved.keys()
+        # Packed runs the tail touched are unpacked into the columns; the rest stay packed.
+        self.lanes = [lane.unpacked(keep=lambda run: touched.isdisjoint(run.ids()))
+                      for lane in self.lanes]
         for lane in self.lanes:
             drop: list[int] = []
             for i, mid in enumerate(lane.mid):
@@ -170,8 +173,10 @@ class BaseLanes:
 
     def has(self, mid: int) -> bool:
         """Still here after the tail (a slow check, for the rare stream question)."""
-        return mid not in self.gone and (any(mid in lane.mid for lane in self.lanes)
-                                         or any(h["mid"] == mid for h in self.held))
+        return mid not in self.gone and (
+            any(mid in lane.mid or any(mid in run.ids() for run in lane.packed)
+                for lane in self.lanes)
+            or any(h["mid"] == mid for h in self.held))
 
 
 def _delete(lane: Lane, positions: list[int]) -> None:

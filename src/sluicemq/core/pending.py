@@ -25,6 +25,7 @@ from sluicemq.errors import StorageError
 if TYPE_CHECKING:
     from sluicemq.core.flow import MemoryAccount
     from sluicemq.storage.segment import Location
+    from sluicemq.storage.snapshot import PackedRun
 
 REFILL_BATCH = 256
 
@@ -125,6 +126,20 @@ class PendingList:
         self._lanes[priority].tail.extend(mid, seg, off, length, inner, size)
         self._size += len(mid)
         self.stored_bytes += sum(size)
+
+    def adopt_packed(self, priority: int, run: PackedRun) -> None:
+        """Index snapshot: a packed block of slots, kept packed when the run is all of it."""
+        ids, fields = run.whole()
+        tail = self._lanes[priority].tail
+        if run.skip == 0 and len(ids) == len(fields[0]):
+            tail.adopt_block(ids, run.packed, fields)
+            sizes = fields[5]
+        else:
+            a, b = run.skip, run.skip + len(ids)
+            sizes = fields[5][a:b]
+            tail.extend(ids, *(col[a:b] for col in fields[1:]))
+        self._size += len(ids)
+        self.stored_bytes += sum(sizes)
 
     def lanes(self) -> Iterator[tuple[int, deque[Message], SpillFifo]]:
         """(priority, head, tail) of each non-empty lane, in dispatch order within each."""

@@ -286,6 +286,8 @@ class Replay:
             if self._wanted(key):
                 for lane in base.lanes:
                     counts.update(lane.seg)
+                    for run in lane.packed:
+                        capturing.count_runs(run.columns()[1], counts)
                 counts.update(h["loc"][0] for h in base.held)
         for key in list(self.subs):
             counts[self.sub_locs[key].segment] += 1
@@ -314,7 +316,11 @@ class Replay:
             base = self.base.get(key)
             if base is not None:
                 for lane in base.lanes:
-                    queue.pending.adopt_lane(lane.priority, *lane.columns())
+                    for cols, run in lane.pieces():
+                        if run is None:
+                            queue.pending.adopt_lane(lane.priority, *cols)
+                        else:
+                            queue.pending.adopt_packed(lane.priority, run)
                     restored += len(lane)
                 restored += self._install_held(queue, base.held)
             live = self.live.get(key)

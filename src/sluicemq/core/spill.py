@@ -70,12 +70,16 @@ class _Block:
         if fields is None:
             return
         if self.packed is None:
-            self.n = len(fields[0])
+            self.learn(fields)
             self.packed = slotpack.pack(fields)
-            seg = fields[1]
-            self.segs = (min(seg), max(seg)) if self.n else (0, -1)
-            self.journal_only = fields[0].tobytes().count(JOURNAL) == self.n
         self.fields = None
+
+    def learn(self, fields: Fields) -> None:
+        """Note the facts a sealed block answers without unpacking."""
+        self.n = len(fields[0])
+        seg = fields[1]
+        self.segs = (min(seg), max(seg)) if self.n else (0, -1)
+        self.journal_only = fields[0].tobytes().count(JOURNAL) == self.n
 
     def changed(self) -> Fields:
         """The open fields, about to be modified: the packed copy is stale from now on."""
@@ -231,6 +235,19 @@ class SpillFifo:
             self._starts.append(len(self.mid) + a)
             if b - a == BLOCK:
                 block.seal()
+        self.mid.extend(mid)
+
+    def adopt_block(self, mid: array, packed: bytes, fields: Fields) -> None:
+        """Append a whole packed block of journal slots as it is (index snapshot): ``fields``
+        are its unpacked columns, read for the block's facts and then dropped."""
+        self._runs = None
+        if self._blocks:
+            self._remember(self._blocks[-1])
+        block = _Block(fields)
+        block.learn(fields)
+        block.packed, block.fields = packed, None
+        self._blocks.append(block)
+        self._starts.append(len(self.mid))
         self.mid.extend(mid)
 
     def append_obj(self, msg: Message) -> int:

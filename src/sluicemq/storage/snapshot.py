@@ -35,6 +35,7 @@ import struct
 import sys
 import zlib
 from array import array
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,15 +101,24 @@ class PackedRun:
     def __len__(self) -> int:
         return len(self.mids) // 8
 
+    def ids(self) -> array:
+        ids = array("Q")
+        ids.frombytes(self.mids)
+        return ids
+
+    def whole(self) -> tuple[array, slotpack.Fields]:
+        """The run's ids and its block's fields, all of them (``skip`` not applied)."""
+        ids = self.ids()
+        fields = slotpack.unpack(self.packed)
+        if self.skip + len(ids) > len(fields[0]):
+            raise ValueError("a packed run is shorter than its ids")
+        return ids, fields
+
     def columns(self) -> tuple[array, ...]:
         """mid, seg, off, length, inner, size of the run's slots."""
-        mids = array("Q")
-        mids.frombytes(self.mids)
-        _src, *fields = slotpack.unpack(self.packed)
-        a, b = self.skip, self.skip + len(mids)
-        if b > len(_src):
-            raise ValueError("a packed run is shorter than its ids")
-        return (mids, *(col[a:b] for col in fields))
+        ids, (_src, *fields) = self.whole()
+        a, b = self.skip, self.skip + len(ids)
+        return (ids, *(col[a:b] for col in fields))
 
 
 @dataclass(slots=True)
@@ -135,8 +145,9 @@ class Lane:
     def add_packed(self, mids: bytes | memoryview, packed: bytes, skip: int) -> None:
         self.packed.append(PackedRun(len(self.mid), mids, packed, skip))
 
-    def unpacked(self) -> Lane:
-        """The same lane with every packed run expanded into the columns, in order."""
+    def unpacked(self, keep: Callable[[PackedRun], bool] = lambda run: False) -> Lane:
+        """The same lane with its packed runs expanded into the columns, in order, except
+        those ``keep`` says to leave packed."""
         if not self.packed:
             return self
         out = make_lane(self.key, self.priority)
@@ -146,10 +157,25 @@ class Lane:
             for dst, col in zip(out.columns(), self.columns(), strict=True):
                 dst.extend(col[prev:at])
             if run is not None:
-                for dst, col in zip(out.columns(), run.columns(), strict=True):
-                    dst.extend(col)
+                if keep(run):
+                    out.packed.append(PackedRun(len(out.mid), run.mids, run.packed, run.skip))
+                else:
+                    for dst, col in zip(out.columns(), run.columns(), strict=True):
+                        dst.extend(col)
             prev = at
         return out
+
+    def pieces(self) -> Iterator[tuple[tuple[array, ...] | None, PackedRun | None]]:
+        """In order: ``(columns, None)`` for a stretch of column slots, ``(None, run)`` for a
+        packed run."""
+        prev = 0
+        for run in [*self.packed, None]:
+            at = len(self.mid) if run is None else run.at
+            if prev < at:
+                yield tuple(col[prev:at] for col in self.columns()), None
+            if run is not None:
+                yield None, run
+            prev = at
 
 
 @dataclass(slots=True)
@@ -253,7 +279,7 @@ def decode(data: bytes | memoryview) -> IndexSnapshot:
                 pos += plen
             if pos > total:
                 raise SnapshotError("lanes run past the end of the file")
-            lanes.append(lane.unpacked())
+            lanes.append(lane)
         if pos != total:
             raise SnapshotError("lane columns do not fill the file")
         p = meta["position"]
