@@ -303,3 +303,33 @@ def test_repeated_login_headers_and_second_connects_do_not_escalate(secured: Any
     assert raw.recv().command == "ERROR"
     raw.send(connect_frame("olga", "olga-pw"))  # re-CONNECT on the same socket
     assert raw.recv().command == "ERROR"
+
+
+def test_publishing_or_discarding_a_staged_batch_needs_write_on_its_destinations(
+        secured: Any) -> None:
+    def session(user: str) -> Raw:
+        raw = Raw(secured)
+        raw.send(connect_frame(user, USERS[user][0]))
+        assert raw.recv().command == "CONNECTED"
+        return raw
+
+    def call(raw: Raw, command: str, **headers: str) -> Frame:
+        raw.send(Frame(command, {**headers, "receipt": "r"}))
+        return raw.recv()
+
+    app = session("app")
+    app.send(Frame("BEGIN", {"transaction": "t", "sluice-stage": "sink/b1/p0"}),
+             Frame("SEND", {"transaction": "t", "destination": "/queue/orders.staged",
+                            "persistent": "true"}, b"staged body"))
+    assert call(app, "COMMIT", transaction="t").command == "RECEIPT"  # parked, invisible
+    rita = session("rita")  # may read orders, not write them
+    for command, header in (("COMMIT", "sluice-stage-commit"), ("ABORT", "sluice-stage-abort")):
+        refused = call(rita, command, transaction="x", **{header: "sink/b1"},
+                       **({"sluice-stage-parts": "p0"} if command == "COMMIT" else {}))
+        assert refused.command == "ERROR"
+        assert "not authorized to write /queue/orders.staged" in refused.headers["message"]
+    done = call(app, "COMMIT", transaction="x", **{"sluice-stage-commit": "sink/b1",
+                                                   "sluice-stage-parts": "p0"})
+    assert done.headers["sluice-stage-result"] == "published"  # the refusals changed nothing
+    with login(secured, "rita") as reader:
+        assert reader.subscribe("/queue/orders.staged").get(5).body == b"staged body"

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from sluicemq.core.dedup import PRODUCER_ID, PRODUCER_SEQ
 from sluicemq.core.message import TRANSPORT_HEADERS, parse_expires, parse_priority
 from sluicemq.core.names import QUEUE
+from sluicemq.core.security import WRITE
 from sluicemq.core.spool import TxSpool
 from sluicemq.core.staging import (
     DISCARDED,
@@ -100,6 +101,7 @@ def publish(session: Session, frame: Frame) -> None:
     sink, batch = parse_names(frame.headers[STAGE_COMMIT], STAGE_COMMIT, 2)
     names = parse_parts(frame.headers.get(STAGE_PARTS))
     stager = session.broker.stager
+    _authorize_batch(session, sink, batch)
     if stager.not_durable(sink, batch, names):
         session.when_durable_retry(frame)  # parts committed but not yet on disk: wait, in order
         return
@@ -110,5 +112,13 @@ def publish(session: Session, frame: Frame) -> None:
 def abort(session: Session, frame: Frame) -> None:
     """ABORT with ``sluice-stage-abort``: discard the batch's parked parts."""
     sink, batch = parse_names(frame.headers[STAGE_ABORT], STAGE_ABORT, 2)
+    _authorize_batch(session, sink, batch)
     discarded = session.broker.stager.abort(sink, batch)
     session.receipt(frame, {DISCARDED: str(discarded)})
+
+
+def _authorize_batch(session: Session, sink: str, batch: str) -> None:
+    """Publishing or discarding a batch acts on what it would send: the user needs write
+    permission on each of its destinations, as for sending there directly."""
+    for kind, name in sorted(session.broker.stager.book.destinations(sink, batch)):
+        session._authorize(WRITE, "queue" if kind == "q" else "topic", name)

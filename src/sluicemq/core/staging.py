@@ -125,6 +125,11 @@ class StageBook:
     def parts_of(self, sink: str, batch: str) -> dict[str, ParkedPart]:
         return self.parked.get((sink, batch), {})
 
+    def destinations(self, sink: str, batch: str) -> set[tuple[str, str]]:
+        """(kind, name) of every destination the batch's parked parts would publish to."""
+        return {tuple(key.split(":", 1)) for part in self.parts_of(sink, batch).values()  # type: ignore[misc]
+                for rec in part.records for key in rec.keys}
+
     def take_batch(self, sink: str, batch: str) -> list[ParkedPart]:
         return list(self.parked.pop((sink, batch), {}).values())
 
