@@ -109,9 +109,9 @@ def test_records_not_yet_durable_wait_as_objects_then_become_compact_slots(h: Ha
     pending.push(first)
     pending.push(second)  # beyond the window, but its record may not be on disk yet
     tail = pending._lanes[4].tail
-    assert tail.src_at(len(tail.mid) - 1) == OBJ
+    assert tail.src_at(tail.end - 1) == OBJ
     h.settle()
-    assert tail.src_at(len(tail.mid) - 1) == JOURNAL and not tail.objs
+    assert tail.src_at(tail.end - 1) == JOURNAL and not tail.objs
     assert [m.mid for m in drain(pending)] == [first.mid, second.mid]
 
 

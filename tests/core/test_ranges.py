@@ -35,7 +35,7 @@ def fifo_of(mids: list[int]) -> SpillFifo:
 
 
 def run_values(f: SpillFifo) -> list[list[int]]:
-    return [list(f.mid[lo:hi]) for lo, hi in f.runs()]
+    return [list(f.ids(lo, hi)) for lo, hi in f.runs()]
 
 
 def test_ids_appended_in_order_form_one_run() -> None:
@@ -75,7 +75,7 @@ def test_deleting_a_range_at_the_front_is_a_pop_and_keeps_the_runs() -> None:
     assert [s[0] for s in taken] == [1, 2]
     assert run_values(f) == [[3, 4], [0, 9]]
     f.delete_range(f.indexes().start + 1, f.indexes().start + 3)  # from the middle
-    assert list(f.mid[f.indexes().start:]) == [3, 9]
+    assert list(f.ids(f.indexes().start, f.end)) == [3, 9]
     assert run_values(f) == [[3, 9]]
 
 

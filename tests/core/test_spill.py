@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from array import array
+from bisect import bisect_left
 from collections.abc import Iterator
 
 import pytest
@@ -30,13 +31,15 @@ def small_blocks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def check(fifo: SpillFifo, model: list[Slot]) -> None:
     assert len(fifo) == len(model)
     assert [fifo.slot(i) for i in fifo.indexes()] == model
-    assert list(fifo.mid[fifo._start:]) == [s[0] for s in model]
+    assert list(fifo.ids(fifo._start, fifo.end)) == [s[0] for s in model]
     spans = [(i, j) for i, j, _packed, _fields, _k in fifo.pieces()]
     covered = [x for i, j in spans for x in range(i, j)]
     assert covered == list(fifo.indexes())
     for lo, hi in fifo.runs():
-        ids = fifo.mid[lo:hi]
+        ids = fifo.ids(lo, hi)
         assert list(ids) == sorted(ids)
+        for x in (ids[0], ids[-1], ids[len(ids) // 2], ids[0] - 1, ids[-1] + 1):
+            assert fifo.bisect(x, lo, hi) == lo + bisect_left(ids, x)
 
 
 def journal_slot(mid: int, seg: int = 1) -> Slot:
@@ -51,9 +54,10 @@ def test_a_million_slots_take_a_few_bytes_each(monkeypatch: pytest.MonkeyPatch) 
     for mid in range(1_000_000):
         fifo.append(10**15 + mid, JOURNAL, 3 + mid // 60_000, off, 1100, 0, 1024)
         off = 0 if mid % 60_000 == 59_999 else off + 1100
-    # 8 bytes of id; the other 25 bytes of each slot pack to a few
-    assert fifo.nbytes - 8 * 1_000_000 < 4 * 1_000_000
+    # 33 bytes a slot unpacked; packed, about 4 (plus a few open blocks)
+    assert fifo.nbytes < 6 * 1_000_000
     assert fifo.slot(fifo._start + 654_321)[0] == 10**15 + 654_321
+    assert fifo.bisect(10**15 + 777_777, fifo._start, fifo.end) == fifo._start + 777_777
     assert [fifo.popleft()[0] for _ in range(5)] == [10**15 + i for i in range(5)]
 
 
@@ -193,11 +197,11 @@ def test_any_sequence_of_operations_matches_a_plain_list(ops: list[tuple[str, in
 def test_a_packed_block_from_a_snapshot_is_adopted_as_it_is() -> None:
     fields = slotpack.empty()
     for mid in range(10, 18):
-        for col, v in zip(fields, journal_slot(mid, seg=4)[1:], strict=True):
+        for col, v in zip(fields, journal_slot(mid, seg=4), strict=True):
             col.append(v)
     fifo = SpillFifo()
     fifo.append(*journal_slot(9))
-    fifo.adopt_block(array("Q", range(10, 18)), slotpack.pack(fields), fields)
+    fifo.adopt_block(slotpack.pack(fields), fields)
     fifo.append(*journal_slot(18))
     assert fifo._blocks[1].fields is None  # kept packed
     check(fifo, [journal_slot(m, seg=4 if 10 <= m < 18 else 1) for m in range(9, 19)])

@@ -67,12 +67,12 @@ def test_packed_runs_of_cursor_slots_come_back_packed_and_unpack_in_place() -> N
     """A cursor's packed block is stored as it is, between the lane's column slots."""
     fields = slotpack.empty()
     for k in range(10):
-        for col, v in zip(fields, (0, 2, 100 * k, 50, 0, 5), strict=True):
+        for col, v in zip(fields, (10 + k, 0, 2, 100 * k, 50, 0, 5), strict=True):
             col.append(v)
     lane = snapshot.make_lane("q:big", 4)
     for col, v in zip(lane.columns(), (1, 1, 0, 20, 0, 3), strict=True):
         col.append(v)
-    lane.add_packed(array("Q", [13, 14, 15]).tobytes(), slotpack.pack(fields), skip=3)
+    lane.add_packed(slotpack.pack(fields), skip=3, count=3)
     for col, v in zip(lane.columns(), (20, 3, 8, 20, 0, 3), strict=True):
         col.append(v)
     assert len(lane) == 5

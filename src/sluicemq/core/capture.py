@@ -165,23 +165,16 @@ def _capture_queue(q: Queue, lanes: list[snapshot.Lane]) -> str | None:
 
 def _add_tail(lane: snapshot.Lane, tail: SpillFifo) -> bool:
     """Paged-out slots, block by block. A packed block of journal slots is kept by reference
-    (its bytes are immutable: the cursor packs anew when it changes a block), with a copy of
-    its ids; an open block's journal slots are copied column by column (memcpy speed), and
-    the few other slots (messages not yet durable, or redelivered: still objects) one by one."""
-    mids = tail.mid
+    (its bytes are immutable: the cursor packs anew when it changes a block); an open block's
+    journal slots are copied column by column (memcpy speed), and the few other slots
+    (messages not yet durable, or redelivered: still objects) one by one."""
     dst = lane.columns()
-    first, width = tail.indexes().start, mids.itemsize
-    with memoryview(mids) as view:
-        # One copy of all the ids (one large allocation, given back whole when the snapshot
-        # is written) that the packed runs slice: thousands of small copies would be scattered
-        # through the heap between long-lived blocks, and the heap would keep their space.
-        ids = memoryview(view[first:].tobytes())
     for i, j, packed, fields, k in tail.pieces():
         if packed is not None:
-            lane.add_packed(ids[(i - first) * width:(j - first) * width], packed, k)
+            lane.add_packed(packed, k, j - i)
             continue
         assert fields is not None
-        src = fields[0]
+        mids, src = fields[0], fields[1]
         with memoryview(src) as view:
             marks = view[k:k + j - i].tobytes()
         others: list[int] = []
@@ -194,11 +187,10 @@ def _add_tail(lane: snapshot.Lane, tail: SpillFifo) -> bool:
         start = 0
         for x in [*others, j - i]:
             if start < x:
-                dst[0].extend(mids[i + start:i + x])
-                for col, field in zip(dst[1:], fields[1:], strict=True):
+                for col, field in zip(dst, (mids, *fields[2:]), strict=True):
                     col.extend(field[k + start:k + x])
             start = x + 1
-            if x < j - i and src[k + x] == OBJ and _add(lane, tail.objs[mids[i + x]]):
+            if x < j - i and src[k + x] == OBJ and _add(lane, tail.objs[mids[k + x]]):
                 return True
             # TEMP slots hold non-persistent messages: gone after any restart
     return False

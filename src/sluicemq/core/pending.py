@@ -12,7 +12,6 @@ everything stays in memory.
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -129,16 +128,17 @@ class PendingList:
 
     def adopt_packed(self, priority: int, run: PackedRun) -> None:
         """Index snapshot: a packed block of slots, kept packed when the run is all of it."""
-        ids, fields = run.whole()
+        fields = run.whole()
         tail = self._lanes[priority].tail
-        if run.skip == 0 and len(ids) == len(fields[0]):
-            tail.adopt_block(ids, run.packed, fields)
-            sizes = fields[5]
+        if run.skip == 0 and len(run) == len(fields[0]):
+            tail.adopt_block(run.packed, fields)
+            sizes = fields[6]
         else:
-            a, b = run.skip, run.skip + len(ids)
-            sizes = fields[5][a:b]
-            tail.extend(ids, *(col[a:b] for col in fields[1:]))
-        self._size += len(ids)
+            a, b = run.skip, run.skip + len(run)
+            mid, _src, *rest = (col[a:b] for col in fields)
+            sizes = rest[-1]
+            tail.extend(mid, *rest)
+        self._size += len(run)
         self.stored_bytes += sum(sizes)
 
     def lanes(self) -> Iterator[tuple[int, deque[Message], SpillFifo]]:
@@ -247,14 +247,15 @@ class PendingList:
             tail = lane.tail
             for i, j in reversed(tail.runs()):  # back to front: earlier indexes stay valid
                 room = limit - len(out)
-                a = bisect_left(tail.mid, lo, i, j)
-                b = bisect_left(tail.mid, hi, a, j)
+                a = tail.bisect(lo, i, j)
+                b = tail.bisect(hi, a, j)
                 if a >= b or room <= 0:
                     continue
                 if only is None:
                     cuts = [(a, min(b, a + room))]
                 else:
-                    cuts = _spans([k for k in range(a, b) if tail.mid[k] in only][:room])
+                    cuts = _spans([k for k, mid in enumerate(tail.ids(a, b), a)
+                                   if mid in only][:room])
                 for x, y in reversed(cuts):
                     for slot in tail.delete_range(x, y):
                         out.append(self._take_stub(tail, slot))
@@ -279,7 +280,7 @@ class PendingList:
             tail = lane.tail
             if tail and self.pager is not None:
                 for i in list(tail.indexes()):
-                    if i < len(tail.mid):
+                    if i < tail.end:
                         yield self.pager.page_in(tail, tail.slot(i), self.destination, prio,
                                                  consume=False)
 

@@ -197,7 +197,7 @@ class RangeService:
     def classify(self, found: Found, fetcher: Fetcher) -> Facts:
         if isinstance(found, Message):
             return facts_of(found.headers)
-        seq = found.tail.mid[found.index]
+        seq = found.tail.id_at(found.index)
         known = self.facts.get(seq)
         if known is not False:
             return known  # type: ignore[return-value]

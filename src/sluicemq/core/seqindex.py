@@ -4,9 +4,9 @@ Retained means still in the queue: pending (in memory or paged out), delivered b
 acknowledged, or held back (a stream chunk waiting for its final chunk, a `restart` stream's
 held acks). Pending order is by priority and arrival; ranges are by seq. So the view merges:
 
-* every ascending *run* of every priority lane's paged-out tail (``SpillFifo.runs``): a slice
-  of an ``array`` of ids, binary-searched in place - a backlog of millions costs O(log n) per
-  question and is never copied;
+* every ascending *run* of every priority lane's paged-out tail (``SpillFifo.runs``),
+  binary-searched in place (``SpillFifo.bisect``: blocks by their first id, then one block) -
+  a backlog of millions costs O(log n) and one block unpacked per question, never a copy;
 * the in-memory messages (lane heads, consumers' unacked ones, held chunks), bounded by the
   cursor window and prefetch, sorted once per view.
 
@@ -73,7 +73,7 @@ class SeqView:
     # -- questions ---------------------------------------------------------------------------
     def lowest(self) -> int | None:
         """The lowest retained seq, or None when nothing is retained."""
-        firsts = [tail.mid[lo] for _p, tail, lo, _hi in self.runs]
+        firsts = [tail.id_at(lo) for _p, tail, lo, _hi in self.runs]
         if self.mem_mids:
             firsts.append(self.mem_mids[0])
         return min(firsts) if firsts else None
@@ -84,8 +84,8 @@ class SeqView:
             return 0
         n = bisect_left(self.mem_mids, b) - bisect_left(self.mem_mids, a)
         for _p, tail, lo, hi in self.runs:
-            i = bisect_left(tail.mid, a, lo, hi)
-            n += bisect_left(tail.mid, b, i, hi) - i
+            i = tail.bisect(a, lo, hi)
+            n += tail.bisect(b, i, hi) - i
         return n
 
     def nth(self, a: int, b: int, rank: int) -> int | None:
@@ -122,8 +122,8 @@ class SeqView:
         if i < j:
             sources.append((m.mid, m) for m in self.mem[i:min(j, i + limit)])
         for prio, tail, lo, hi in self.runs:
-            s = bisect_left(tail.mid, a, lo, hi)
-            e = min(bisect_left(tail.mid, b, s, hi), s + limit)
+            s = tail.bisect(a, lo, hi)
+            e = min(tail.bisect(b, s, hi), s + limit)
             if s < e:
                 sources.append(_tail_items(prio, tail, s, e))
         if len(sources) == 1:
@@ -136,8 +136,8 @@ class SeqView:
         if i < len(self.mem_mids) and self.mem_mids[i] == seq:
             return self.mem[i]
         for prio, tail, lo, hi in self.runs:
-            k = bisect_left(tail.mid, seq, lo, hi)
-            if k < hi and tail.mid[k] == seq:
+            k = tail.bisect(seq, lo, hi)
+            if k < hi and tail.id_at(k) == seq:
                 return TailRef(prio, tail, k)
         return None
 
@@ -151,9 +151,8 @@ def _first(item: tuple[int, Found]) -> int:
 
 
 def _tail_items(prio: int, tail: SpillFifo, s: int, e: int) -> Iterator[tuple[int, Found]]:
-    mids = tail.mid
-    for k in range(s, e):
-        yield mids[k], TailRef(prio, tail, k)
+    for k, mid in enumerate(tail.ids(s, e), s):
+        yield mid, TailRef(prio, tail, k)
 
 
 class Fetcher:

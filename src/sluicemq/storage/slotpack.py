@@ -3,9 +3,14 @@
 Why here: a cursor keeps full blocks of slots zlib-packed in memory (``core/spill.py``) and an
 index snapshot stores those very bytes, not an unpacked copy, so a snapshot of ten million
 paged-out messages neither doubles the broker's memory while it is taken nor has to be packed
-again when it is loaded. Layout: the six columns one after the other, native byte order::
+again when it is loaded. Layout: the seven columns of a slot one after the other, native byte
+order::
 
-    src (u8) | segment (u32) | offset (u64) | record length (u32) | inner offset (u32) | size (u32)
+    message id (u64) | src (u8) | segment (u32) | offset (u64) | record length (u32)
+    | inner offset (u32) | body size (u32)
+
+Consecutive slots differ by little (ids one apart, the same segment, offsets one record apart,
+equal sizes), so a block packs to 2-3 bytes a slot.
 """
 
 from __future__ import annotations
@@ -13,9 +18,10 @@ from __future__ import annotations
 import zlib
 from array import array
 
-FIELD_CODES = ("B", "I", "Q", "I", "I", "I")
+FIELD_CODES = ("Q", "B", "I", "Q", "I", "I", "I")
 SLOT_BYTES = sum(array(code).itemsize for code in FIELD_CODES)
-Fields = tuple[array, array, array, array, array, array]  # src, seg, off, length, inner, size
+# mid, src, seg, off, length, inner, size
+Fields = tuple[array, array, array, array, array, array, array]
 
 
 def empty() -> Fields:

@@ -19,11 +19,12 @@ the core (``core/capture.py``, ``core/recovery.py``) captures and restores them.
 byte order arrays)::
 
     MAGIC | u32 version | u64 meta length | meta (JSON) | lanes ... | trailer
-    lane: its columns | for each packed run: ids (u64 each) | the packed block (slotpack)
+    lane: its columns | the packed block (slotpack) of each of its packed runs
     trailer: u64 bytes before it | u32 crc32 of those bytes | END
 
 A lane's paged-out messages mostly come as *packed runs*: the cursor's own packed blocks of
-slots (``storage/slotpack.py``), referenced rather than copied when the snapshot is taken.
+slots (``storage/slotpack.py``), referenced rather than copied when the snapshot is taken; the
+meta says where each goes among the lane's column slots, which of its slots count, and its size.
 """
 
 from __future__ import annotations
@@ -90,35 +91,32 @@ class Position:
 
 @dataclass(frozen=True, slots=True)
 class PackedRun:
-    """Slots ``[skip, skip + len(mids) / 8)`` of a packed block (journal slots only), placed in
-    the lane after its first ``at`` column slots."""
+    """Slots ``[skip, skip + count)`` of a packed block of journal slots (``slotpack``),
+    placed in the lane after its first ``at`` column slots."""
 
     at: int
-    mids: bytes | memoryview
     packed: bytes
     skip: int
+    count: int
 
     def __len__(self) -> int:
-        return len(self.mids) // 8
+        return self.count
 
-    def ids(self) -> array:
-        ids = array("Q")
-        ids.frombytes(self.mids)
-        return ids
-
-    def whole(self) -> tuple[array, slotpack.Fields]:
-        """The run's ids and its block's fields, all of them (``skip`` not applied)."""
-        ids = self.ids()
+    def whole(self) -> slotpack.Fields:
+        """The block's columns, all of them (``skip`` not applied)."""
         fields = slotpack.unpack(self.packed)
-        if self.skip + len(ids) > len(fields[0]):
-            raise ValueError("a packed run is shorter than its ids")
-        return ids, fields
+        if self.skip + self.count > len(fields[0]):
+            raise ValueError("a packed run is shorter than it says")
+        return fields
 
     def columns(self) -> tuple[array, ...]:
         """mid, seg, off, length, inner, size of the run's slots."""
-        ids, (_src, *fields) = self.whole()
-        a, b = self.skip, self.skip + len(ids)
-        return (ids, *(col[a:b] for col in fields))
+        mid, _src, *rest = self.whole()
+        a, b = self.skip, self.skip + self.count
+        return tuple(col[a:b] for col in (mid, *rest))
+
+    def ids(self) -> array:
+        return self.columns()[0]
 
 
 @dataclass(slots=True)
@@ -142,8 +140,8 @@ class Lane:
     def __len__(self) -> int:
         return len(self.mid) + sum(len(run) for run in self.packed)
 
-    def add_packed(self, mids: bytes | memoryview, packed: bytes, skip: int) -> None:
-        self.packed.append(PackedRun(len(self.mid), mids, packed, skip))
+    def add_packed(self, packed: bytes, skip: int, count: int) -> None:
+        self.packed.append(PackedRun(len(self.mid), packed, skip, count))
 
     def unpacked(self, keep: Callable[[PackedRun], bool] = lambda run: False) -> Lane:
         """The same lane with its packed runs expanded into the columns, in order, except
@@ -158,7 +156,7 @@ class Lane:
                 dst.extend(col[prev:at])
             if run is not None:
                 if keep(run):
-                    out.packed.append(PackedRun(len(out.mid), run.mids, run.packed, run.skip))
+                    out.packed.append(PackedRun(len(out.mid), run.packed, run.skip, run.count))
                 else:
                     for dst, col in zip(out.columns(), run.columns(), strict=True):
                         dst.extend(col)
@@ -215,7 +213,7 @@ def encode(snap: IndexSnapshot) -> list[bytes | memoryview]:
         if any(len(col) != n or col.typecode != code
                for col, code in zip(lane.columns(), COLUMNS, strict=True)):
             raise ValueError(f"lane {lane.key}/{lane.priority}: ragged or mistyped columns")
-        if any(len(run.mids) % 8 or not 0 <= run.at <= n for run in lane.packed):
+        if any(run.count <= 0 or not 0 <= run.at <= n for run in lane.packed):
             raise ValueError(f"lane {lane.key}/{lane.priority}: misplaced packed run")
     pos = snap.position
     meta = {
@@ -235,8 +233,7 @@ def encode(snap: IndexSnapshot) -> list[bytes | memoryview]:
     parts: list[bytes | memoryview] = [_HEAD.pack(MAGIC, VERSION, len(text)), text]
     for lane in snap.lanes:
         parts.extend(memoryview(col).cast("B") for col in lane.columns() if len(col))
-        for run in lane.packed:
-            parts += [run.mids, run.packed]
+        parts.extend(run.packed for run in lane.packed)
     crc = 0
     total = 0
     for part in parts:
@@ -273,9 +270,7 @@ def decode(data: bytes | memoryview) -> IndexSnapshot:
                 col.frombytes(view[pos:pos + nbytes])
                 pos += nbytes
             for at, count, skip, plen in runs:
-                mids = bytes(view[pos:pos + 8 * count])
-                pos += 8 * count
-                lane.packed.append(PackedRun(at, mids, bytes(view[pos:pos + plen]), skip))
+                lane.packed.append(PackedRun(at, bytes(view[pos:pos + plen]), skip, count))
                 pos += plen
             if pos > total:
                 raise SnapshotError("lanes run past the end of the file")
