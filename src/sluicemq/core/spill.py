@@ -498,8 +498,3 @@ class SpillFifo:
         self._start = self._end
         self._runs = []
 
-
-def slots(fifo: SpillFifo) -> Iterator[Slot]:
-    """Every slot front to back (a snapshot of indexes: do not mutate while iterating)."""
-    for i in fifo.indexes():
-        yield fifo.slot(i)

@@ -149,18 +149,12 @@ class Lane:
         if not self.packed:
             return self
         out = make_lane(self.key, self.priority)
-        prev = 0
-        for run in [*self.packed, None]:
-            at = len(self.mid) if run is None else run.at
-            for dst, col in zip(out.columns(), self.columns(), strict=True):
-                dst.extend(col[prev:at])
-            if run is not None:
-                if keep(run):
-                    out.packed.append(PackedRun(len(out.mid), run.packed, run.skip, run.count))
-                else:
-                    for dst, col in zip(out.columns(), run.columns(), strict=True):
-                        dst.extend(col)
-            prev = at
+        for cols, run in self.pieces():
+            if run is not None and keep(run):
+                out.packed.append(PackedRun(len(out.mid), run.packed, run.skip, run.count))
+                continue
+            for dst, col in zip(out.columns(), cols or run.columns(), strict=True):  # type: ignore[union-attr]
+                dst.extend(col)
         return out
 
     def pieces(self) -> Iterator[tuple[tuple[array, ...] | None, PackedRun | None]]:
