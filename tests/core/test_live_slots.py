@@ -7,9 +7,13 @@ import random
 from array import array
 from collections import Counter
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from sluicemq.core.capture import count_runs
 from sluicemq.core.live import BaseLanes, LiveSlots
-from sluicemq.storage.snapshot import make_lane
+from sluicemq.storage import slotpack
+from sluicemq.storage.snapshot import Lane, make_lane
 
 
 def entry(mid: int, prio: int = 4, seg: int = 1) -> tuple[int, int, int, int, int, int]:
@@ -118,3 +122,68 @@ def test_snapshot_self_check_counts_segment_runs_exactly() -> None:
         counts: Counter[int] = Counter()
         count_runs(seg, counts)
         assert counts == Counter(seg)
+
+
+def packed_block(mids: list[int]) -> bytes:
+    """A cursor block of journal slots for ``mids``, packed as the cursor packs it."""
+    fields = slotpack.empty()
+    for mid in mids:
+        for col, v in zip(fields, (mid, 0, 1, mid * 10, 9, 0, 3), strict=True):
+            col.append(v)
+    return slotpack.pack(fields)
+
+
+def dispatch_order(lane: Lane) -> list[int]:
+    out: list[int] = []
+    for cols, run in lane.pieces():
+        out.extend(cols[0] if cols is not None else run.ids())  # type: ignore[union-attr]
+    return out
+
+
+def test_acks_in_columns_before_a_packed_run_keep_the_run_in_its_place() -> None:
+    """The FIFO regression of a restart from a snapshot: the tail acked the in-memory head
+    (columns) and the front block; the untouched packed block after them must still come
+    before the open block that followed it, not after (its place is a column count)."""
+    base = BaseLanes()
+    lane = lane_of(list(range(0, 20)))  # the in-memory head
+    lane.add_packed(packed_block(list(range(20, 30))), 0, 10)  # front block, acked below
+    lane.add_packed(packed_block(list(range(30, 40))), 0, 10)  # untouched: stays packed
+    for col, v in zip(lane.columns(), (40, 1, 400, 9, 0, 3), strict=True):  # open block
+        col.append(v)
+    base.lanes.append(lane)
+    for mid in range(0, 25):
+        base.remove(mid)
+    base.settle()
+    [after] = base.lanes
+    assert [len(run) for run in after.packed] == [10], "the untouched block stays packed"
+    assert dispatch_order(after) == list(range(25, 41))
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 6)), min_size=1, max_size=12),
+       st.sets(st.integers(0, 80)), st.sets(st.integers(0, 80)))
+def test_settling_any_lane_keeps_dispatch_order(shape: list[tuple[bool, int]],
+                                               acked: set[int], moved: set[int]) -> None:
+    """Whatever mix of column stretches and packed runs a lane has, and whatever the tail
+    acked or moved, the lane after settling is the lane before minus the acked ids, in order."""
+    lane = make_lane("q:x", 4)
+    mid = 0
+    for is_packed, n in shape:
+        mids = list(range(mid, mid + n))
+        mid += n
+        if is_packed:
+            lane.add_packed(packed_block(mids), 0, n)
+        else:
+            for m in mids:
+                for col, v in zip(lane.columns(), (m, 1, m * 10, 9, 0, 3), strict=True):
+                    col.append(v)
+    base = BaseLanes()
+    base.lanes.append(lane)
+    for m in acked:
+        base.remove(m)
+    for m in moved - acked:
+        base.moved[m] = (9, m, 9, 0, 3, 4)
+    leftovers = base.settle()
+    assert set(leftovers) == {m for m in moved - acked if m >= mid}
+    expect = [m for m in range(mid) if m not in acked]
+    got = [m for lane in base.lanes for m in dispatch_order(lane)]
+    assert got == expect

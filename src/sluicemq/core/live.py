@@ -18,6 +18,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterator
+from dataclasses import replace
 from itertools import compress
 from typing import Any
 
@@ -180,8 +181,14 @@ class BaseLanes:
 
 
 def _delete(lane: Lane, positions: list[int]) -> None:
-    """Remove the slots at ``positions`` (ascending): runs are cut with slice deletes (a FIFO
-    drain removes one run at the front); scattered removals use one compress pass."""
+    """Remove the column slots at ``positions`` (ascending): runs are cut with slice deletes (a
+    FIFO drain removes one run at the front); scattered removals use one compress pass.
+
+    A packed run is placed by a column count (``PackedRun.at``), so each run moves forward by
+    the removed slots before it: left as it was, a run would be dispatched after column slots
+    that followed it (a queue reordered by a restart)."""
+    lane.packed[:] = [replace(run, at=run.at - bisect_left(positions, run.at))
+                      for run in lane.packed]
     runs: list[tuple[int, int]] = []
     for i in positions:
         if runs and runs[-1][1] == i:
