@@ -226,6 +226,10 @@ def _rss_mib(pid: int) -> float:
     ({"destination": "/topic/t"}, "needs activemq.subscriptionName"),
     ({"destination": "/topic/t", "activemq.subscriptionName": "x"}, "or a client-id"),
     ({"sluice-commit-upto": str(1 << 62), "sluice-ledger": "l"}, "is above the head"),
+    ({"sluice-format": "xml"}, "invalid sluice-format 'xml'"),
+    ({"sluice-batch-bytes": "65536"}, "sluice-batch-bytes needs sluice-format:columns"),
+    ({"sluice-format": "columns", "sluice-batch-bytes": "12"}, "invalid sluice-batch-bytes"),
+    ({"sluice-format": "columns", "sluice-streams": "complete"}, "cannot be combined"),
 ])
 def test_bad_requests_get_an_error_and_the_connection_keeps_working(raw, headers, says) -> None:
     c = raw()

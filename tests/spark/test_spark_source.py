@@ -5,6 +5,7 @@ Every spec runs a real local SparkSession against a real broker process.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from sluicemq.client import Client
@@ -47,8 +48,9 @@ def test_a_streaming_query_reads_every_message_once_in_seq_order(spark, broker, 
     got = sorted(rows, key=lambda r: r.offset)
     assert [bytes(r.body).decode() for r in got] == bodies
     assert all(r.destination == "/queue/orders" for r in got)
-    assert [r.headers["n"] for r in got] == [str(i) for i in range(40)]
-    assert all(r.message_id.startswith("ID:") and r.timestamp is not None for r in got)
+    assert [json.loads(r.headers)["n"] for r in got] == [str(i) for i in range(40)]
+    assert all(r.message_id == f"ID:sluice-{r.offset}" and r.timestamp is not None
+               and r.redelivered is False for r in got)
     assert len({r.offset for r in got}) == 40
 
 
@@ -119,3 +121,58 @@ def test_bad_options_fail_the_query_at_start(spark, broker):
             reader = reader.option(k, v)
         with pytest.raises((PySparkException, Py4JJavaError)):
             reader.load().collect()
+
+
+def batch_read(spark, broker, destination: str, **options: str) -> list:
+    reader = (spark.read.format("sluice").option("url", broker.url)
+              .option("destination", destination))
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return sorted(reader.load().collect(), key=lambda r: r.offset)
+
+
+def test_headers_come_as_json_a_map_named_columns_or_not_at_all(spark, broker):
+    """Column batches (the default) and one frame per message (bulk=false) give the same rows
+    in every header shape; a header a message lacks is null in its named column."""
+    with Client(broker.url) as c:
+        for i in range(30):
+            extra = {"region": "eu"} if i % 3 == 0 else {}
+            c.send("/queue/shapes", f"s{i}".encode(), {"n": str(i), **extra})
+    for bulk in ("true", "false"):
+        as_json = batch_read(spark, broker, "/queue/shapes", bulk=bulk)
+        as_map = batch_read(spark, broker, "/queue/shapes", bulk=bulk, headers="map",
+                            headerColumns="region,n")
+        bare = batch_read(spark, broker, "/queue/shapes", bulk=bulk, headers="none")
+        assert [json.loads(r.headers)["n"] for r in as_json] == [str(i) for i in range(30)]
+        assert [r.headers["n"] for r in as_map] == [str(i) for i in range(30)]
+        assert [r.region for r in as_map] == ["eu" if i % 3 == 0 else None for i in range(30)]
+        assert [r.n for r in as_map] == [str(i) for i in range(30)]
+        assert "headers" not in bare[0].asDict()
+        assert [bytes(r.body) for r in bare] == [f"s{i}".encode() for i in range(30)]
+        assert {json.loads(r.headers)["timestamp"] for r in as_json} == {
+            str(int(r.timestamp.timestamp() * 1000)) for r in as_json}
+
+
+def test_a_read_larger_than_a_column_batch_comes_whole_and_in_order(spark, broker):
+    """Many batches per partition (batchBytes far below the data), a mix of small and
+    large bodies, and a large one (bodies above 64 KiB live only in the journal)."""
+    sizes = [10, 70_000, 5, 300_000, 1000] * 20
+    with Client(broker.url) as c:
+        receipts = [c.send_async("/queue/big", bytes([i % 251]) * n, headers={"i": str(i)})
+                    for i, n in enumerate(sizes)]
+        for r in receipts:
+            r.result(30)
+    rows = batch_read(spark, broker, "/queue/big", batchBytes="65536", headerColumns="i")
+    assert [int(r.i) for r in rows] == list(range(len(sizes)))
+    assert [bytes(r.body) for r in rows] == [bytes([i % 251]) * n for i, n in enumerate(sizes)]
+
+
+def test_an_unknown_header_shape_fails_the_query_at_start(spark, broker):
+    import pytest
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    for options, why in (({"headers": "xml"}, "option headers must be one of"),
+                         ({"headerColumns": "offset"}, "would clash")):
+        with pytest.raises((PySparkException, Py4JJavaError), match=why):
+            batch_read(spark, broker, "/queue/shapes", **options)

@@ -21,6 +21,7 @@ from sluicemq.client.inbox import Ended
 from sluicemq.client.machine import Outgoing
 from sluicemq.client.message import Message
 from sluicemq.errors import ClientError
+from sluicemq.protocol import columns
 
 if TYPE_CHECKING:
     from sluicemq.client.machine import ClientMachine
@@ -53,7 +54,7 @@ def range_headers(*, start: int | None = None, end: int | None = None,
                   max_messages: int | None = None, head_only: bool = False, splits: int = 0,
                   ledger: str | None = None, commit_upto: int | None = None,
                   subscription: str | None = None, client_id: str | None = None,
-                  streams: bool = False) -> dict[str, str]:
+                  streams: bool = False, batch_bytes: int | None = None) -> dict[str, str]:
     """The SUBSCRIBE headers of a range request (destination and id are added by the caller).
 
     ``client_id`` only matters with ``subscription`` (a durable subscription is named by both).
@@ -77,6 +78,9 @@ def range_headers(*, start: int | None = None, end: int | None = None,
         h["sluice-ledger"] = ledger
     if streams:
         h["sluice-streams"] = "complete"
+    if batch_bytes is not None:
+        h["sluice-format"] = columns.FORMAT
+        h["sluice-batch-bytes"] = str(batch_bytes)
     return h
 
 
@@ -190,6 +194,16 @@ class RangeRead:
             self._bytes -= size
             self._cond.notify_all()
         return item
+
+    def batches(self) -> Iterator[columns.Columns]:
+        """The column batches of a read opened with ``batch_bytes`` (views into each frame's
+        body; ClientError for a frame that is not a well-formed batch)."""
+        for msg in self:
+            try:
+                yield columns.decode(msg.body)
+            except ValueError as exc:
+                raise ClientError(f"range read of {self.destination}: {exc}",
+                                  dict(msg.headers)) from None
 
     def result(self) -> RangeHead:
         """Skip any remaining messages and return the end frame's RangeHead."""

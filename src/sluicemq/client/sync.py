@@ -314,13 +314,16 @@ class Client:
     def read_range(self, destination: str, start: int | None = None, end: int | None = None,
                    ledger: str | None = None, subscription: str | None = None,
                    client_id: str | None = None, max_messages: int | None = None,
-                   streams: bool = False) -> RangeRead:
+                   streams: bool = False, batch_bytes: int | None = None) -> RangeRead:
         """Iterate the retained messages with seq in ``[start, end)`` in seq order, without
         consuming them; ``.head`` holds the end frame's facts after the last one. An ERROR
-        (such as a range a ledger already committed) raises ClientError here."""
+        (such as a range a ledger already committed) raises ClientError here.
+
+        With ``batch_bytes`` the broker packs messages many to a frame (column batches of
+        about that size, docs/replay-protocol.md section 2b): iterate ``.batches()``."""
         headers = range_headers(start=start, end=end, max_messages=max_messages,
                                 ledger=ledger, subscription=subscription, client_id=client_id,
-                                streams=streams)
+                                streams=streams, batch_bytes=batch_bytes)
         return open_range(self, destination, headers)
 
     def commit_upto(self, destination: str, upto: int, ledger: str,

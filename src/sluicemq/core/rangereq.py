@@ -22,6 +22,9 @@ LEDGER = "sluice-ledger"
 COMMIT_UPTO = "sluice-commit-upto"
 STREAMS = "sluice-streams"
 CLIENT_ID = "sluice-client-id"  # the client id of the durable subscription read
+FORMAT = "sluice-format"  # "columns": messages packed many to a frame (protocol/columns.py)
+BATCH_BYTES = "sluice-batch-bytes"  # with sluice-format: columns, the target frame size
+BATCH = "sluice-batch"  # on a column batch frame: its message count
 SEQ_FIRST = "sluice-seq-first"
 SEQ_NEXT = "sluice-seq-next"
 SEQ_END = "sluice-seq-end"
@@ -31,6 +34,9 @@ ORIGINAL_ID = "sluice-original-id"
 END = "end"  # the value of `browser` on the end frame
 STREAMS_COMPLETE = "complete"
 
+COLUMNS = "columns"
+DEFAULT_BATCH_BYTES = 4 << 20
+MIN_BATCH_BYTES, MAX_BATCH_BYTES = 4096, 64 << 20
 MAX_SEQ = (1 << 63) - 1
 MAX_SPLITS = 10_000
 _LEDGER_RE = re.compile(r"[A-Za-z0-9._:-]{1,200}")
@@ -52,6 +58,7 @@ class RangeRequest:
     ledger: str | None = None
     commit_upto: int | None = None
     streams: bool = False
+    batch_bytes: int = 0  # > 0: answer with column batches of about this many bytes
 
     @property
     def sends_messages(self) -> bool:
@@ -90,7 +97,23 @@ def parse_request(headers: dict[str, str]) -> RangeRequest:
     elif splits and not head_only:
         raise RangeError(f"{SPLITS} needs {HEAD_ONLY}:true")
     return RangeRequest(start, to, limit, head_only, splits, ledger, upto,
-                        streams_value == STREAMS_COMPLETE)
+                        streams_value == STREAMS_COMPLETE, _batch_bytes(headers))
+
+
+def _batch_bytes(headers: dict[str, str]) -> int:
+    """0 for per-message frames; the target size of a column batch when one is asked for."""
+    fmt = headers.get(FORMAT)
+    size = _int(headers, BATCH_BYTES, low=MIN_BATCH_BYTES, high=MAX_BATCH_BYTES)
+    if fmt is None:
+        if size is not None:
+            raise RangeError(f"{BATCH_BYTES} needs {FORMAT}:{COLUMNS}")
+        return 0
+    if fmt != COLUMNS:
+        raise RangeError(f"invalid {FORMAT} {fmt!r}: the only format is '{COLUMNS}'")
+    if headers.get(STREAMS) is not None:
+        raise RangeError(f"{FORMAT}:{COLUMNS} cannot be combined with {STREAMS} (a stream's "
+                         "chunks are read one frame each)")
+    return size or DEFAULT_BATCH_BYTES
 
 
 def _int(headers: dict[str, str], name: str, *, low: int, high: int = MAX_SEQ) -> int | None:

@@ -24,11 +24,13 @@ import weakref
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from sluicemq.core import rangecolumns
 from sluicemq.core.ledgers import LedgerBook
 from sluicemq.core.message import Message
 from sluicemq.core.names import QUEUE
 from sluicemq.core.rangecommit import Committed, Removal
 from sluicemq.core.rangereq import (
+    BATCH,
     CLIENT_ID,
     COUNT,
     END,
@@ -54,6 +56,7 @@ from sluicemq.core.rangestreams import (
 from sluicemq.core.seqindex import Fetcher, Found, SeqView
 from sluicemq.errors import ProtocolError
 from sluicemq.protocol.codec import encode_frame, encode_head
+from sluicemq.protocol.columns import CONTENT_TYPE as COLUMNS_TYPE
 from sluicemq.protocol.frames import Frame
 
 if TYPE_CHECKING:
@@ -438,6 +441,9 @@ class _Read(_Job):
         if self.req.streams:
             self._step_streams()
             return
+        if self.req.batch_bytes:
+            self._step_columns()
+            return
         q = self.target.queue
         written = messages = 0
         limit = self.req.max
@@ -466,6 +472,36 @@ class _Read(_Job):
             if written >= STEP_BYTES or messages >= STEP_MESSAGES or not self.session.writable:
                 self.again()
                 return
+
+    def _step_columns(self) -> None:
+        """One column batch per loop turn (``sluice-format:columns``)."""
+        q = self.target.queue
+        if q is None:
+            self.write_end(None, self.to, 0)
+            return
+        limit = self.req.max
+        want = rangecolumns.MAX_MESSAGES if limit is None else limit - self.sent
+        view = self.svc.view(q)
+        writer, cursor = rangecolumns.fill(view, self.fetcher, self.broker.body_of,
+                                           self.cursor, self.to,
+                                           max_bytes=self.req.batch_bytes, max_messages=want)
+        if not writer:
+            self.write_end(view.lowest(), self.to, self.sent)
+            return
+        body = b"".join(writer.finish())
+        h = {"subscription": self.sub_id, "destination": self.target.destination,
+             "message-id": f"{self.sub_id}-{self.cursor}", BATCH: str(len(writer)),
+             "content-type": COLUMNS_TYPE}
+        out = self.session.out
+        out.write(encode_head(Frame("MESSAGE", h, body), self.session.version))
+        out.write(body)
+        out.write(b"\x00")
+        self.sent += len(writer)
+        self.cursor = cursor
+        if limit is not None and self.sent >= limit:
+            self.write_end(self.lowest(), self.cursor, self.sent)
+            return
+        self.again()
 
     def _step_streams(self) -> None:
         if not self.plan(self.to):

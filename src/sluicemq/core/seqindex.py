@@ -28,6 +28,7 @@ from sluicemq.core.message import Message
 from sluicemq.core.spill import JOURNAL, OBJ, SpillFifo
 from sluicemq.storage import records
 from sluicemq.storage.segment import Location
+from sluicemq.storage.slotpack import Fields
 from sluicemq.storage.store import RecoveredTicket
 
 if TYPE_CHECKING:
@@ -129,6 +130,26 @@ class SeqView:
         if len(sources) == 1:
             return list(sources[0])
         return list(islice(heapq.merge(*sources, key=_first), limit))
+
+    def sources(self, a: int, b: int, limit: int
+                ) -> list[list[Message] | tuple[int, SpillFifo, int, Fields]]:
+        """What ``batch`` merges, unmerged: the in-memory messages of ``[a, b)`` (ascending,
+        at most ``limit``) and, for each tail run, (priority, tail, array index of the first
+        slot, the slot columns of its part of the range) - column batches take slots without
+        an object per message."""
+        if a >= b or limit <= 0:
+            return []
+        out: list[list[Message] | tuple[int, SpillFifo, int, Fields]] = []
+        i = bisect_left(self.mem_mids, a)
+        j = bisect_left(self.mem_mids, b, i)
+        if i < j:
+            out.append(self.mem[i:min(j, i + limit)])
+        for prio, tail, lo, hi in self.runs:
+            s = tail.bisect(a, lo, hi)
+            e = min(tail.bisect(b, s, hi), s + limit)
+            if s < e:
+                out.append((prio, tail, s, tail.columns(s, e)))
+        return out
 
     def find(self, seq: int) -> Found | None:
         """Where the retained message ``seq`` is, or None."""

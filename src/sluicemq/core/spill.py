@@ -318,6 +318,17 @@ class SpillFifo:
             i += take
         return out
 
+    def columns(self, i: int, j: int) -> Fields:
+        """The seven slot columns at array indexes ``[i, j)``, as copies (C-speed slices)."""
+        out = slotpack.empty()
+        while i < j:
+            k, off = self._locate(i)
+            take = min(j - i, self._blocks[k].n - off)
+            for dst, col in zip(out, self._fields(k), strict=True):
+                dst.extend(col[off:off + take])
+            i += take
+        return out
+
     def bisect(self, x: int, lo: int, hi: int) -> int:
         """``bisect_left`` for id ``x`` over array indexes ``[lo, hi)`` of one ascending run:
         blocks are chosen by their first id, so one block is unpacked."""

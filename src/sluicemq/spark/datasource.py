@@ -12,7 +12,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from sluicemq.spark import schema
-from sluicemq.spark.options import SinkOptions, SourceOptions
+from sluicemq.spark.options import OptionError, SinkOptions, SourceOptions
 from sluicemq.spark.reader import SluiceBatchReader
 from sluicemq.spark.stream_reader import SluiceStreamReader
 from sluicemq.spark.writer import SluiceBatchWriter, SluiceStreamWriter
@@ -27,7 +27,12 @@ class SluiceDataSource(DataSource):
         return "sluice"
 
     def schema(self) -> str:
-        return schema.for_mode(self.options.get("mode", "messages").lower())
+        opts = {str(k).lower(): str(v) for k, v in self.options.items()}
+        try:
+            shape = schema.parse_shape(opts.get("headers"), opts.get("headercolumns"))
+        except ValueError as exc:
+            raise OptionError(str(exc)) from None
+        return schema.for_options(opts.get("mode", "messages").lower(), shape)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return SluiceBatchReader(SourceOptions.parse(self.options))

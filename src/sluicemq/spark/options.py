@@ -11,12 +11,14 @@ import hashlib
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sluicemq.client.url import DEFAULT_PORT, parse_url
+from sluicemq.spark.schema import Shape, parse_shape
 
 DEFAULT_URL = f"stomp://127.0.0.1:{DEFAULT_PORT}"
 MODES = ("messages", "streams")
+DEFAULT_BATCH_BYTES = 4 << 20  # column batches of this size on the wire (option batchBytes)
 STREAM_OUTPUTS = ("binary", "path")
 # Spark rows must stay well below the JVM's 2 GiB array limit.
 MAX_BINARY_STREAM = 512 << 20
@@ -108,6 +110,8 @@ class SourceOptions:
     path: str | None
     consume: bool
     selector: str | None = None
+    shape: Shape = field(default_factory=Shape)
+    batch_bytes: int | None = DEFAULT_BATCH_BYTES  # None: one MESSAGE frame per message
 
     @property
     def streams(self) -> bool:
@@ -147,6 +151,13 @@ class SourceOptions:
                               "every executor can write, e.g. on a shared file system)")
         partitions = _positive(opts, "partitions", 2)
         assert partitions is not None
+        try:
+            shape = parse_shape(opts.get("headers"), opts.get("headercolumns"))
+        except ValueError as exc:
+            raise OptionError(str(exc)) from None
+        batch_bytes = _positive(opts, "batchBytes", DEFAULT_BATCH_BYTES)
+        if not _flag(opts.get("bulk"), True) or mode == "streams":
+            batch_bytes = None  # streams are read chunk by chunk, one frame each
         return cls(
             connection=Connection.parse(opts, client_id=client_id),
             destination=dest,
@@ -160,6 +171,8 @@ class SourceOptions:
             path=path,
             consume=_flag(opts.get("consume"), False),
             selector=selector,
+            shape=shape,
+            batch_bytes=batch_bytes,
         )
 
 

@@ -12,9 +12,11 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from sluicemq.client import Client
+from sluicemq.spark.arrow import record_batch
 from sluicemq.spark.options import Connection, SourceOptions
 from sluicemq.spark.rows import message_row, stream_rows
 
@@ -55,12 +57,19 @@ def slices(client: Client, opts: SourceOptions, start: int, end: int) -> list[Ra
     return [RangePartition(a, b) for a, b in itertools.pairwise(bounds) if a < b]
 
 
-def read_rows(opts: SourceOptions, part: RangePartition, *, ledger: str | None) -> Iterator[tuple]:
-    """The rows of one slice, read over a fresh connection (this runs on an executor)."""
+def read_rows(opts: SourceOptions, part: RangePartition, *, ledger: str | None
+              ) -> Iterator[tuple | pa.RecordBatch]:
+    """The rows of one slice, read over a fresh connection (this runs on an executor): Arrow
+    record batches built from column batches, or (option ``bulk`` false, and streams mode)
+    tuples built from one MESSAGE frame each."""
     with connect(opts.connection) as client, client.read_range(
-            opts.destination, part.start, part.end, ledger=ledger, **target(opts)) as rng:
+            opts.destination, part.start, part.end, ledger=ledger,
+            batch_bytes=opts.batch_bytes, **target(opts)) as rng:
         if opts.streams:
             yield from stream_rows(rng, opts.stream_output, opts.path)
+        elif opts.batch_bytes is not None:
+            for cols in rng.batches():
+                yield record_batch(cols, opts.destination, opts.shape)
         else:
             for msg in rng:
-                yield message_row(msg)
+                yield message_row(msg, opts.shape)

@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from sluicemq.spark.options import MAX_BINARY_STREAM
+from sluicemq.spark.schema import Shape
 from sluicemq.streaming.assembler import Assembler, Verdict
 from sluicemq.streaming.errors import StreamProtocolError
 from sluicemq.streaming.manifest import PREFIX, is_chunk, parse_chunk
 
 _UTC = dt.UTC
+# Set by the broker on each MESSAGE frame of a range read, not stored with the message.
+_FRAME_HEADERS = frozenset({"destination", "message-id", "subscription", "sluice-seq", "ack",
+                            "content-length"})
 
 
 def _timestamp(headers: dict[str, str]) -> dt.datetime | None:
@@ -28,11 +33,18 @@ def _timestamp(headers: dict[str, str]) -> dt.datetime | None:
     return dt.datetime.fromtimestamp(int(value) / 1000, tz=_UTC)
 
 
-def message_row(msg: Any) -> tuple:
-    """(message_id, destination, headers, body, timestamp, redelivered, offset)."""
-    headers = dict(msg.headers)
-    return (msg.message_id, msg.destination, headers, bytes(msg.body), _timestamp(headers),
-            msg.redelivered, msg.seq)
+def message_row(msg: Any, shape: Shape) -> tuple:
+    """(message_id, destination, [headers], body, timestamp, redelivered, offset, [named
+    headers...]) from one MESSAGE frame; headers are the stored ones, as in a column batch."""
+    headers = {k: v for k, v in msg.headers.items() if k not in _FRAME_HEADERS}
+    row: list[Any] = [msg.message_id, msg.destination]
+    if shape.headers == "map":
+        row.append(headers)
+    elif shape.headers == "json":
+        row.append(json.dumps(headers, separators=(",", ":"), ensure_ascii=False))
+    row += [bytes(msg.body), _timestamp(headers), msg.redelivered, msg.seq]
+    row += [headers.get(name) for name in shape.columns]
+    return tuple(row)
 
 
 def _user_headers(headers: dict[str, str]) -> dict[str, str]:

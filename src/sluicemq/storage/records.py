@@ -47,7 +47,7 @@ class StoredMessage:
 def encode_message(key: str, mid: int, timestamp: int, expires: int, priority: int,
                    headers: dict[str, str], body: bytes) -> bytes:
     k = key.encode()
-    h = json.dumps(headers, separators=(",", ":"), ensure_ascii=False).encode()
+    h = encode_headers(headers)
     flags = PRODUCER_FLAG if PRODUCER_HEADER in headers else 0
     return b"".join((_MSG_HEAD.pack(mid, timestamp, expires, priority, flags, len(k), len(h)),
                      k, h, body))
@@ -67,6 +67,21 @@ def message_body(payload: bytes | memoryview) -> memoryview:
     """Just the body of a MSG record, without decoding its headers (delivery of large bodies)."""
     _mid, _ts, _exp, _prio, _flags, klen, hlen = _MSG_HEAD.unpack_from(payload, 0)
     return memoryview(payload)[_MSG_HEAD.size + klen + hlen:]
+
+
+def message_columns(payload: bytes | memoryview
+                    ) -> tuple[int, int, int, memoryview, memoryview]:
+    """(timestamp, expires, priority, headers as stored JSON, body) of a MSG record, as views
+    and without decoding the headers: a column batch carries the JSON as it is."""
+    _mid, ts, expires, priority, _flags, klen, hlen = _MSG_HEAD.unpack_from(payload, 0)
+    view = memoryview(payload)
+    pos = _MSG_HEAD.size + klen
+    return ts, expires, priority, view[pos:pos + hlen], view[pos + hlen:]
+
+
+def encode_headers(headers: dict[str, str]) -> bytes:
+    """Headers as a MSG record stores them (compact JSON, UTF-8)."""
+    return json.dumps(headers, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def message_prefix_size(payload: bytes | memoryview) -> int:

@@ -110,7 +110,7 @@ def check_record(buf: Buffer, segment: int, pos: int) -> tuple[int, bytes] | str
     return rtype, payload
 
 
-def verify_record(head: bytes, payload: bytes, loc: Location) -> int | str:
+def verify_record(head: bytes, payload: bytes | memoryview, loc: Location) -> int | str:
     """The rtype if (head, payload) read back from loc form the intact record, else why not."""
     header = parse_header(head, loc.segment, loc.offset)
     if isinstance(header, str):

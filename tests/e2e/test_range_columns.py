@@ -1,0 +1,116 @@
+"""Spec: range reads answered with column batches (``sluice-format:columns``,
+docs/replay-protocol.md section 2b) carry exactly what the per-message form carries - the same
+messages, in seq order, with their stored headers and bodies - wherever each message is: paged
+out to the journal, in memory, inside a committed transaction's record, redelivered, or
+non-persistent."""
+
+from __future__ import annotations
+
+import json
+
+from sluice_testing import RawStomp
+from sluicemq.client import Client
+from sluicemq.protocol import columns
+
+PAGED = """
+[[policy]]
+queue = ">"
+cursor_window = 50
+"""
+FRAME_HEADERS = {"destination", "message-id", "subscription", "sluice-seq", "ack",
+                 "content-length", "redelivered", "sluice-delivery-count"}
+
+
+def per_message(c: Client, destination: str, **kw: object) -> list[tuple[int, dict, bytes]]:
+    with c.read_range(destination, **kw) as rng:  # type: ignore[arg-type]
+        return [(m.seq, {k: v for k, v in m.headers.items() if k not in FRAME_HEADERS},
+                 bytes(m.body)) for m in rng]
+
+
+def as_columns(c: Client, destination: str, batch_bytes: int = 1 << 20,
+               **kw: object) -> tuple[list[tuple[int, dict, bytes]], list[columns.Columns]]:
+    out: list[tuple[int, dict, bytes]] = []
+    with c.read_range(destination, batch_bytes=batch_bytes, **kw) as rng:  # type: ignore[arg-type]
+        batches = list(rng.batches())
+    for b in batches:
+        for i, seq in enumerate(b.seq):
+            out.append((seq, json.loads(b.headers_json(i)), b.body_of(i)))
+    return out, batches
+
+
+def test_messages_wherever_they_are_come_as_in_the_per_message_form(broker_factory) -> None:
+    b = broker_factory(config_text=PAGED)
+    with Client(b.url) as c:
+        for i in range(300):  # most paged out: the cursor keeps 50 in memory
+            c.send("/queue/cols", f"p{i}".encode(), {"i": str(i), "kind": "paged"})
+        with c.transaction() as tx:  # one TX record holding several messages
+            for i in range(5):
+                tx.send("/queue/cols", f"t{i}".encode(), {"i": str(i), "kind": "tx"})
+        c.send("/queue/cols", b"x" * 200_000, {"kind": "large"})  # body only in the journal
+        for i in range(3):
+            c.send("/queue/cols", f"n{i}".encode(), {"kind": "transient"}, persistent=False)
+        with c.subscribe("/queue/cols", ack="client-individual", prefetch=1) as sub:
+            first = next(iter(sub))
+            first.nack()  # back to the queue as a redelivered message object
+        expect = per_message(c, "/queue/cols")
+        got, batches = as_columns(c, "/queue/cols")
+    assert len(expect) == 300 + 5 + 1 + 3
+    assert got == expect
+    seqs = [seq for seq, _h, _b in got]
+    assert seqs == sorted(seqs)
+    flags = {seq: b.flags[i] for b in batches for i, seq in enumerate(b.seq)}
+    assert flags[seqs[0]] & columns.REDELIVERED, "the NACKed message is marked redelivered"
+    assert {flags[s] & columns.PERSISTENT for s in seqs[-3:]} == {0}, "non-persistent ones"
+    assert all(flags[s] & columns.PERSISTENT for s in seqs[1:-3])
+
+
+def test_batches_stay_near_their_byte_size_and_respect_max_messages(broker) -> None:
+    with Client(broker.url) as c:
+        for i in range(100):
+            c.send("/queue/sized", bytes(1000), {"i": str(i)})
+        got, batches = as_columns(c, "/queue/sized", batch_bytes=8192)
+        assert len(got) == 100
+        assert max(sum(len(b.body_of(i)) for i in range(b.count)) for b in batches) <= 8192
+        assert len(batches) >= 100 * 1000 // 8192
+        with c.read_range("/queue/sized", batch_bytes=8192, max_messages=17) as rng:
+            n = sum(b.count for b in rng.batches())
+            head = rng.head
+        assert n == 17 and head is not None and head.count == 17
+        assert head.end == got[16][0] + 1
+
+
+def test_an_empty_or_missing_queue_answers_with_the_end_frame_only(raw) -> None:
+    c: RawStomp = raw()
+    c.connect()
+    for dest in ("/queue/never-made", "/queue/made-empty"):
+        c.send("SEND", {"destination": "/queue/made-empty", "receipt": "s"}, b"gone")
+        c.recv()
+        c.send("SUBSCRIBE", {"destination": "/queue/made-empty", "id": "eat", "ack": "auto"})
+        assert c.recv().body == b"gone"
+        c.send("UNSUBSCRIBE", {"id": "eat", "receipt": "u"})
+        assert c.recv().command == "RECEIPT"
+        c.send("SUBSCRIBE", {"destination": dest, "id": "r", "browser": "true",
+                             "sluice-format": "columns", "receipt": "go"})
+        assert c.recv().headers == {"receipt-id": "go"}
+        end = c.recv()
+        assert end.headers["browser"] == "end" and end.headers["sluice-count"] == "0"
+
+
+def test_a_batch_frame_is_an_ordinary_stomp_message_any_client_can_read(raw) -> None:
+    """Clients that do not know the layout still read a well-formed MESSAGE: the batch is its
+    body, with a content-type and the message count in a header."""
+    c: RawStomp = raw()
+    c.connect()
+    for i in range(3):
+        c.send("SEND", {"destination": "/queue/plain", "receipt": str(i), "n": str(i)},
+               f"b{i}".encode())
+        c.recv()
+    c.send("SUBSCRIBE", {"destination": "/queue/plain", "id": "r", "browser": "true",
+                         "sluice-format": "columns"})
+    frame = c.recv()
+    assert frame.command == "MESSAGE"
+    assert frame.headers["content-type"] == columns.CONTENT_TYPE
+    assert frame.headers["sluice-batch"] == "3"
+    batch = columns.decode(frame.body)
+    assert list(batch.bodies()) == [b"b0", b"b1", b"b2"]
+    assert c.recv().headers["browser"] == "end"
