@@ -1,8 +1,11 @@
 """SluiceMQ → Spark figures: ingest rate, file pipeline throughput, end-to-end latency.
 
     python bench/spark_bench.py [--messages 200000] [--gib 1.0] [--latency-seconds 30]
-                                [--skip ingest,files,latency] [--json out.jsonl]
+                                [--repeat 3] [--skip ingest,reads,files,latency]
+                                [--json out.jsonl]
 
+* reads: the read table (bench/spark_reads.py): our source through column batches and per
+  message frames, streaming and batch, against trivial Python sources and spark.read.text.
 * ingest: N persistent 1 KiB messages are queued first, then one Trigger.AvailableNow
   streaming query (local[2], `partitions` = 2, noop sink) reads them all; messages/s over the
   query's wall time (after a small warm-up query, so Python worker start-up is excluded).
@@ -31,6 +34,7 @@ import time
 from pathlib import Path
 
 from sluicemq.client import Client
+from spark_reads import bench_reads
 from streams import start_broker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,11 +138,12 @@ def bench_latency(spark, url: str, tmp: Path, seconds: float) -> dict:
 
     def note(batch, _batch_id: int) -> None:
         now = time.time_ns()
-        for r in batch.select("headers").collect():
-            seen.append((now - int(r.headers["sent-ns"])) / 1e6)
+        for r in batch.select("sent-ns").collect():
+            seen.append((now - int(r["sent-ns"])) / 1e6)
 
     query = (spark.readStream.format("sluice").option("url", url)
              .option("destination", "/queue/bench.latency").option("partitions", "1")
+             .option("headers", "none").option("headerColumns", "sent-ns")
              .option("startingOffsets", "latest").load()
              .writeStream.foreachBatch(note)
              .option("checkpointLocation", str(tmp / "ck-latency")).start())
@@ -173,7 +178,8 @@ def main() -> int:
     p.add_argument("--messages", type=int, default=200_000)
     p.add_argument("--gib", type=float, default=1.0)
     p.add_argument("--latency-seconds", type=float, default=30)
-    p.add_argument("--skip", default="")
+    p.add_argument("--repeat", type=int, default=3, help="runs of each read scenario")
+    p.add_argument("--skip", default="", help="comma list of ingest,reads,files,latency")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -185,6 +191,8 @@ def main() -> int:
             results = []
             if "ingest" not in skip:
                 results.append(bench_ingest(spark, url, tmp, args.messages))
+            if "reads" not in skip:
+                results += bench_reads(spark, url, tmp, args.messages, args.repeat, fill)
             if "files" not in skip:
                 results.append(bench_files(spark, url, tmp, args.gib))
             if "latency" not in skip:

@@ -12,6 +12,7 @@ object; non-persistent ones paged to the temp store are paged in as a normal rea
 from __future__ import annotations
 
 import heapq
+from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from itertools import accumulate, repeat
@@ -45,6 +46,8 @@ def fill(view: SeqView, fetcher: Fetcher, body_of: Callable[[Message], bytes], s
         return writer, start
     only = sources[0]
     if len(sources) == 1 and isinstance(only, tuple):
+        if _plain_run(writer, fetcher, only, max_bytes):
+            return writer, writer.last_seq + 1
         seqs, items = _from_tail(fetcher, *only, max_bytes)
     else:
         seqs, items = _merged(fetcher, sources, max_bytes, max_messages)
@@ -70,11 +73,32 @@ def fill(view: SeqView, fetcher: Fetcher, body_of: Callable[[Message], bytes], s
     return writer, seqs[-1] + 1
 
 
+def _cut(sizes: array, max_bytes: int) -> int:
+    """How many leading messages fit in ``max_bytes`` of bodies (at least one)."""
+    return max(1, bisect_right(list(accumulate(sizes)), max_bytes))
+
+
+def _plain_run(writer: ColumnWriter, fetcher: Fetcher,
+               source: tuple[int, SpillFifo, int, Fields], max_bytes: int) -> bool:
+    """The common case of a backlog, done column-wise: paged-out slots of one run, each its
+    own MSG record in the journal. False (nothing done) when the run has anything else."""
+    prio, _tail, _first, (mid, src, seg, off, length, inner, size) = source
+    n = _cut(size, max_bytes)
+    if src[:n].tobytes().count(JOURNAL) != n or any(inner[:n]):
+        return False
+    payloads = fetcher.store.journal.read_many(list(zip(seg[:n], off[:n], length[:n],
+                                                        strict=True)))
+    ts, expires, headers, bodies = records.message_column_lists(payloads)  # type: ignore[arg-type]
+    writer.extend(list(mid[:n]), ts, expires, bytes([prio]) * n, bytes([PERSISTENT]) * n,
+                  headers, bodies)
+    return True
+
+
 def _from_tail(fetcher: Fetcher, prio: int, tail: SpillFifo, first: int, cols: Fields,
                max_bytes: int) -> tuple[list[int], list[Item]]:
     """The usual case, one run of paged-out slots: cut by cumulative size, in C."""
     mid, src, seg, off, length, inner, size = cols
-    n = max(1, bisect_right(list(accumulate(size)), max_bytes))
+    n = _cut(size, max_bytes)
     seqs = list(mid[:n])
     if src[:n].tobytes().count(JOURNAL) == n:
         return seqs, list(zip(seg[:n], off[:n], length[:n], inner[:n], repeat(prio, n),

@@ -31,7 +31,7 @@ import struct
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import islice
+from itertools import accumulate, islice
 from operator import le
 
 MAGIC = b"SLC1"
@@ -70,6 +70,10 @@ class ColumnWriter:
         return len(self._seq)
 
     @property
+    def last_seq(self) -> int:
+        return self._seq[-1]
+
+    @property
     def nbytes(self) -> int:
         """The encoded size so far (within 64 bytes of padding)."""
         return 64 + 30 * len(self._seq) + self._hlen + self._blen
@@ -91,6 +95,28 @@ class ColumnWriter:
         self._blen = blen
         self._hoff.append(hlen)
         self._boff.append(blen)
+
+    def extend(self, seqs: list[int], timestamps: list[int], expires: list[int],
+               priority: bytes, flags: bytes, headers: list[memoryview],
+               bodies: list[memoryview]) -> None:
+        """``add`` for many messages at once (equal-length columns): C-speed appends."""
+        if not seqs:
+            return
+        hlens, blens = list(map(len, headers)), list(map(len, bodies))
+        hend, bend = self._hlen + sum(hlens), self._blen + sum(blens)
+        if hend + bend > MAX_BATCH:
+            raise ValueError("a column batch must stay below 2 GiB")
+        self._seq.extend(seqs)
+        self._ts.extend(timestamps)
+        self._expires.extend(expires)
+        self._prio += priority
+        self._flags += flags
+        self._hdata += headers
+        self._bdata += bodies
+        self._hoff.extend(accumulate(hlens, initial=self._hlen))
+        self._boff.extend(accumulate(blens, initial=self._blen))
+        del self._hoff[-len(hlens) - 1], self._boff[-len(blens) - 1]  # the initial repeats
+        self._hlen, self._blen = hend, bend
 
     def finish(self) -> list[bytes | memoryview]:
         """The batch as buffers in order; their total length is the body's length."""

@@ -37,7 +37,6 @@ import logging
 import os
 import threading
 import time
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -53,7 +52,7 @@ from sluicemq.storage.segment import (
     create_segment,
     encode_header,
     fsync_dir,
-    parse_header,
+    intact_at,
     segment_name,
     verify_record,
     write_all,
@@ -373,17 +372,13 @@ class Journal:
                 raise StorageError(f"cannot read segment {seg} at {first}: {exc}") from exc
             finally:
                 os.close(fd)
-            crc = zlib.crc32
             for _seg, off, size in locs[i:j]:
                 at = off - first
                 payload = buf[at + HEADER_SIZE:at + HEADER_SIZE + size]
-                header = parse_header(bytes(buf[at:at + HEADER_SIZE]), seg, off)
-                if isinstance(header, str) or header[1] != size or len(payload) != size:
-                    why = header if isinstance(header, str) else "length mismatch"
+                if not intact_at(buf, at, seg, off, size):
+                    why = verify_record(bytes(buf[at:at + HEADER_SIZE]), payload,
+                                        Location(seg, off, size))
                     raise StorageError(f"bad record at {Location(seg, off, size)}: {why}")
-                if crc(payload) != header[2]:
-                    raise StorageError(f"bad record at {Location(seg, off, size)}: payload "
-                                       "checksum mismatch")
                 out.append(payload)
             i = j
         return out

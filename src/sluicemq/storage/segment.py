@@ -123,6 +123,18 @@ def verify_record(head: bytes, payload: bytes | memoryview, loc: Location) -> in
     return rtype
 
 
+def intact_at(buf: memoryview, at: int, segment: int, offset: int, length: int) -> bool:
+    """Whether ``buf[at:]`` starts with the intact record of ``length`` payload bytes written
+    at (segment, offset): ``verify_record`` without copies, for batched reads."""
+    if len(buf) < at + HEADER_SIZE + length:
+        return False
+    magic, rtype, _flags, stored, pcrc, hcrc = HEADER.unpack_from(buf, at)
+    crc = zlib.crc32
+    return (magic == MAGIC and rtype != 0 and stored == length
+            and crc(buf[at:at + 12], _seed(segment, offset)) == hcrc
+            and crc(buf[at + HEADER_SIZE:at + HEADER_SIZE + length]) == pcrc)
+
+
 def first_nonzero(buf: Buffer, start: int, end: int) -> int:
     """Offset of the first non-zero byte in [start, end), or -1; C-speed over zero runs."""
     pos = start

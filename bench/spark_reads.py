@@ -1,0 +1,163 @@
+"""The read table of bench/spark_bench.py: SluiceMQ's source against Spark's own ceilings.
+
+Same rows everywhere (N x 1 KiB bodies), same SparkSession (local[2]), runs alternated and
+repeated, medians reported:
+
+* stream-pK-cols / stream-pK-frames: one Trigger.AvailableNow streaming query, K partitions,
+  noop sink; column batches (the default) or one MESSAGE frame per message (bulk=false). A
+  query commits (removes) what it read, so each run reads its own freshly filled queue; only
+  the query is timed.
+* batch-cols / batch-frames: spark.read (browse, nothing consumed), noop sink.
+* trivial-arrow / trivial-tuples: a Python data source that yields the same bodies from memory
+  as RecordBatches / as tuples of the source's 7-column shape: what PySpark itself allows.
+* read-text: spark.read.text of the same bodies (hex, one per line) from a local file.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROWS_PER_BATCH = 4096
+
+
+def _trivial_sources(n: int, size: int) -> tuple[type, type]:
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class _Reader(DataSourceReader):
+        def __init__(self, arrow: bool) -> None:
+            self.arrow = arrow
+
+        def partitions(self) -> list[InputPartition]:
+            half = n // 2
+            return [InputPartition((0, half)), InputPartition((half, n))]
+
+        def read(self, partition: InputPartition) -> Any:
+            import datetime as dt
+
+            import pyarrow as pa
+
+            a, b = partition.value
+            body = b"x" * size
+            if not self.arrow:
+                ts = dt.datetime.now(dt.UTC)
+                for i in range(a, b):
+                    yield (f"ID:sluice-{i}", "/queue/x", '{"k":"v"}', body, ts, False, i)
+                return
+            for start in range(a, b, ROWS_PER_BATCH):
+                k = min(ROWS_PER_BATCH, b - start)
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array([f"ID:sluice-{i}" for i in range(start, start + k)]),
+                     pa.array(["/queue/x"] * k), pa.array(['{"k":"v"}'] * k),
+                     pa.array([body] * k, pa.binary()),
+                     pa.array([0] * k, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                     pa.array([False] * k), pa.array(range(start, start + k), pa.int64())],
+                    names=["message_id", "destination", "headers", "body", "timestamp",
+                           "redelivered", "offset"])
+
+    schema = ("message_id STRING, destination STRING, headers STRING, body BINARY, "
+              "timestamp TIMESTAMP, redelivered BOOLEAN, offset BIGINT")
+
+    class TrivialArrow(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "trivial_arrow"
+
+        def schema(self) -> str:
+            return schema
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return _Reader(True)
+
+    class TrivialTuples(TrivialArrow):
+        @classmethod
+        def name(cls) -> str:
+            return "trivial_tuples"
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return _Reader(False)
+
+    return TrivialArrow, TrivialTuples
+
+
+def bench_reads(spark: Any, url: str, tmp: Path, count: int, repeat: int,
+                fill: Any) -> list[dict]:
+    destination = "/queue/bench.reads"
+    fill_rate = fill(url, destination, count, 1024)
+    text = tmp / "bodies.txt"
+    with text.open("w") as f:
+        line = "ab" * 511 + "\n"  # 1 KiB a line
+        for _ in range(count):
+            f.write(line)
+    arrow, tuples = _trivial_sources(count, 1024)
+    spark.dataSource.register(arrow)
+    spark.dataSource.register(tuples)
+    runs = 0
+
+    def stream(partitions: int, bulk: str) -> Callable[[], int]:
+        nonlocal runs
+        runs += 1
+        queue = f"/queue/bench.stream-{runs}"
+        fill(url, queue, count, 1024)
+        return lambda: _stream(queue, partitions, bulk)
+
+    def _stream(queue: str, partitions: int, bulk: str) -> int:
+        query = (spark.readStream.format("sluice").option("url", url)
+                 .option("destination", queue).option("partitions", str(partitions))
+                 .option("bulk", bulk).load()
+                 .writeStream.format("noop")
+                 .option("checkpointLocation", str(tmp / f"ck-{queue[7:]}"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        return sum(p["numInputRows"] for p in query.recentProgress)
+
+    def batch(bulk: str) -> int:
+        (spark.read.format("sluice").option("url", url).option("destination", destination)
+         .option("bulk", bulk).load().write.format("noop").mode("overwrite").save())
+        return count
+
+    def of(fmt: str) -> int:
+        spark.read.format(fmt).load().write.format("noop").mode("overwrite").save()
+        return count
+
+    def read_text() -> int:
+        spark.read.text(str(text)).write.format("noop").mode("overwrite").save()
+        return count
+
+    streams = {"stream-p2-cols": (2, "true"), "stream-p2-frames": (2, "false"),
+               "stream-p4-cols": (4, "true")}
+    scenarios: dict[str, Callable[[], Any]] = {
+        **{name: (lambda p=p, b=b: stream(p, b)()) for name, (p, b) in streams.items()},
+        "batch-cols": lambda: batch("true"),
+        "batch-frames": lambda: batch("false"),
+        "trivial-arrow": lambda: of("trivial_arrow"),
+        "trivial-tuples": lambda: of("trivial_tuples"),
+        "read-text": read_text,
+    }
+    for run in scenarios.values():  # warm-up: Python workers start once, outside the figures
+        run()
+    rates: dict[str, list[float]] = {name: [] for name in scenarios}
+    for _ in range(repeat):
+        for name, run in scenarios.items():
+            if name in streams:  # fill outside the timing
+                run = stream(*streams[name])
+            started = time.perf_counter()
+            rows = run()
+            elapsed = time.perf_counter() - started
+            assert rows == count, f"{name}: {rows} rows, expected {count}"
+            rates[name].append(rows / elapsed)
+    out = []
+    arrow_rate = statistics.median(rates["trivial-arrow"])
+    for name, values in rates.items():
+        med = statistics.median(values)
+        out.append({"scenario": f"spark-read-{name}", "messages": count, "size": 1024,
+                    "msgs_per_s": round(med), "runs": [round(v) for v in values],
+                    "vs_trivial_arrow": round(med / arrow_rate, 3),
+                    "fill_msgs_per_s": round(fill_rate)})
+        print(f"read {name:17s} {med:>12,.0f} msgs/s  (median of {len(values)}: "
+              f"{', '.join(f'{v:,.0f}' for v in values)}; {med / arrow_rate:.2f}x trivial "
+              f"Arrow source)", flush=True)
+    return out
