@@ -424,3 +424,72 @@ def test_a_parked_part_does_not_hold_old_segments_on_disk(broker_factory) -> Non
     with Client(b.url) as c:
         assert c.publish_stage("sink", "b1", ["p0"]) == ("published", 2)
         assert drain(c) == [b"parked-1", b"parked-2"]
+
+
+def batch_of(rows: list[tuple[dict[str, str], bytes]], priority: int = 4) -> bytes:
+    import json
+
+    from sluicemq.protocol.columns import ColumnWriter
+
+    w = ColumnWriter()
+    for headers, body in rows:
+        w.add(0, 0, 0, priority, 0, json.dumps(headers).encode(), body)
+    return b"".join(w.finish())
+
+
+def test_a_column_batch_send_stages_many_messages_in_one_frame(broker) -> None:
+    """``sluice-format:columns`` in a staged part: each row of the batch is one message, with
+    the frame's headers under its own; published in row order after the part's other SENDs."""
+    rows = [({"i": str(i), "shared": "own"}, f"row{i}".encode()) for i in range(500)]
+    with Client(broker.url) as c:
+        with c.stage("sink", "cb", "p0") as p:
+            p.send("/queue/out", b"single", {"i": "s"})
+            p.send_batch("/queue/out", batch_of(rows, priority=7), len(rows),
+                         {"shared": "frame", "from": "frame"})
+        assert (p.result, p.messages) == ("staged", 501)
+        assert c.publish_stage("sink", "cb", ["p0"]) == ("published", 501)
+        with c.read_range("/queue/out") as rng:
+            got = list(rng)
+    assert [m.body for m in got] == [b"single"] + [f"row{i}".encode() for i in range(500)]
+    assert [m.headers["i"] for m in got[1:]] == [str(i) for i in range(500)]
+    assert {(m.headers["shared"], m.headers["from"]) for m in got[1:]} == {("own", "frame")}
+    assert all(m.headers["persistent"] == "true" for m in got)
+    with Client(broker.url) as c, c.read_range("/queue/out", batch_bytes=1 << 20) as rng:
+        priorities = b"".join(b.priority for b in rng.batches())
+    assert priorities == bytes([4]) + bytes([7]) * 500
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    (b"not a batch", "bad column batch"),
+    (batch_of([({"n": "1"}, b"x")])[:-1], "bad column batch"),
+    (batch_of([({"n": "1"}, b"x")]).replace(b'{"n": "1"}', b'["n", 1  ]'), "not a JSON object"),
+    (batch_of([({}, b"x")], priority=12), "priority above 9"),
+])
+def test_a_bad_column_batch_is_refused_and_the_part_keeps_what_it_had(raw, body, says) -> None:
+    c = raw()
+    c.connect()
+    c.send("BEGIN", {"transaction": "t", "sluice-stage": "sink/bad/p0"})
+    c.send("SEND", {"destination": "/queue/out", "transaction": "t"}, b"kept")
+    c.send("SEND", {"destination": "/queue/out", "transaction": "t", "receipt": "b",
+                    "sluice-format": "columns"}, body)
+    err = c.recv()
+    assert err.command == "ERROR" and says in err.headers["message"], err
+    c.send("COMMIT", {"transaction": "t", "receipt": "c"})
+    assert c.recv().headers["sluice-stage-messages"] == "1"
+
+
+def test_a_column_batch_outside_a_staged_part_is_refused(raw) -> None:
+    """Stored as one message it would look sent while its rows never arrive."""
+    c = raw()
+    c.connect()
+    for extra in ({}, {"transaction": "t"}):
+        if extra:
+            c.send("BEGIN", {"transaction": "t"})
+        c.send("SEND", {"destination": "/queue/out", "receipt": "r", "sluice-format": "columns",
+                        **extra}, batch_of([({}, b"x")]))
+        err = c.recv()
+        assert err.command == "ERROR" and "for staged parts only" in err.headers["message"]
+    c.send("SUBSCRIBE", {"destination": "/queue/out", "id": "r", "browser": "true",
+                         "receipt": "s"})
+    assert c.recv().command == "RECEIPT"
+    assert c.recv().headers["sluice-count"] == "0", "nothing was stored"

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from sluicemq.client.scope import CommitScope
 from sluicemq.errors import ClientError
+from sluicemq.protocol.columns import COLUMNS
 
 if TYPE_CHECKING:
     from sluicemq.client.sync import Client
@@ -23,6 +24,7 @@ STAGE_ABORT = "sluice-stage-abort"
 RESULT = "sluice-stage-result"
 MESSAGES = "sluice-stage-messages"
 DISCARDED = "sluice-stage-discarded"
+FORMAT = "sluice-format"
 
 
 class StagedPart(CommitScope):
@@ -53,6 +55,18 @@ class StagedPart(CommitScope):
         self.client._submit(lambda m: m.send(destination, body, headers, persistent=persistent,
                                              receipt=False, transaction=self.id))
         self.sent += 1
+
+    def send_batch(self, destination: str, batch: bytes, count: int,
+                   headers: Mapping[str, str] | None = None) -> None:
+        """Add ``count`` messages packed as one column batch (``protocol/columns.py``; its
+        seq and timestamp columns are ignored): one frame for many rows. ``headers`` apply to
+        every message of the batch, under each message's own."""
+        if self.finished:
+            raise ClientError(f"staged part {self.name} is already finished")
+        h = {**(headers or {}), FORMAT: COLUMNS}
+        self.client._submit(lambda m: m.send(destination, batch, h, persistent=True,
+                                             receipt=False, transaction=self.id))
+        self.sent += count
 
     def commit(self) -> tuple[str, int]:
         """Park the part; returns (result, messages). Raises ClientError when the broker

@@ -379,6 +379,7 @@ class Session:
                 parse_priority(h.get("priority")), headers, bytes(frame.body)))
             self.receipt(frame)
             return
+        stage_frames.refuse_batch(h)
         msg = self._message(kind, name, h, frame.body)
         self.broker.publish(kind, name, msg)
         if producer is not None:

@@ -10,12 +10,18 @@ touches an open transaction.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluicemq.core.dedup import PRODUCER_ID, PRODUCER_SEQ
-from sluicemq.core.message import TRANSPORT_HEADERS, parse_expires, parse_priority
+from sluicemq.core.message import (
+    MAX_PRIORITY,
+    TRANSPORT_HEADERS,
+    parse_expires,
+    parse_priority,
+)
 from sluicemq.core.names import QUEUE
 from sluicemq.core.security import WRITE
 from sluicemq.core.spool import TxSpool
@@ -31,6 +37,8 @@ from sluicemq.core.staging import (
     parse_parts,
 )
 from sluicemq.errors import ProtocolError
+from sluicemq.protocol import columns
+from sluicemq.protocol.columns import COLUMNS
 from sluicemq.protocol.frames import Frame
 from sluicemq.storage import records
 
@@ -39,6 +47,7 @@ if TYPE_CHECKING:
 
 
 OP_SEND = 1  # the session's spool tag for a SEND
+FORMAT = "sluice-format"  # "columns": the SEND's body is a column batch of messages
 
 
 class StageSpool(TxSpool):
@@ -68,20 +77,63 @@ def check_op(spool: TxSpool, frame: Frame) -> None:
                             "is idempotent by itself", fatal=False)
 
 
-def add_send(spool: TxSpool, frame: Frame, kind: str, name: str, now_ms: int) -> bool:
+def add_send(spool: TxSpool, frame: Frame, kind: str, name: str, now_ms: int) -> int:
     """A SEND inside a staged part, spooled exactly as it will be journaled (journal key, no
     destination header, persistent whatever it said): its COMMIT then copies the bytes without
-    decoding them. False for a plain transaction's SEND (the session spools it)."""
+    decoding them. Returns the messages spooled: 0 for a plain transaction's SEND (the session
+    spools it), more than one for a column batch (``sluice-format:columns``)."""
     if not isinstance(spool, StageSpool):
-        return False
+        refuse_batch(frame.headers)
+        return 0
     check_op(spool, frame)
     h = frame.headers
     headers = {k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}
     headers["persistent"] = "true"
+    key = f"{'q' if kind == QUEUE else 't'}:{name}"
+    if FORMAT in h:
+        return _add_batch(spool, frame, key, headers, now_ms)
     spool.add(OP_SEND, records.encode_message(
-        f"{'q' if kind == QUEUE else 't'}:{name}", 0, now_ms, parse_expires(h.get("expires")),
-        parse_priority(h.get("priority")), headers, bytes(frame.body)))
-    return True
+        key, 0, now_ms, parse_expires(h.get("expires")), parse_priority(h.get("priority")),
+        headers, bytes(frame.body)))
+    return 1
+
+
+def refuse_batch(headers: dict[str, str]) -> None:
+    """A column batch outside a staged part would be stored as one message whose body is the
+    batch: refuse it, so that a client never believes it sent many messages."""
+    if FORMAT in headers:
+        raise ProtocolError(f"{FORMAT} on a SEND is for staged parts only "
+                            "(docs/replay-protocol.md, section 3)", fatal=False)
+
+
+def _add_batch(spool: TxSpool, frame: Frame, key: str, common: dict[str, str],
+               now_ms: int) -> int:
+    """A column batch of messages for one destination (its ``seq`` and ``timestamp`` columns
+    are ignored; each message's headers are the frame's plus its own). Checked whole before
+    anything is spooled, so a bad batch leaves the part as it was."""
+    if frame.headers[FORMAT] != COLUMNS:
+        raise ProtocolError(f"invalid {FORMAT} {frame.headers[FORMAT]!r}: the only format is "
+                            f"'{COLUMNS}'", fatal=False)
+    del common[FORMAT]
+    try:
+        batch = columns.decode(frame.body)
+        own = [json.loads(batch.headers_json(i)) for i in range(batch.count)]
+    except ValueError as exc:
+        raise ProtocolError(f"bad column batch: {exc}", fatal=False) from None
+    for i, h in enumerate(own):
+        if not isinstance(h, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in h.items()):
+            raise ProtocolError(f"bad column batch: the headers of message {i} are not a JSON "
+                                "object of strings", fatal=False)
+    priority, expires = batch.priority, batch.expires
+    if any(p > MAX_PRIORITY for p in priority):
+        raise ProtocolError(f"bad column batch: a priority above {MAX_PRIORITY}", fatal=False)
+    for i, (h, body) in enumerate(zip(own, batch.bodies(), strict=True)):
+        headers = {**common, **{k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}}
+        headers["persistent"] = "true"
+        spool.add(OP_SEND, records.encode_message(key, 0, now_ms, expires[i], priority[i],
+                                                  headers, body))
+    return batch.count
 
 
 def commit_part(session: Session, spool: StageSpool) -> dict[str, str]:

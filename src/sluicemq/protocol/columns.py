@@ -35,7 +35,7 @@ from itertools import accumulate, islice
 from operator import le
 
 MAGIC = b"SLC1"
-FORMAT = "columns"  # the value of the range request header that asks for this layout
+COLUMNS = FORMAT = "columns"  # the value of the sluice-format header that names this layout
 CONTENT_TYPE = "application/x-sluice-columns"  # on each batch's MESSAGE frame
 REDELIVERED = 1
 PERSISTENT = 2
@@ -120,17 +120,27 @@ class ColumnWriter:
 
     def finish(self) -> list[bytes | memoryview]:
         """The batch as buffers in order; their total length is the body's length."""
-        out: list[bytes | memoryview] = [_HEAD.pack(MAGIC, len(self._seq))]
-        size = _HEAD.size
-        for part in (self._seq, self._ts, self._expires, self._prio, self._flags, self._hoff,
-                     self._boff):
-            data = part.tobytes() if isinstance(part, array) else bytes(part)
-            out += [data, bytes(_pad(size + len(data)))]
-            size += len(data) + _pad(size + len(data))
-        out += self._hdata
-        out.append(bytes(_pad(self._hlen)))
-        out += self._bdata
-        return out
+        return assemble(len(self._seq), [self._seq, self._ts, self._expires, self._prio,
+                                         self._flags, self._hoff, self._boff],
+                        self._hdata, self._hlen, self._bdata)
+
+
+def assemble(count: int, fixed: list[array | bytes | bytearray | memoryview],
+             hdata: list[bytes | memoryview], hlen: int,
+             bdata: list[bytes | memoryview]) -> list[bytes | memoryview]:
+    """A batch's buffers from its parts: the seven fixed sections in layout order (seq,
+    timestamp, expires, priority, flags, header offsets, body offsets), then the header bytes
+    (``hlen`` of them) and the body bytes, each given as pieces."""
+    out: list[bytes | memoryview] = [_HEAD.pack(MAGIC, count)]
+    size = _HEAD.size
+    for part in fixed:
+        data = part.tobytes() if isinstance(part, array) else part
+        out += [data, bytes(_pad(size + len(data)))]
+        size += len(data) + _pad(size + len(data))
+    out += hdata
+    out.append(bytes(_pad(hlen)))
+    out += bdata
+    return out
 
 
 @dataclass(frozen=True, slots=True)

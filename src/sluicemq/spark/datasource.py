@@ -12,6 +12,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from sluicemq.spark import schema
+from sluicemq.spark.arrow_sink import SluiceBatchArrowWriter, SluiceStreamArrowWriter
 from sluicemq.spark.options import OptionError, SinkOptions, SourceOptions
 from sluicemq.spark.reader import SluiceBatchReader
 from sluicemq.spark.stream_reader import SluiceStreamReader
@@ -41,7 +42,16 @@ class SluiceDataSource(DataSource):
         return SluiceStreamReader(SourceOptions.parse(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return SluiceBatchWriter(SinkOptions.parse(self.options, streaming=False))
+        opts = SinkOptions.parse(self.options, streaming=False)
+        return SluiceBatchArrowWriter(opts) if _arrow(self.options) else SluiceBatchWriter(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return SluiceStreamWriter(SinkOptions.parse(self.options, streaming=True))
+        opts = SinkOptions.parse(self.options, streaming=True)
+        return SluiceStreamArrowWriter(opts) if _arrow(self.options) else SluiceStreamWriter(opts)
+
+
+def _arrow(options: dict[str, str]) -> bool:
+    """Option ``bulk`` (default true): the sink takes Arrow record batches and stages column
+    batches; false: one SEND frame per row."""
+    value = {str(k).lower(): str(v) for k, v in options.items()}.get("bulk", "true")
+    return value.strip().lower() not in ("false", "0", "no")

@@ -1,0 +1,64 @@
+"""Spec of the sink's Arrow encoding (spark/arrow_sink.py), in-process: record batches as Spark
+hands them to an Arrow writer become column batches that decode to the same rows, whatever
+their body type, slicing, nulls, header form or destinations."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from sluicemq.protocol import columns
+from sluicemq.spark import arrow_sink
+
+MAP = pa.map_(pa.string(), pa.string())
+
+
+def decoded(body: bytes) -> list[tuple[dict, bytes, int]]:
+    b = columns.decode(body)
+    return [(json.loads(b.headers_json(i)), b.body_of(i), b.priority[i]) for i in range(b.count)]
+
+
+def test_binary_and_string_bodies_with_map_headers_round_trip() -> None:
+    batch = pa.RecordBatch.from_pydict({
+        "body": pa.array([b"a", None, b"ccc"], pa.binary()),
+        "headers": pa.array([[("k", "1")], None, [("k", "3"), ("x", "y")]], MAP)})
+    [(dest, body, n)] = list(arrow_sink.frames(batch, "/queue/out"))
+    assert (dest, n) == ("/queue/out", 3)
+    assert decoded(body) == [({"k": "1"}, b"a", 4), ({}, b"", 4),
+                             ({"k": "3", "x": "y"}, b"ccc", 4)]
+    text = pa.RecordBatch.from_pydict({"body": pa.array(["é", "z"], pa.string())})
+    [(_d, body, _n)] = list(arrow_sink.frames(text, "/queue/out"))
+    assert decoded(body) == [({}, "é".encode(), 4), ({}, b"z", 4)]
+
+
+def test_a_sliced_batch_is_rebased_and_json_header_strings_pass_through() -> None:
+    batch = pa.RecordBatch.from_pydict({
+        "body": pa.array([b"skip", b"b1", b"b2"], pa.binary()),
+        "headers": pa.array(['{"s":"0"}', '{"s":"1"}', None], pa.string()),
+        "priority": pa.array([1, 9, None], pa.int32())}).slice(1, 2)
+    [(_d, body, n)] = list(arrow_sink.frames(batch, "/queue/out"))
+    assert n == 2
+    assert decoded(body) == [({"s": "1"}, b"b1", 9), ({}, b"b2", 4)]
+
+
+def test_rows_go_to_their_destination_column_and_large_inputs_are_cut() -> None:
+    n = 3000
+    batch = pa.RecordBatch.from_pydict({
+        "body": pa.array([bytes(5000)] * n, pa.binary()),
+        "destination": pa.array(["/queue/a" if i % 3 else None for i in range(n)])})
+    out = list(arrow_sink.frames(batch, "/queue/default"))
+    assert {d for d, _b, _n in out} == {"/queue/a", "/queue/default"}
+    assert sum(k for _d, _b, k in out) == n
+    assert all(len(b) < 2 * arrow_sink.BATCH_BYTES for _d, b, _n in out)
+    assert len(out) >= n * 5000 // arrow_sink.BATCH_BYTES
+
+
+def test_rows_without_body_or_destination_are_refused() -> None:
+    with pytest.raises(ValueError, match="need a `body` column"):
+        list(arrow_sink.frames(pa.RecordBatch.from_pydict({"x": [1]}), "/queue/a"))
+    with pytest.raises(ValueError, match="no destination"):
+        list(arrow_sink.frames(pa.RecordBatch.from_pydict({"body": [b"x"]}), None))
+    with pytest.raises(ValueError, match="must be binary or string"):
+        list(arrow_sink.frames(pa.RecordBatch.from_pydict({"body": [1]}), "/queue/a"))
