@@ -1,11 +1,13 @@
 """SluiceMQ → Spark figures: ingest rate, file pipeline throughput, end-to-end latency.
 
     python bench/spark_bench.py [--messages 200000] [--gib 1.0] [--latency-seconds 30]
-                                [--repeat 3] [--skip ingest,reads,files,latency]
+                                [--repeat 3] [--skip ingest,reads,sink,files,latency]
                                 [--json out.jsonl]
 
 * reads: the read table (bench/spark_reads.py): our source through column batches and per
   message frames, streaming and batch, against trivial Python sources and spark.read.text.
+* sink: N rows of 1 KiB written by a batch write job, Arrow writer (column batches) vs one
+  SEND per row; every row checked published once.
 * ingest: N persistent 1 KiB messages are queued first, then one Trigger.AvailableNow
   streaming query (local[2], `partitions` = 2, noop sink) reads them all; messages/s over the
   query's wall time (after a small warm-up query, so Python worker start-up is excluded).
@@ -102,6 +104,38 @@ def bench_ingest(spark, url: str, tmp: Path, count: int) -> dict:
     return out
 
 
+def bench_sink(spark, url: str, count: int, repeat: int) -> list[dict]:
+    """N rows of 1 KiB written with df.write.format("sluice") (a batch write job: staged
+    parts published once by the driver); Arrow writer vs one SEND per row, alternated."""
+    from pyspark.sql import functions as F
+
+    df = (spark.range(count, numPartitions=2)
+          .select(F.expr("repeat('x', 1024)").cast("binary").alias("body"),
+                  F.create_map(F.lit("n"), F.col("id").cast("string")).alias("headers")))
+    df.cache().count()
+    rates: dict[str, list[float]] = {"arrow": [], "rows": []}
+    for run in range(repeat + 1):
+        for mode, bulk in (("arrow", "true"), ("rows", "false")):
+            dest = f"/queue/bench.sink-{mode}-{run}"
+            started = time.perf_counter()
+            (df.write.format("sluice").option("url", url).option("destination", dest)
+             .option("bulk", bulk).mode("append").save())
+            elapsed = time.perf_counter() - started
+            with Client(url) as c:
+                published = c.head(dest).count
+            assert published == count, f"{mode}: {published} published, expected {count}"
+            if run:  # the first round warms the Python workers up
+                rates[mode].append(count / elapsed)
+    out = []
+    for mode, values in rates.items():
+        med = statistics.median(values)
+        out.append({"scenario": f"spark-sink-{mode}", "rows": count, "size": 1024,
+                    "rows_per_s": round(med), "runs": [round(v) for v in values]})
+        print(f"sink {mode:5s} {med:>10,.0f} rows/s published exactly once (median of "
+              f"{len(values)}: {', '.join(f'{v:,.0f}' for v in values)})", flush=True)
+    return out
+
+
 def bench_files(spark, url: str, tmp: Path, gib: float) -> dict:
     sys.path.insert(0, str(ROOT / "examples" / "csv_pipeline"))
     import make_orders
@@ -179,7 +213,8 @@ def main() -> int:
     p.add_argument("--gib", type=float, default=1.0)
     p.add_argument("--latency-seconds", type=float, default=30)
     p.add_argument("--repeat", type=int, default=3, help="runs of each read scenario")
-    p.add_argument("--skip", default="", help="comma list of ingest,reads,files,latency")
+    p.add_argument("--skip", default="",
+                   help="comma list of ingest,reads,sink,files,latency")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -193,6 +228,8 @@ def main() -> int:
                 results.append(bench_ingest(spark, url, tmp, args.messages))
             if "reads" not in skip:
                 results += bench_reads(spark, url, tmp, args.messages, args.repeat, fill)
+            if "sink" not in skip:
+                results += bench_sink(spark, url, args.messages, args.repeat)
             if "files" not in skip:
                 results.append(bench_files(spark, url, tmp, args.gib))
             if "latency" not in skip:

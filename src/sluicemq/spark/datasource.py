@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -13,6 +15,7 @@ from pyspark.sql.types import StructType
 
 from sluicemq.spark import schema
 from sluicemq.spark.arrow_sink import SluiceBatchArrowWriter, SluiceStreamArrowWriter
+from sluicemq.spark.files import TEXT_SCHEMA
 from sluicemq.spark.options import OptionError, SinkOptions, SourceOptions
 from sluicemq.spark.reader import SluiceBatchReader
 from sluicemq.spark.stream_reader import SluiceStreamReader
@@ -33,13 +36,20 @@ class SluiceDataSource(DataSource):
             shape = schema.parse_shape(opts.get("headers"), opts.get("headercolumns"))
         except ValueError as exc:
             raise OptionError(str(exc)) from None
+        fmt = opts.get("streams.format")
+        if fmt is not None:
+            if fmt.strip().lower() == "text":
+                return TEXT_SCHEMA
+            raise OptionError(f"option streams.format={fmt} parses the files' rows: give their "
+                              "schema, e.g. .schema(\"region STRING, amount DOUBLE\") (extra "
+                              "columns _stream_id, _stream_name, _offset are filled for you)")
         return schema.for_options(opts.get("mode", "messages").lower(), shape)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return SluiceBatchReader(SourceOptions.parse(self.options))
+        return SluiceBatchReader(_with_schema(SourceOptions.parse(self.options), schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return SluiceStreamReader(SourceOptions.parse(self.options))
+        return SluiceStreamReader(_with_schema(SourceOptions.parse(self.options), schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         opts = SinkOptions.parse(self.options, streaming=False)
@@ -48,6 +58,13 @@ class SluiceDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         opts = SinkOptions.parse(self.options, streaming=True)
         return SluiceStreamArrowWriter(opts) if _arrow(self.options) else SluiceStreamWriter(opts)
+
+
+def _with_schema(opts: SourceOptions, schema: StructType) -> SourceOptions:
+    """Parsing files needs the query's schema on every executor (as JSON: it pickles)."""
+    if opts.stream_format is None:
+        return opts
+    return replace(opts, file_schema=schema.json())
 
 
 def _arrow(options: dict[str, str]) -> bool:

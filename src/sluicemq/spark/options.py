@@ -18,6 +18,7 @@ from sluicemq.spark.schema import Shape, parse_shape
 
 DEFAULT_URL = f"stomp://127.0.0.1:{DEFAULT_PORT}"
 MODES = ("messages", "streams")
+STREAM_FORMATS = ("csv", "json", "parquet", "text")  # spark/files.py
 DEFAULT_BATCH_BYTES = 4 << 20  # column batches of this size on the wire (option batchBytes)
 STREAM_OUTPUTS = ("binary", "path")
 # Spark rows must stay well below the JVM's 2 GiB array limit.
@@ -112,6 +113,9 @@ class SourceOptions:
     selector: str | None = None
     shape: Shape = field(default_factory=Shape)
     batch_bytes: int | None = DEFAULT_BATCH_BYTES  # None: one MESSAGE frame per message
+    stream_format: str | None = None  # streams.format: parse each file's rows (spark/files.py)
+    file_schema: str | None = None  # the query's schema (StructType JSON) for stream_format
+    file_options: dict[str, str] = field(default_factory=dict)  # streams.csv.*
 
     @property
     def streams(self) -> bool:
@@ -135,7 +139,16 @@ class SourceOptions:
             raise OptionError(
                 "option selector needs a topic subscription: a ledger commit removes every "
                 "message of a queue below its position, selected or not")
-        mode = opts.get("mode", "messages").lower()
+        stream_format = opts.get("streams.format")
+        if stream_format is not None:
+            stream_format = stream_format.strip().lower()
+            if stream_format not in STREAM_FORMATS:
+                raise OptionError(f"option streams.format must be one of "
+                                  f"{', '.join(STREAM_FORMATS)}, got {stream_format!r}")
+            if opts.get("mode", "streams").lower() != "streams":
+                raise OptionError("option streams.format reads file streams: it needs "
+                                  "mode=streams (or no mode)")
+        mode = opts.get("mode", "streams" if stream_format else "messages").lower()
         if mode not in MODES:
             raise OptionError(f"option mode must be one of {', '.join(MODES)}, got {mode!r}")
         starting = opts.get("startingoffsets", "earliest").lower()
@@ -173,6 +186,8 @@ class SourceOptions:
             selector=selector,
             shape=shape,
             batch_bytes=batch_bytes,
+            stream_format=stream_format,
+            file_options={k: v for k, v in opts.items() if k.startswith("streams.csv.")},
         )
 
 

@@ -17,6 +17,7 @@ from pyspark.sql.datasource import InputPartition
 
 from sluicemq.client import Client
 from sluicemq.spark.arrow import record_batch
+from sluicemq.spark.files import file_batches
 from sluicemq.spark.options import Connection, SourceOptions
 from sluicemq.spark.rows import message_row, stream_rows
 
@@ -65,7 +66,11 @@ def read_rows(opts: SourceOptions, part: RangePartition, *, ledger: str | None
     with connect(opts.connection) as client, client.read_range(
             opts.destination, part.start, part.end, ledger=ledger,
             batch_bytes=opts.batch_bytes, **target(opts)) as rng:
-        if opts.streams:
+        if opts.stream_format is not None:
+            assert opts.file_schema is not None, "set by the data source from the schema"
+            yield from file_batches(rng, opts.stream_format, opts.file_schema,
+                                    opts.file_options)
+        elif opts.streams:
             yield from stream_rows(rng, opts.stream_output, opts.path)
         elif opts.batch_bytes is not None:
             for cols in rng.batches():
