@@ -11,6 +11,7 @@ import heapq
 import itertools
 import logging
 import time
+from array import array
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -483,6 +484,11 @@ class Broker:
         for m in msgs:
             if m.persistent and m.ticket is not None:
                 self.store.remove(queue.key, m.mid, m.ticket)
+
+    def record_removal_run(self, queue: Queue, mids: array, segments: array,
+                           offsets: array) -> None:
+        if queue.durable:
+            self.store.remove_run(queue.key, mids, segments, offsets)
 
     def dead_letter(self, queue: Queue, msg: Message) -> None:
         """Move a message that exhausted its redeliveries to ``/queue/DLQ.<name>`` atomically."""

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from array import array
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from sluicemq.core.cursor import Pager
 from sluicemq.core.message import MAX_PRIORITY, Message
 from sluicemq.core.spill import JOURNAL, OBJ, Slot, SpillFifo
 from sluicemq.errors import StorageError
+from sluicemq.storage import slotpack
+from sluicemq.storage.slotpack import Fields
 
 if TYPE_CHECKING:
     from sluicemq.core.flow import MemoryAccount
@@ -232,18 +234,7 @@ class PendingList:
         for lane in self._lanes:
             if len(out) >= limit:
                 break
-            if lane.head and any(wanted(m.mid) for m in lane.head):
-                keep: deque[Message] = deque()
-                for m in lane.head:
-                    if wanted(m.mid) and len(out) < limit:
-                        self._unhold(m)
-                        out.append(m)
-                    else:
-                        keep.append(m)
-                taken = len(lane.head) - len(keep)
-                self._size -= taken
-                self._in_head -= taken
-                lane.head = keep
+            out += self._take_head(lane, wanted, limit - len(out))
             tail = lane.tail
             for i, j in reversed(tail.runs()):  # back to front: earlier indexes stay valid
                 room = limit - len(out)
@@ -259,6 +250,61 @@ class PendingList:
                 for x, y in reversed(cuts):
                     for slot in tail.delete_range(x, y):
                         out.append(self._take_stub(tail, slot))
+        return out
+
+    def remove_run(self, lo: int, hi: int, limit: int) -> tuple[list[Message], Fields]:
+        """``remove_seqs`` of a whole range, column-wise: the message objects taken (lane
+        heads, and the few tail slots that are not plain journal slots), and the columns of
+        the journal slots taken, with no object per message (a ledger commit of a backlog)."""
+        out: list[Message] = []
+        run = slotpack.empty()
+        for lane in self._lanes:
+            if len(out) + len(run[0]) >= limit:
+                break
+            out += self._take_head(lane, lambda mid: lo <= mid < hi,
+                                   limit - len(out) - len(run[0]))
+            tail = lane.tail
+            for i, j in reversed(tail.runs()):  # back to front: earlier indexes stay valid
+                room = limit - len(out) - len(run[0])
+                a = tail.bisect(lo, i, j)
+                b = min(tail.bisect(hi, a, j), a + room)
+                if a >= b or room <= 0:
+                    continue
+                cols = tail.discard_range(a, b)
+                src = cols[1]
+                n = b - a
+                self._size -= n
+                if src.tobytes().count(JOURNAL) == n:
+                    for dst, col in zip(run, cols, strict=True):
+                        dst.extend(col)
+                    self.stored_bytes -= sum(cols[6])
+                    continue
+                for slot in zip(*cols, strict=True):
+                    if slot[1] == JOURNAL:
+                        for dst, v in zip(run, slot, strict=True):
+                            dst.append(v)
+                        self.stored_bytes -= slot[6]
+                    else:
+                        self._size += 1  # _take_stub counts it
+                        out.append(self._take_stub(tail, slot))
+        return out, run
+
+    def _take_head(self, lane: _Lane, wanted: Callable[[int], bool], room: int
+                   ) -> list[Message]:
+        """Up to ``room`` wanted messages out of a lane's in-memory head."""
+        if not lane.head or room <= 0 or not any(wanted(m.mid) for m in lane.head):
+            return []
+        out: list[Message] = []
+        keep: deque[Message] = deque()
+        for m in lane.head:
+            if wanted(m.mid) and len(out) < room:
+                self._unhold(m)
+                out.append(m)
+            else:
+                keep.append(m)
+        self._size -= len(out)
+        self._in_head -= len(out)
+        lane.head = keep
         return out
 
     def _take_stub(self, tail: SpillFifo, slot: Slot) -> Message:

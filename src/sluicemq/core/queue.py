@@ -6,6 +6,7 @@ acks, prefetch, redelivery and DLQ rules are written once.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -28,6 +29,9 @@ class QueueOwner(Protocol):
     def make_pending(self, destination: str, policy: Policy) -> PendingList: ...
 
     def record_removal(self, queue: Queue, msgs: Iterable[Message]) -> None: ...
+
+    def record_removal_run(self, queue: Queue, mids: array, segments: array,
+                           offsets: array) -> None: ...
 
     def dead_letter(self, queue: Queue, msg: Message) -> None: ...
 
@@ -135,6 +139,15 @@ class Queue:
         self.stats.dequeued += len(msgs)
         if record:
             self.owner.record_removal(self, msgs)
+        if self.consumers:
+            self.owner.schedule_dispatch(self)
+
+    def acknowledge_run(self, mids: array, segments: array, offsets: array) -> None:
+        """``acknowledge`` of paged-out messages given as columns (a ledger commit)."""
+        if not mids:
+            return
+        self.stats.dequeued += len(mids)
+        self.owner.record_removal_run(self, mids, segments, offsets)
         if self.consumers:
             self.owner.schedule_dispatch(self)
 

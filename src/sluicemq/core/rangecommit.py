@@ -72,9 +72,18 @@ class Removal:
         if not self._took_held:
             self._took_held = True
             self._take_held_and_unacked()
-        taken = q.pending.remove_seqs(self.lo, self.hi, limit, self.only)
-        self._settle(taken)
-        if len(taken) < limit:
+        if self.only is None and not self._streams_here:
+            taken, run = q.pending.remove_run(self.lo, self.hi, limit)
+            self._settle(taken)
+            mids, _src, segs, offs = run[:4]
+            self.removed += len(mids)
+            q.acknowledge_run(mids, segs, offs)
+            done = len(taken) + len(mids) < limit
+        else:
+            taken = q.pending.remove_seqs(self.lo, self.hi, limit, self.only)
+            self._settle(taken)
+            done = len(taken) < limit
+        if done:
             self._close_streams()
             return True
         return False

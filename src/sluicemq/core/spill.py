@@ -448,7 +448,11 @@ class SpillFifo:
 
     def delete_range(self, i: int, j: int) -> list[Slot]:
         """Remove the slots at array indexes ``[i, j)``; from the front this is a cheap pop."""
-        out = [self.slot(k) for k in range(i, j)]
+        return list(zip(*self.discard_range(i, j), strict=True))
+
+    def discard_range(self, i: int, j: int) -> Fields:
+        """``delete_range`` returning the removed slots as columns (no tuple per slot)."""
+        out = self.columns(i, j)
         if i == self._start:
             self._start = j
             self.base += j - i

@@ -433,6 +433,17 @@ class Journal:
             self._segs[loc.segment] = live - 1
             self._horizon = max(self._horizon, (loc.segment, loc.offset))
 
+    def release_counts(self, counts: dict[int, int], newest: tuple[int, int]) -> None:
+        """Many releases at once (segment -> records; ``newest`` the latest (segment, offset)
+        among them): a ledger commit lets go of a whole run of a backlog in one call."""
+        with self._lock:
+            for seg, n in counts.items():
+                if self._segs.get(seg, 0) < n:
+                    raise StorageError(f"release without retain in segment {seg}")
+            for seg, n in counts.items():
+                self._segs[seg] -= n
+            self._horizon = max(self._horizon, newest)
+
     def reclaim(self) -> list[int]:
         """Delete, oldest first, every segment the deletion rule allows; returns their numbers.
 

@@ -130,6 +130,13 @@ def encode_acks(acks: Iterable[tuple[str, int]]) -> bytes:
     return b"".join(parts)
 
 
+def encode_ack_run(key: str, mids: array) -> bytes:
+    """``encode_acks`` of many ids of one key, from an array (the same layout)."""
+    k = key.encode()
+    return b"".join((_U16.pack(1), _U16.pack(len(k)), k, _U32.pack(len(mids)),
+                     array("Q", mids).tobytes()))
+
+
 def decode_acks(payload: bytes | memoryview) -> Iterator[tuple[str, int]]:
     (nkeys,) = _U16.unpack_from(payload, 0)
     pos = 2

@@ -9,7 +9,8 @@ record per loop turn, and tells the broker when an appended sequence number is d
 from __future__ import annotations
 
 import logging
-from collections import deque
+from array import array
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
@@ -34,6 +35,16 @@ class RecoveredTicket:
         self.loc = loc
 
 
+class SegmentRelease:
+    """Many records let go of at once, as counts per segment (a ledger commit of a run)."""
+
+    __slots__ = ("counts", "newest")
+
+    def __init__(self, counts: dict[int, int], newest: tuple[int, int]) -> None:
+        self.counts = counts
+        self.newest = newest
+
+
 class Store:
     """Appends records for the broker and runs the loop-side half of group commit.
 
@@ -50,7 +61,7 @@ class Store:
         journal.wake_on_append = False  # one hand-off per loop turn, decided in _end_turn
         self.durable_seq = 0
         self.appended_seq = 0
-        self._releases: deque[tuple[int, TicketLike]] = deque()
+        self._releases: deque[tuple[int, TicketLike | SegmentRelease]] = deque()
         self._acks: list[tuple[str, int, TicketLike]] = []
         self._flush_scheduled = False
         self.on_durable: Callable[[int], None] = lambda seq: None
@@ -90,7 +101,10 @@ class Store:
         self-check). Every queued release waits for a record already appended."""
         counts = dict(self.journal.live_counts())
         for _seq, t in self._releases:
-            if t.loc is not None:
+            if isinstance(t, SegmentRelease):
+                for seg, n in t.counts.items():
+                    counts[seg] = counts.get(seg, 0) - n
+            elif t.loc is not None:
                 counts[t.loc.segment] = counts.get(t.loc.segment, 0) - 1
         return counts
 
@@ -147,6 +161,17 @@ class Store:
             self._schedule(self.flush)
         self._acks.append((key, mid, ticket))
 
+    def remove_run(self, key: str, mids: array, segments: array, offsets: array) -> None:
+        """A queue let go of many paged-out messages at once (ids, and their records'
+        segments and offsets): one ACK record now, their records unpinned once it is durable,
+        counted per segment - no object per message."""
+        if not mids:
+            return
+        ticket = self._append(records.ACK, records.encode_ack_run(key, mids))
+        counts = Counter(segments)
+        newest = max(zip(segments, offsets, strict=True))
+        self._releases.append((ticket.seq, SegmentRelease(dict(counts), newest)))
+
     def release_after(self, seq: int, tickets: Iterable[TicketLike]) -> None:
         """Unpin these records once record ``seq`` (which removes them) is durable."""
         for t in tickets:
@@ -171,7 +196,10 @@ class Store:
         released = False
         while releases and releases[0][0] <= seq:
             _, t = releases.popleft()
-            if t.loc is not None:
+            if isinstance(t, SegmentRelease):
+                self.journal.release_counts(t.counts, t.newest)
+                released = True
+            elif t.loc is not None:
                 self.journal.release(t.loc)
                 released = True
         if released:
