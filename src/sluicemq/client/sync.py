@@ -353,13 +353,16 @@ class Client:
 
     def send_file(self, destination: str, path: str | os.PathLike[str], *,
                   chunk_size: int = DEFAULT_CHUNK_SIZE, window: int = DEFAULT_WINDOW,
-                  resume: bool = True, progress: Progress | None = None,
+                  resume: bool = True, again: bool = False,
+                  progress: Progress | None = None,
                   headers: Mapping[str, str] | None = None,
                   wait_for_consumer: float | None = None) -> StreamWriter:
-        """Send a file as a stream, resuming an interrupted earlier send of the same file."""
+        """Send a file as a stream, resuming an interrupted earlier send of the same file;
+        one already sent to `destination` is sent again only with `again`
+        (`writer.already_complete` says it was not)."""
         return files.send_file(self, destination, path, chunk_size=chunk_size, window=window,
-                               resume=resume, progress=progress, headers=headers,
-                               wait_for_consumer=wait_for_consumer)
+                               resume=resume, again=again, progress=progress,
+                               headers=headers, wait_for_consumer=wait_for_consumer)
 
     def receive_file(self, destination: str, directory: str | os.PathLike[str], *,
                      window: int = DEFAULT_WINDOW, timeout: float | None = None,
