@@ -14,11 +14,15 @@ removed from the broker only after their batch committed.
 --once processes what is there and exits (Trigger.AvailableNow); otherwise it runs until
 interrupted. --master takes any Spark master URL: local[N] (default local[2]) or a cluster
 (spark://host:7077, yarn, k8s://…; WORK must then be on storage every executor can reach).
+
+Spark's Python workers run `$PYSPARK_PYTHON`, else `python3` from PATH, which need not have
+sluicemq installed; unset, it is set here to the interpreter running this script (the venv's).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -65,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--once", action="store_true", help="process what is there, then exit")
     args = p.parse_args(argv)
 
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers import sluicemq too
     from pyspark.sql import SparkSession
 
     from sluicemq.spark import SluiceDataSource
