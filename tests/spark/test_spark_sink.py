@@ -154,3 +154,31 @@ def test_a_kept_sink_id_after_a_checkpoint_reset_fails_the_query_loudly(spark, b
     assert _pipe(spark, broker, tmp_path / "ck", sink_id="orders-out-2") is None
     out = drain(broker, "/queue/reset-out")
     assert second <= set(out), f"lost {len(second - set(out))} of 1000"
+
+
+def test_a_duplicate_answer_is_accepted_only_for_the_same_query_and_the_same_rows(broker):
+    """The driver's commit, against the real broker without Spark: a replay of a published
+    batch with the same rows - split into other tasks, in another order - is this query's own
+    retry and passes; other rows from the same query, or any rows from another query, fail
+    with SinkConflictError, and the broker keeps only the first publication."""
+    import pytest
+
+    from sluicemq.spark.options import SinkOptions
+    from sluicemq.spark.writer import SinkConflictError, publish, stage_rows
+
+    opts = SinkOptions.parse({"url": broker.url, "destination": "/queue/tok"}, streaming=True)
+    rows = [{"body": f"r{i}", "headers": {"k": str(i)}} for i in range(6)]
+
+    def commit(owner: str, *tasks: list[dict]) -> None:
+        parts = [stage_rows(opts, "b0", iter(t), sink="q-s", owner=owner) for t in tasks]
+        publish(opts, "b0", parts, label="micro-batch 0")
+
+    commit("query-1", rows[:3], rows[3:])
+    commit("query-1", rows[::-1][:2], rows[::-1][2:5], rows[::-1][5:])  # a replay: fine
+    with pytest.raises(SinkConflictError, match="this same query with other content "
+                                                r"\(6 rows then, 5 now\)"):
+        commit("query-1", rows[:5])
+    with pytest.raises(SinkConflictError, match=r"another query or write \(query-1\).*"
+                                                "silently drop this batch's 6 rows"):
+        commit("query-2", rows)
+    assert sorted(drain(broker, "/queue/tok")) == sorted(f"r{i}" for i in range(6))

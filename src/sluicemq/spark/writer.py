@@ -25,7 +25,6 @@ Rows need a `body` column (binary or string) and may have `headers` (map<string,
 from __future__ import annotations
 
 import hashlib
-import logging
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -39,8 +38,6 @@ from sluicemq.spark.ranges import connect
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark on every micro-batch's tasks
 QUERY_ID_PROPERTY = "sql.streaming.queryId"  # the query id Spark keeps in the checkpoint
 _DIGEST_MASK = (1 << 128) - 1
-
-log = logging.getLogger("sluicemq.spark")
 
 
 class SinkConflictError(RuntimeError):
@@ -129,19 +126,21 @@ def publish(opts: SinkOptions, batch: str, messages: Sequence[WriterCommitMessag
 def conflict_message(sink: str, label: str, ours: str, theirs: str | None, *,
                      explicit: bool) -> str:
     """Say what happened, what it would have cost, and how to get out."""
-    owner, rows, _ = ours.split(":")
-    head = (f"sluice sink {sink!r}: {label} was already published on the broker by ")
+    owner, rows = ours.split(":")[:2]
+    their_owner, their_rows = ([*theirs.split(":"), "?"][:2] if theirs is not None
+                               else (None, "?"))
+    head = f"sluice sink {sink!r}: {label} was already published on the broker by "
     new_id = ("give the query a new option sinkId" if not explicit else
               "choose a new option sinkId (or remove sinkId: the default, q-<query id>, is "
               "new for every fresh checkpoint)")
-    if theirs is not None and theirs.split(":")[0] == owner:
-        return (f"{head}this same query with other content ({theirs.split(':')[1]} rows then, "
-                f"{rows} now): the query's batches are not deterministic, so a replay cannot "
-                f"be told from a different batch and the query stops. Make the batch "
-                f"deterministic, or {new_id} to publish it again (its first publication "
-                f"stays: those rows would then be out twice).")
+    if their_owner == owner:
+        return (f"{head}this same query with other content ({their_rows} rows then, {rows} "
+                f"now): the query's batches are not deterministic, so a replay cannot be told "
+                f"from a different batch and the query stops. Make the batch deterministic, "
+                f"or {new_id} to publish it again (its first publication stays: those rows "
+                f"would then be out twice).")
     who = ("a writer that left no token (an older sluicemq, or another client)"
-           if theirs is None else f"another query or write ({theirs.split(':')[0]})")
+           if their_owner is None else f"another query or write ({their_owner})")
     return (f"{head}{who}. Publishing would silently drop this batch's {rows} rows, so the "
             f"query stops instead; its input is not marked done. Typical cause: the "
             f"checkpoint was deleted or reset but the sinkId was kept (the broker remembers "
