@@ -26,7 +26,7 @@ DISCARDED = "sluice-stage-discarded"
 TOKEN = "sluice-stage-token"
 
 
-class Publication(tuple[str, int]):
+class PublishResult(tuple[str, int]):
     """``(result, messages)`` of a publication, plus ``token``: for ``"published"`` the token
     sent with it, for ``"duplicate"`` the one the batch was first published with (None when
     that publisher gave none). Compare it with your own to tell your retry from someone
@@ -34,7 +34,7 @@ class Publication(tuple[str, int]):
 
     token: str | None
 
-    def __new__(cls, result: str, messages: int, token: str | None) -> Publication:
+    def __new__(cls, result: str, messages: int, token: str | None) -> PublishResult:
         self = super().__new__(cls, (result, messages))
         self.token = token
         return self
@@ -103,9 +103,9 @@ class StagedPart(CommitScope):
 
 
 def publish_stage(client: Client, sink: str, batch: str | int, parts: Iterable[str | int],
-                  token: str | None = None) -> Publication:
+                  token: str | None = None) -> PublishResult:
     """Publish exactly ``parts`` of the batch; ("published" | "duplicate", messages), with
-    ``.token`` (see `Publication`)."""
+    ``.token`` (see `PublishResult`)."""
     headers = {STAGE_COMMIT: f"{sink}/{batch}", STAGE_PARTS: ",".join(str(p) for p in parts)}
     if token is not None:
         headers[TOKEN] = token
@@ -113,7 +113,7 @@ def publish_stage(client: Client, sink: str, batch: str | int, parts: Iterable[s
     answer = receipt.result()
     if RESULT not in answer:
         raise ClientError("the broker does not support staged publishing")
-    return Publication(answer[RESULT], int(answer.get(MESSAGES, "0")), answer.get(TOKEN))
+    return PublishResult(answer[RESULT], int(answer.get(MESSAGES, "0")), answer.get(TOKEN))
 
 
 def abort_stage(client: Client, sink: str, batch: str | int) -> int:

@@ -37,7 +37,7 @@ from sluicemq.client.message import Message, TransactionRef, _Received, transact
 from sluicemq.client.producer import ProducerNumbers
 from sluicemq.client.ranges import RangeHead, RangeRead, open_range, range_headers
 from sluicemq.client.scope import CommitScope
-from sluicemq.client.staging import Publication, StagedPart, abort_stage, publish_stage
+from sluicemq.client.staging import PublishResult, StagedPart, abort_stage, publish_stage
 from sluicemq.client.streams import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_WINDOW,
@@ -286,7 +286,7 @@ class Client:
         return StagedPart(self, sink, batch, part)
 
     def publish_stage(self, sink: str, batch: str | int, parts: list[str] | tuple[str, ...],
-                      token: str | None = None) -> Publication:
+                      token: str | None = None) -> PublishResult:
         """Make exactly these parts of the batch visible, atomically and once; returns
         ("published" | "duplicate", messages) with `.token`: for a duplicate, the token the
         batch was first published with. A part the broker lacks raises ClientError and
