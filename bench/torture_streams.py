@@ -154,11 +154,11 @@ def producer(url: str, queues: list[str], name: str, workdir: Path, ledger: Ledg
         path = outbox / f"{name}-{seq}.bin"
         seq += 1
         sha = make_file(path, random_size(rng, s.max_size, s.chunk_size), rng)
-        _, stream_id, size = file_identity(path)
+        queue = rng.choice(queues)
+        _, stream_id, size = file_identity(path, queue)
         # Before the first chunk leaves: a stream whose final receipt the crash ate may
         # still be stored and delivered, and must then be checked too.
         plan(f"{stream_id} {sha} {size}")
-        queue = rng.choice(queues)
         attempts = 0
         while True:
             client = client or connect(url, never)

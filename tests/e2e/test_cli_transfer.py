@@ -90,3 +90,39 @@ def test_killed_send_and_killed_receive_both_resume_on_rerun(broker, tmp_path: P
     assert ok(sluice(*receive, "-q")).strip() == str(out_dir / "big.bin")
     assert (out_dir / "big.bin").read_bytes() == src.read_bytes()
     assert not list((out_dir / ".sluice-partial").iterdir())
+
+
+def test_a_sent_file_goes_again_only_when_asked_and_to_every_destination(broker,
+                                                                        tmp_path: Path) -> None:
+    """A rerun never claims "sent" for bytes it did not send: a file the broker holds complete
+    for that destination is skipped (said so, exit 0), even with --no-resume; --again sends
+    another copy; another destination is another stream."""
+    src = tmp_path / "report.csv"
+    src.write_bytes(os.urandom(150_000))
+    base = ["--url", broker.url, "--chunk-size", "64KiB", "-q"]
+
+    def receive(queue: str, into: str, count: int = 1) -> subprocess.CompletedProcess[str]:
+        return sluice("receive", "--url", broker.url, "--from", queue, "--dir",
+                      str(tmp_path / into), "--count", str(count), "--timeout", "3", "-q")
+
+    first = ok(sluice("send", str(src), "--to", "a", *base))
+    assert first.startswith(f"sent {src} (150000 bytes) to /queue/a as stream ")
+    assert ok(receive("a", "a1")).strip() == str(tmp_path / "a1" / "report.csv")
+    assert (tmp_path / "a1" / "report.csv").read_bytes() == src.read_bytes()
+
+    for extra in ([], ["--no-resume"]):  # consumed or not, the broker knows it complete
+        again = ok(sluice("send", str(src), "--to", "a", *base, *extra))
+        assert again.startswith(f"skipped {src}: already sent to /queue/a as stream ")
+        assert "--again sends it again" in again and "\nsent " not in f"\n{again}"
+    assert "received 0 of 1" in receive("a", "nothing").stderr
+
+    copy = ok(sluice("send", str(src), "--to", "a", "--again", *base))
+    other = ok(sluice("send", str(src), "--to", "/queue/b", *base))
+    third = ok(sluice("send", str(src), "--to", "a", "--again", *base))
+    ids = {line.rsplit(" ", 1)[-1] for line in (first, copy, other, third)}
+    assert len(ids) == 4 and all(line.startswith("sent ") for line in (copy, other, third))
+    received = ok(receive("a", "a2", count=2)).split()
+    assert len(received) == 2
+    ok(receive("b", "b1"))
+    for got in (tmp_path / "a2" / "report.csv", tmp_path / "b1" / "report.csv"):
+        assert got.read_bytes() == src.read_bytes()

@@ -79,6 +79,26 @@ def test_the_head_of_an_empty_or_unknown_queue(broker) -> None:
         assert c.head("/queue/never-used").next > h.next
 
 
+def test_the_head_of_a_queue_that_does_not_exist_says_so(broker, raw) -> None:
+    """`sluice-destination-missing:true` on the end frame: what lets a reader tell a misspelt
+    queue from an empty one. Once the queue exists (even emptied again) the header is gone."""
+    r = raw()
+    r.connect()
+    r.send("SUBSCRIBE", {"id": "h", "destination": "/queue/typo", "browser": "true",
+                         "sluice-head-only": "true"})
+    end = r.recv()
+    assert end.headers["browser"] == "end" and end.headers["sluice-count"] == "0"
+    assert end.headers["sluice-destination-missing"] == "true"
+    with Client(broker.url) as c:
+        assert c.head("/queue/typo").exists is False
+        assert c.read_range("/queue/typo").result().exists is False
+        c.send("/queue/typo", "now it exists")
+        with c.subscribe("/queue/typo") as sub:
+            assert sub.get(timeout=5) is not None
+        head = c.head("/queue/typo")
+        assert head.exists is True and head.count == 0
+
+
 def test_the_head_counts_pending_and_unacknowledged_messages(broker) -> None:
     with Client(broker.url) as c:
         seqs = fill(c, "/queue/h", 5)

@@ -493,3 +493,42 @@ def test_a_column_batch_outside_a_staged_part_is_refused(raw) -> None:
                          "receipt": "s"})
     assert c.recv().command == "RECEIPT"
     assert c.recv().headers["sluice-count"] == "0", "nothing was stored"
+
+
+def test_a_duplicate_answer_names_the_token_of_the_first_publication(broker_factory) -> None:
+    """A publisher tells its own retry (same token) from another publisher's batch of the same
+    name (another token); the token is remembered across kill -9, clean restarts and the memo
+    record that outlives reclaimed segments."""
+    b = broker_factory(config_text=SMALL_SEGMENTS)
+    with Client(b.url) as c:
+        stage(c, "b1", "p0", ["first"])
+        first = c.publish_stage("sink", "b1", ["p0"], token="query-a:1:abc")
+        assert (first, first.token) == (("published", 1), "query-a:1:abc")
+        stage(c, "b2", "p0", ["untokened"])
+        assert c.publish_stage("sink", "b2", ["p0"]).token is None
+        with c.stage("sink", "b1", "p0") as p:
+            p.send("/queue/out", b"second")
+        assert (p.result, p.messages) == ("duplicate", 0)  # nothing parked
+        again = c.publish_stage("sink", "b1", ["p0"], token="query-b:1:def")
+        assert (again, again.token) == (("duplicate", 1), "query-a:1:abc")
+        with pytest.raises(ClientError, match="sluice-stage-token"):
+            c.publish_stage("sink", "b3", [], token="bad token")
+    b.kill()
+    b.restart()  # the STAGE_PUBLISH record is replayed
+    with Client(b.url) as c:
+        assert c.publish_stage("sink", "b1", []).token == "query-a:1:abc"
+        assert c.publish_stage("sink", "b2", [], token="x").token is None
+        for i in range(80):  # the memo record moves off the segments being reclaimed
+            c.send("/queue/churn", "x" * 4000, {"i": str(i)})
+        assert len(drain(c, "/queue/churn")) == 80
+        time.sleep(2.5)
+    assert not (b.data_dir / "journal" / segment_name(1)).exists()
+    b.kill()
+    b.restart()
+    with Client(b.url) as c:
+        assert c.publish_stage("sink", "b1", []).token == "query-a:1:abc"
+    b.stop()  # clean stop: the index snapshot carries the memory
+    b.restart()
+    with Client(b.url) as c:
+        assert c.publish_stage("sink", "b1", []).token == "query-a:1:abc"
+        assert drain(c) == [b"first", b"untokened"]

@@ -381,3 +381,38 @@ def test_restart_policy_redelivers_from_zero_and_the_part_file_starts_over(
     with Client(b.url) as c:
         path = c.receive_file("/queue/rs", tmp_path, timeout=5)
     assert path.read_bytes() == data
+
+
+def test_send_file_twice_sends_once_unless_again_with_both_clients(broker, tmp_path: Path) -> None:
+    """A file the broker holds complete for a destination is not sent again (the writer says
+    `already_complete`) unless `again=True`, which sends another copy as a stream of its own;
+    another destination is always another stream. The asyncio client behaves the same."""
+    src = tmp_path / "f.bin"
+    src.write_bytes(os.urandom(200_000))
+    with Client(broker.url) as c:
+        first = c.send_file("/queue/twice", src, chunk_size=CHUNK)
+        skipped = c.send_file("/queue/twice", src, chunk_size=CHUNK)
+        copy = c.send_file("/queue/twice", src, chunk_size=CHUNK, again=True)
+        other = c.send_file("/queue/twice-b", src, chunk_size=CHUNK)
+    assert not first.already_complete and skipped.already_complete
+    assert skipped.stream_id == first.stream_id and skipped.bytes_written == 0
+    assert len({first.stream_id, copy.stream_id, other.stream_id}) == 3
+    assert not copy.already_complete and copy.bytes_written == 200_000
+
+    async def scenario() -> tuple[bool, bool, str]:
+        c = await AsyncClient.connect(broker.url)
+        try:
+            again = await c.send_file("/queue/twice", src, chunk_size=CHUNK)
+            third = await c.send_file("/queue/twice", src, chunk_size=CHUNK, again=True)
+            return again.already_complete, third.already_complete, third.stream_id
+        finally:
+            await c.disconnect()
+
+    skipped_aio, third_complete, third_id = asyncio.run(scenario())
+    assert skipped_aio and not third_complete
+    assert third_id not in {first.stream_id, copy.stream_id}
+    with Client(broker.url) as c:
+        paths = [c.receive_file("/queue/twice", tmp_path / f"out{i}", timeout=5)
+                 for i in range(3)]
+        assert c.head("/queue/twice").count == 0
+    assert all(p.read_bytes() == src.read_bytes() for p in paths)

@@ -24,12 +24,12 @@ def test_binary_and_string_bodies_with_map_headers_round_trip() -> None:
     batch = pa.RecordBatch.from_pydict({
         "body": pa.array([b"a", None, b"ccc"], pa.binary()),
         "headers": pa.array([[("k", "1")], None, [("k", "3"), ("x", "y")]], MAP)})
-    [(dest, body, n)] = list(arrow_sink.frames(batch, "/queue/out"))
+    [(dest, body, n, _sum)] = list(arrow_sink.frames(batch, "/queue/out"))
     assert (dest, n) == ("/queue/out", 3)
     assert decoded(body) == [({"k": "1"}, b"a", 4), ({}, b"", 4),
                              ({"k": "3", "x": "y"}, b"ccc", 4)]
     text = pa.RecordBatch.from_pydict({"body": pa.array(["é", "z"], pa.string())})
-    [(_d, body, _n)] = list(arrow_sink.frames(text, "/queue/out"))
+    [(_d, body, _n, _s)] = list(arrow_sink.frames(text, "/queue/out"))
     assert decoded(body) == [({}, "é".encode(), 4), ({}, b"z", 4)]
 
 
@@ -38,7 +38,7 @@ def test_a_sliced_batch_is_rebased_and_json_header_strings_pass_through() -> Non
         "body": pa.array([b"skip", b"b1", b"b2"], pa.binary()),
         "headers": pa.array(['{"s":"0"}', '{"s":"1"}', None], pa.string()),
         "priority": pa.array([1, 9, None], pa.int32())}).slice(1, 2)
-    [(_d, body, n)] = list(arrow_sink.frames(batch, "/queue/out"))
+    [(_d, body, n, _s)] = list(arrow_sink.frames(batch, "/queue/out"))
     assert n == 2
     assert decoded(body) == [({"s": "1"}, b"b1", 9), ({}, b"b2", 4)]
 
@@ -49,9 +49,9 @@ def test_rows_go_to_their_destination_column_and_large_inputs_are_cut() -> None:
         "body": pa.array([bytes(5000)] * n, pa.binary()),
         "destination": pa.array(["/queue/a" if i % 3 else None for i in range(n)])})
     out = list(arrow_sink.frames(batch, "/queue/default"))
-    assert {d for d, _b, _n in out} == {"/queue/a", "/queue/default"}
-    assert sum(k for _d, _b, k in out) == n
-    assert all(len(b) < 2 * arrow_sink.BATCH_BYTES for _d, b, _n in out)
+    assert {d for d, _b, _n, _s in out} == {"/queue/a", "/queue/default"}
+    assert sum(k for _d, _b, k, _s in out) == n
+    assert all(len(b) < 2 * arrow_sink.BATCH_BYTES for _d, b, _n, _s in out)
     assert len(out) >= n * 5000 // arrow_sink.BATCH_BYTES
 
 
@@ -62,3 +62,20 @@ def test_rows_without_body_or_destination_are_refused() -> None:
         list(arrow_sink.frames(pa.RecordBatch.from_pydict({"body": [b"x"]}), None))
     with pytest.raises(ValueError, match="must be binary or string"):
         list(arrow_sink.frames(pa.RecordBatch.from_pydict({"body": [1]}), "/queue/a"))
+
+
+def test_the_digest_does_not_depend_on_row_order_or_cuts_but_on_content() -> None:
+    rows = [(f"h{i}", bytes([i]) * i) for i in range(50)]
+
+    def total(batches: list[pa.RecordBatch]) -> int:
+        return sum(s for b in batches for *_x, s in arrow_sink.frames(b, "/queue/o")) % (1 << 128)
+
+    def batch(part: list[tuple[str, bytes]]) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pydict({
+            "body": pa.array([b for _h, b in part], pa.binary()),
+            "headers": pa.array([[("k", h)] for h, _b in part], MAP)})
+
+    whole = total([batch(rows)])
+    assert total([batch(rows[::-1][:20]), batch(rows[::-1][20:])]) == whole
+    changed = [*rows[:-1], ("h49", b"other")]
+    assert total([batch(changed)]) != whole

@@ -62,3 +62,36 @@ def test_the_csv_pipeline_aggregates_every_file_exactly_once(spark, broker, tmp_
            .withColumnRenamed("sum(revenue)", "revenue").collect()}
     assert got == expected_revenue(files)
     assert result.groupBy().sum("orders").collect()[0][0] == 1500
+    shown = load("show").totals(work)  # the README's last step, without Spark or pandas
+    assert {r["region"]: r["revenue"] for r in shown} == expected_revenue(files)
+    assert sum(r["orders"] for r in shown) == 1500
+
+
+def test_the_pipeline_script_runs_its_workers_on_its_own_interpreter(broker, tmp_path):
+    """As the README runs it: `python pipeline.py --once` with no PYSPARK_PYTHON set, and a
+    `python3` first on PATH that cannot run a worker - the script must not depend on it."""
+    import os
+    import subprocess
+
+    make = load("make_orders")
+    data = tmp_path / "csv"
+    data.mkdir()
+    make.write_file(data / "orders.csv", 200, random.Random(2), 0)
+    with Client(broker.url) as c:
+        c.send_file("/queue/orders.csv", data / "orders.csv")
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    for name in ("python3", "python"):
+        (shims / name).write_text("#!/bin/sh\necho 'not this interpreter' >&2\nexit 3\n")
+        (shims / name).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON",
+                                                            "PYSPARK_DRIVER_PYTHON")}
+    env["PATH"] = f"{shims}{os.pathsep}{env['PATH']}"
+    work = tmp_path / "work"
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE / "pipeline.py"), "--once", "--url", broker.url,
+         "--work", str(work), "--master", "local[1]"],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "pipeline: 200 orders" in done.stdout
+    assert sum(r["orders"] for r in load("show").totals(work)) == 200

@@ -47,18 +47,34 @@ def test_bad_source_options_say_what_is_wrong(options, message):
         SourceOptions.parse(options)
 
 
-def test_a_streaming_sink_is_named_by_its_checkpoint():
-    a = SinkOptions.parse({"checkpointLocation": "/ck/one"}, streaming=True)
-    b = SinkOptions.parse({"checkpointlocation": "/ck/one"}, streaming=True)
-    c = SinkOptions.parse({"checkpointLocation": "/ck/two"}, streaming=True)
-    assert a.sink_id == b.sink_id != c.sink_id
-    with pytest.raises(OptionError, match="checkpointLocation"):
-        SinkOptions.parse({}, streaming=True)
+def test_a_streaming_sink_is_named_by_its_query_unless_named():
+    """The writer derives `q-<query id>` from the task (docs/spark.md): nothing to parse."""
+    assert SinkOptions.parse({"checkpointLocation": "/ck/one"}, streaming=True).sink_id is None
+    assert SinkOptions.parse({"checkpointLocation": "/ck/one", "sinkId": "orders-v2"},
+                             streaming=True).sink_id == "orders-v2"
 
 
 def test_every_batch_write_is_its_own_sink_unless_named():
-    assert SinkOptions.parse({}, streaming=False).sink_id != SinkOptions.parse(
-        {}, streaming=False).sink_id
+    assert SinkOptions.parse({}, streaming=False).sink_id is None  # the writer picks w-<random>
     assert SinkOptions.parse({"sinkId": "nightly"}, streaming=False).sink_id == "nightly"
     with pytest.raises(OptionError, match="sinkId"):
         SinkOptions.parse({"sinkId": "bad name/with slash"}, streaming=False)
+
+
+def test_a_misspelt_option_is_an_error_that_names_the_right_one():
+    with pytest.raises(OptionError, match=r"'maxmessagespertriger'.*did you mean "
+                                          r"maxMessagesPerTrigger\?"):
+        SourceOptions.parse({"destination": "/queue/a", "maxMessagesPerTriger": "5"})
+    with pytest.raises(OptionError, match=r"unknown option 'sinkid2'.*did you mean sinkId"):
+        SinkOptions.parse({"sinkId2": "x"}, streaming=True)
+    with pytest.raises(OptionError, match=r"unknown option 'checkpointlocation'"):
+        SinkOptions.parse({"checkpointLocation": "/ck"}, streaming=False)
+    with pytest.raises(OptionError, match=r"unknown option 'colour' for reading.*known options "
+                                          r"are url, login"):
+        SourceOptions.parse({"destination": "/queue/a", "colour": "blue"})
+
+
+def test_options_spark_adds_and_the_coming_read_options_are_known():
+    SourceOptions.parse({"destination": "/queue/a", "path": "/x", "headers": "map",
+                         "headerColumns": "k", "streams.format": "csv", "bulk": "true"})
+    SinkOptions.parse({"destination": "/queue/a", "checkpointlocation": "/ck"}, streaming=True)

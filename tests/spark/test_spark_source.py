@@ -176,3 +176,22 @@ def test_an_unknown_header_shape_fails_the_query_at_start(spark, broker):
                          ({"headerColumns": "offset"}, "would clash")):
         with pytest.raises((PySparkException, Py4JJavaError), match=why):
             batch_read(spark, broker, "/queue/shapes", **options)
+
+
+def test_a_batch_read_of_an_empty_or_missing_queue_is_zero_rows(spark, broker):
+    with Client(broker.url) as c:
+        c.send("/queue/drained", "x")
+        with c.subscribe("/queue/drained") as sub:
+            assert sub.get(timeout=5) is not None
+    for dest in ("/queue/drained", "/queue/never-sent"):
+        df = spark.read.format("sluice").option("url", broker.url).option("destination", dest)
+        assert df.load().count() == 0
+        assert df.option("mode", "streams").load().collect() == []
+
+
+def test_a_misspelt_option_fails_the_read_and_names_the_right_one(spark, broker):
+    import pytest
+
+    with pytest.raises(Exception, match=r"did you mean maxMessagesPerTrigger"):
+        (spark.read.format("sluice").option("url", broker.url)
+         .option("destination", "/queue/a").option("maxMessagesPerTriger", "5").load().collect())

@@ -2,7 +2,8 @@
 
 Both show a progress bar (bytes, rate, ETA) on stderr and print one line per file on stdout.
 Rerunning either after an interruption continues where it stopped: `send` because a file's
-stream id is derived from the file itself and the broker is asked what it already stored;
+stream id is derived from the file and its destination and the broker is asked what it already
+stored (a file it holds complete is skipped, and said so; `--again` sends another copy);
 `receive` because the broker resumes the delivery at the first chunk not acknowledged and
 the partial file is kept under DIR/.sluice-partial/.
 """
@@ -31,6 +32,7 @@ from rich.progress import (
 from sluicemq.cli.messaging import connection_options, destination, open_client
 from sluicemq.client.files import Progress as ProgressCallback
 from sluicemq.client.files import save_stream
+from sluicemq.client.streams import StreamWriter
 from sluicemq.errors import ClientError
 
 _SIZE_RE = re.compile(r"\s*(\d+)\s*([a-z]*)\s*", re.IGNORECASE)
@@ -120,6 +122,20 @@ def _common(func: Any) -> Any:
     return func
 
 
+def outcome(path: Path, dest: str, writer: StreamWriter) -> str:
+    """The line `send` prints for one file: what went over the wire, never more."""
+    if writer.already_complete:
+        return (f"skipped {path}: already sent to {dest} as stream {writer.stream_id} "
+                "(complete on the broker); --again sends it again")
+    sent = writer.bytes_written - writer.resumed_at
+    note = (f", {sent} sent now, resumed at byte {writer.resumed_at}" if writer.resumed_at
+            else "")
+    if writer.duplicates:
+        note += f", {writer.duplicates} chunk(s) the broker already had"
+    return (f"sent {path} ({writer.bytes_written} bytes{note}) to {dest} as stream "
+            f"{writer.stream_id}")
+
+
 @click.command()
 @_common
 @click.argument("files", nargs=-1, required=True,
@@ -129,12 +145,16 @@ def _common(func: Any) -> Any:
 @click.option("--chunk-size", type=SizeType(), default="1MiB", show_default=True,
               help="Bytes per chunk (KiB/MiB/GiB, or kB/MB/GB).")
 @click.option("--resume/--no-resume", default=True, show_default=True,
-              help="Continue an interrupted send of the same (unchanged) file.")
+              help="Continue an interrupted send of the same (unchanged) file; with "
+                   "--no-resume it is sent whole as a new copy.")
+@click.option("--again", is_flag=True,
+              help="Send a file even if it was sent to DEST before (as another copy); "
+                   "without it such a file is skipped.")
 @click.option("--wait-for-consumer", type=float, default=None, metavar="S",
               help="First wait up to S seconds for a consumer on DEST (exit 1 if none).")
 def send(url: str, user: str | None, password: str | None, window: int,
          limit_rate: int | None, quiet: bool, files: tuple[Path, ...], to: str,
-         chunk_size: int, resume: bool, wait_for_consumer: float | None) -> None:
+         chunk_size: int, resume: bool, again: bool, wait_for_consumer: float | None) -> None:
     """Send FILE... as streams; each is complete once this prints its line."""
     dest = destination(to)
     client = open_client(url, user, password)
@@ -143,13 +163,9 @@ def send(url: str, user: str | None, password: str | None, window: int,
             for path in files:
                 writer = client.send_file(
                     dest, path, chunk_size=chunk_size, window=window, resume=resume,
-                    progress=tracker(bar, path.name, limit_rate),
+                    again=again, progress=tracker(bar, path.name, limit_rate),
                     wait_for_consumer=wait_for_consumer)
-                note = f", resumed at byte {writer.resumed_at}" if writer.resumed_at else ""
-                if writer.already_complete:
-                    note = ", already complete on the broker"
-                click.echo(f"sent {path} ({writer.bytes_written} bytes) to {dest} as stream "
-                           f"{writer.stream_id}{note}")
+                click.echo(outcome(path, dest, writer))
     except ClientError as exc:
         raise click.ClickException(f"send to {dest} failed: {exc}") from None
     except KeyboardInterrupt:

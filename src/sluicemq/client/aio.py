@@ -313,13 +313,16 @@ class AsyncClient:
 
     async def send_file(self, destination: str, path: str | os.PathLike[str], *,
                         chunk_size: int = DEFAULT_CHUNK_SIZE, window: int = DEFAULT_WINDOW,
-                        resume: bool = True, progress: Progress | None = None,
+                        resume: bool = True, again: bool = False,
+                        progress: Progress | None = None,
                         headers: Mapping[str, str] | None = None,
                         wait_for_consumer: float | None = None) -> AsyncStreamWriter:
-        """Send a file as a stream, resuming an interrupted earlier send of the same file."""
+        """Send a file as a stream, resuming an interrupted earlier send of the same file;
+        one already sent to `destination` is sent again only with `again`."""
         return await aio_streams.send_file(
             self, destination, path, chunk_size=chunk_size, window=window, resume=resume,
-            progress=progress, headers=headers, wait_for_consumer=wait_for_consumer)
+            again=again, progress=progress, headers=headers,
+            wait_for_consumer=wait_for_consumer)
 
     async def receive_file(self, destination: str, directory: str | os.PathLike[str], *,
                            window: int = DEFAULT_WINDOW, timeout: float | None = None,

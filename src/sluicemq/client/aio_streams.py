@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluicemq.client.cursor import ChunkCursor, StreamFacts
 from sluicemq.client.demux import Route, StreamDemux
-from sluicemq.client.files import Landing, Progress, expected_total, file_identity
+from sluicemq.client.files import Landing, Progress, expected_total, file_identity, takes_copy
 from sluicemq.client.message import AsyncMessage
 from sluicemq.client.streams import DEFAULT_CHUNK_SIZE, DEFAULT_WINDOW, chunk_error
 from sluicemq.errors import ClientError
@@ -292,18 +292,27 @@ class AsyncStreamSubscription:
 
 async def send_file(client: AsyncClient, destination: str, path: str | os.PathLike[str], *,
                     chunk_size: int = DEFAULT_CHUNK_SIZE, window: int = DEFAULT_WINDOW,
-                    resume: bool = True, progress: Progress | None = None,
+                    resume: bool = True, again: bool = False, progress: Progress | None = None,
                     headers: Mapping[str, str] | None = None,
                     wait_for_consumer: float | None = None) -> AsyncStreamWriter:
-    """Send one file as a stream (resuming an earlier interrupted send of it)."""
-    absolute, stream_id, size = file_identity(path)
+    """Send one file as a stream (resuming an earlier interrupted send of it); see
+    `files.send_file` for `again`, `resume` and `already_complete`."""
+    copy = 0
+    while True:
+        absolute, stream_id, size = file_identity(path, destination, copy)
+        future = client.send_async(destination, b"", {wire.QUERY: stream_id})
+        point = wire.parse_resume(await client._settle(future, client.timeout))
+        if takes_copy(point, again=again, resume=resume):
+            break
+        copy += 1
     writer = AsyncStreamWriter(
         client, destination, name=absolute.name, chunk_size=chunk_size, window=window,
         headers={wire.FILE_SIZE: str(size), **(headers or {})}, stream_id=stream_id,
-        resume=resume, wait_for_consumer=wait_for_consumer)
+        resume=point.state != "unknown", wait_for_consumer=wait_for_consumer)
     with open(absolute, "rb") as src:
         async with writer:
-            while block := await asyncio.to_thread(src.read, chunk_size):
+            while not writer.already_complete and (
+                    block := await asyncio.to_thread(src.read, chunk_size)):
                 await writer.write(block)
                 if progress is not None:
                     progress(writer.bytes_written, size)

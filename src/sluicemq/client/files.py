@@ -1,9 +1,12 @@
 """Files as streams: resumable `send_file`, and receiving into a directory without ever
 leaving a corrupt file under its final name.
 
-A sent file's stream id is derived from (absolute path, size, mtime), so rerunning an
-interrupted send asks the broker where that stream stopped and continues there (the stored
-prefix is re-read locally to hash it, never re-sent).
+A sent file's stream id is derived from (absolute path, size, mtime, destination, copy), so
+rerunning an interrupted send asks the broker where that stream stopped and continues there
+(the stored prefix is re-read locally to hash it, never re-sent). A rerun after the send
+completed sends nothing (the broker says the stream is complete) unless asked for another
+copy (`again`): copies 1, 2, ... are streams of their own, so a resent file is never taken
+for a duplicate of the first. The same file to another destination is another stream.
 
 A received stream is written to `DIR/.sluice-partial/<stream-id>.part` and renamed to its
 final name only after the size and SHA-256 check passed and the data was fsync'd. When the
@@ -31,6 +34,7 @@ from sluicemq.client.streams import (
 from sluicemq.errors import ClientError
 from sluicemq.streaming import manifest as wire
 from sluicemq.streaming.errors import StreamIntegrityError
+from sluicemq.streaming.manifest import ResumePoint
 
 if TYPE_CHECKING:
     from sluicemq.client.sync import Client
@@ -42,11 +46,31 @@ Progress = Callable[[int, int | None], None]
 """Called with (bytes done, total bytes or None while unknown) as a transfer advances."""
 
 
-def file_identity(path: str | os.PathLike[str]) -> tuple[Path, str, int]:
-    """(absolute path, stable stream id, size) of a file about to be sent."""
+def file_identity(path: str | os.PathLike[str], destination: str,
+                  copy: int = 0) -> tuple[Path, str, int]:
+    """(absolute path, stable stream id, size) of copy `copy` of a file sent to
+    `destination`."""
     absolute = Path(path).resolve()
     st = absolute.stat()
-    return absolute, wire.file_stream_id(str(absolute), st.st_size, st.st_mtime_ns), st.st_size
+    sid = wire.file_stream_id(str(absolute), st.st_size, st.st_mtime_ns,
+                              destination=destination, copy=copy)
+    return absolute, sid, st.st_size
+
+
+def takes_copy(point: ResumePoint, *, again: bool, resume: bool) -> bool:
+    """Is this copy the one to send (new, resumed, or - without `again` - already complete,
+    then sent no more)? Else the next copy is asked about. A copy the broker knows but cannot
+    continue (abandoned, discarded, or open with `resume` off) is never sent again: the broker
+    would take its chunks for duplicates."""
+    if point.complete:
+        return not again
+    return point.state == "unknown" or (point.state == "open" and resume)
+
+
+def stream_state(client: Client, destination: str, stream_id: str) -> ResumePoint:
+    """The broker's resume answer for one stream id (a query SEND, nothing stored)."""
+    answer = client.send_async(destination, b"", {wire.QUERY: stream_id}).result(client.timeout)
+    return wire.parse_resume(answer)
 
 
 def safe_name(name: str, fallback: str) -> str:
@@ -115,16 +139,27 @@ def expected_total(size: int | None, headers: Mapping[str, str]) -> int | None:
 
 def send_file(client: Client, destination: str, path: str | os.PathLike[str], *,
               chunk_size: int = DEFAULT_CHUNK_SIZE, window: int = DEFAULT_WINDOW,
-              resume: bool = True, progress: Progress | None = None,
+              resume: bool = True, again: bool = False, progress: Progress | None = None,
               headers: Mapping[str, str] | None = None,
               wait_for_consumer: float | None = None) -> StreamWriter:
-    """Send one file as a stream; returns the (closed) writer for its id and statistics."""
-    absolute, stream_id, size = file_identity(path)
+    """Send one file as a stream; returns the (closed) writer for its id and statistics.
+
+    `writer.already_complete`: this file was sent to `destination` before and nothing was sent
+    now (`again=True` sends another copy). `resume=False` never continues an interrupted
+    send: the whole file goes out as a new copy."""
+    copy = 0
+    while True:
+        absolute, stream_id, size = file_identity(path, destination, copy)
+        point = stream_state(client, destination, stream_id)
+        if takes_copy(point, again=again, resume=resume):
+            break
+        copy += 1
     with open(absolute, "rb") as src, StreamWriter(
             client, destination, name=absolute.name, chunk_size=chunk_size, window=window,
             headers={wire.FILE_SIZE: str(size), **(headers or {})}, stream_id=stream_id,
-            resume=resume, wait_for_consumer=wait_for_consumer) as writer:
-        while block := src.read(chunk_size):
+            resume=point.state != "unknown",
+            wait_for_consumer=wait_for_consumer) as writer:
+        while not writer.already_complete and (block := src.read(chunk_size)):
             writer.write(block)
             if progress is not None:
                 progress(writer.bytes_written, size)

@@ -39,7 +39,7 @@ class RangeHead:
     ``first`` lowest retained seq (= ``next`` when nothing is retained); ``next`` the head;
     ``end`` the exclusive end covered; ``count`` messages (streams in streams mode) in
     ``[start, end)``; ``splits`` seqs cutting it into slices of equal count; ``committed``
-    the ledger's position when a ledger was named.
+    the ledger's position when a ledger was named; ``exists`` False: no such queue (yet).
     """
 
     first: int
@@ -48,6 +48,7 @@ class RangeHead:
     count: int
     splits: list[int] = field(default_factory=list)
     committed: int | None = None
+    exists: bool = True
 
 
 def range_headers(*, start: int | None = None, end: int | None = None,
@@ -96,7 +97,8 @@ def parse_end(headers: dict[str, str]) -> RangeHead:
         return RangeHead(int(headers["sluice-seq-first"]), int(headers["sluice-seq-next"]),
                          int(headers["sluice-seq-end"]), int(headers["sluice-count"]),
                          [int(c) for c in cuts.split(",")] if cuts else [],
-                         int(committed) if committed is not None else None)
+                         int(committed) if committed is not None else None,
+                         headers.get("sluice-destination-missing") != "true")
     except (KeyError, ValueError) as exc:
         raise ClientError(f"malformed range end frame: {exc}", headers) from None
 

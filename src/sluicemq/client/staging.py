@@ -25,6 +25,29 @@ RESULT = "sluice-stage-result"
 MESSAGES = "sluice-stage-messages"
 DISCARDED = "sluice-stage-discarded"
 FORMAT = "sluice-format"
+TOKEN = "sluice-stage-token"
+
+
+class PublishResult(tuple[str, int]):
+    """``(result, messages)`` of a publication, plus ``token``: for ``"published"`` the token
+    sent with it, for ``"duplicate"`` the one the batch was first published with (None when
+    that publisher gave none). Compare it with your own to tell your retry from someone
+    else's batch."""
+
+    token: str | None
+
+    def __new__(cls, result: str, messages: int, token: str | None) -> PublishResult:
+        self = super().__new__(cls, (result, messages))
+        self.token = token
+        return self
+
+    @property
+    def result(self) -> str:
+        return self[0]
+
+    @property
+    def messages(self) -> int:
+        return self[1]
 
 
 class StagedPart(CommitScope):
@@ -93,15 +116,18 @@ class StagedPart(CommitScope):
         self.finished = True
 
 
-def publish_stage(client: Client, sink: str, batch: str | int,
-                  parts: Iterable[str | int]) -> tuple[str, int]:
-    """Publish exactly ``parts`` of the batch; ("published" | "duplicate", messages)."""
+def publish_stage(client: Client, sink: str, batch: str | int, parts: Iterable[str | int],
+                  token: str | None = None) -> PublishResult:
+    """Publish exactly ``parts`` of the batch; ("published" | "duplicate", messages), with
+    ``.token`` (see `PublishResult`)."""
     headers = {STAGE_COMMIT: f"{sink}/{batch}", STAGE_PARTS: ",".join(str(p) for p in parts)}
+    if token is not None:
+        headers[TOKEN] = token
     _, receipt = client._submit(lambda m: m.commit("publish", headers=headers))
     answer = receipt.result()
     if RESULT not in answer:
         raise ClientError("the broker does not support staged publishing")
-    return answer[RESULT], int(answer.get(MESSAGES, "0"))
+    return PublishResult(answer[RESULT], int(answer.get(MESSAGES, "0")), answer.get(TOKEN))
 
 
 def abort_stage(client: Client, sink: str, batch: str | int) -> int:

@@ -37,7 +37,7 @@ from sluicemq.client.message import Message, TransactionRef, _Received, transact
 from sluicemq.client.producer import ProducerNumbers
 from sluicemq.client.ranges import RangeHead, RangeRead, open_range, range_headers
 from sluicemq.client.scope import CommitScope
-from sluicemq.client.staging import StagedPart, abort_stage, publish_stage
+from sluicemq.client.staging import PublishResult, StagedPart, abort_stage, publish_stage
 from sluicemq.client.streams import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_WINDOW,
@@ -285,12 +285,13 @@ class Client:
         a clean exit commits it, durable and invisible, until `publish_stage`."""
         return StagedPart(self, sink, batch, part)
 
-    def publish_stage(self, sink: str, batch: str | int,
-                      parts: list[str] | tuple[str, ...]) -> tuple[str, int]:
+    def publish_stage(self, sink: str, batch: str | int, parts: list[str] | tuple[str, ...],
+                      token: str | None = None) -> PublishResult:
         """Make exactly these parts of the batch visible, atomically and once; returns
-        ("published" | "duplicate", messages). A part the broker lacks raises ClientError
-        and nothing is published."""
-        return publish_stage(self, sink, batch, parts)
+        ("published" | "duplicate", messages) with `.token`: for a duplicate, the token the
+        batch was first published with. A part the broker lacks raises ClientError and
+        nothing is published."""
+        return publish_stage(self, sink, batch, parts, token)
 
     def abort_stage(self, sink: str, batch: str | int) -> int:
         """Discard the batch's parked parts; returns how many there were."""
@@ -355,13 +356,16 @@ class Client:
 
     def send_file(self, destination: str, path: str | os.PathLike[str], *,
                   chunk_size: int = DEFAULT_CHUNK_SIZE, window: int = DEFAULT_WINDOW,
-                  resume: bool = True, progress: Progress | None = None,
+                  resume: bool = True, again: bool = False,
+                  progress: Progress | None = None,
                   headers: Mapping[str, str] | None = None,
                   wait_for_consumer: float | None = None) -> StreamWriter:
-        """Send a file as a stream, resuming an interrupted earlier send of the same file."""
+        """Send a file as a stream, resuming an interrupted earlier send of the same file;
+        one already sent to `destination` is sent again only with `again`
+        (`writer.already_complete` says it was not)."""
         return files.send_file(self, destination, path, chunk_size=chunk_size, window=window,
-                               resume=resume, progress=progress, headers=headers,
-                               wait_for_consumer=wait_for_consumer)
+                               resume=resume, again=again, progress=progress,
+                               headers=headers, wait_for_consumer=wait_for_consumer)
 
     def receive_file(self, destination: str, directory: str | os.PathLike[str], *,
                      window: int = DEFAULT_WINDOW, timeout: float | None = None,

@@ -30,6 +30,7 @@ SEQ_NEXT = "sluice-seq-next"
 SEQ_END = "sluice-seq-end"
 COUNT = "sluice-count"
 LEDGER_COMMITTED = "sluice-ledger-committed"
+MISSING = "sluice-destination-missing"  # on an end frame: no such queue (yet)
 ORIGINAL_ID = "sluice-original-id"
 END = "end"  # the value of `browser` on the end frame
 STREAMS_COMPLETE = "complete"

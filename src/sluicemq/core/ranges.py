@@ -35,6 +35,7 @@ from sluicemq.core.rangereq import (
     COUNT,
     END,
     LEDGER_COMMITTED,
+    MISSING,
     SEQ,
     SEQ_END,
     SEQ_FIRST,
@@ -341,6 +342,8 @@ class _Job:
              SEQ_END: str(seq_end), COUNT: str(count)}
         if cuts is not None:
             h[SPLITS] = ",".join(map(str, cuts))
+        if self.target.queue is None:
+            h[MISSING] = "true"
         if self.req.ledger is not None:
             if committed is None:
                 committed = self.svc.ledgers.position(self.target.key, self.req.ledger)

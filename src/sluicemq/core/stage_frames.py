@@ -33,8 +33,10 @@ from sluicemq.core.staging import (
     STAGE_ABORT,
     STAGE_COMMIT,
     STAGE_PARTS,
+    TOKEN,
     parse_names,
     parse_parts,
+    parse_token,
 )
 from sluicemq.errors import ProtocolError
 from sluicemq.protocol import columns
@@ -152,13 +154,17 @@ def publish(session: Session, frame: Frame) -> None:
     """COMMIT with ``sluice-stage-commit``: publish the listed parts (or find it done)."""
     sink, batch = parse_names(frame.headers[STAGE_COMMIT], STAGE_COMMIT, 2)
     names = parse_parts(frame.headers.get(STAGE_PARTS))
+    token = parse_token(frame.headers.get(TOKEN))
     stager = session.broker.stager
     _authorize_batch(session, sink, batch)
     if stager.not_durable(sink, batch, names):
         session.when_durable_retry(frame)  # parts committed but not yet on disk: wait, in order
         return
-    result, count = stager.publish(sink, batch, names)
-    session.receipt(frame, {RESULT: result, MESSAGES: str(count)})
+    result, count, stored = stager.publish(sink, batch, names, token)
+    answer = {RESULT: result, MESSAGES: str(count)}
+    if stored is not None:
+        answer[TOKEN] = stored
+    session.receipt(frame, answer)
 
 
 def abort(session: Session, frame: Frame) -> None:

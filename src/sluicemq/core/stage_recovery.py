@@ -106,7 +106,7 @@ class StagingPart(StatePart):
         replay.max_mid = max(replay.max_mid, pub.base + pub.count - 1)
         for key in [k for k in self.parked if k[:2] == (pub.sink, pub.batch)]:
             del self.parked[key]
-        self.book.remember(pub.sink, pub.batch, pub.at_ms, pub.count)
+        self.book.remember(pub.sink, pub.batch, pub.at_ms, pub.count, pub.token)
 
     def install(self) -> Iterable[Location]:
         stager = self.broker.stager

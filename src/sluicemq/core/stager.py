@@ -123,14 +123,16 @@ class Stager:
                    for r in parts[n].records)
 
     # -- publication -------------------------------------------------------------------------
-    def publish(self, sink: str, batch: str, names: list[str]) -> tuple[str, int]:
+    def publish(self, sink: str, batch: str, names: list[str],
+                token: str | None = None) -> tuple[str, int, str | None]:
         """Make the listed parts visible at once, discard the batch's other parts;
-        ``(published, n)`` or, for a batch published before, ``(duplicate, n then)``."""
+        ``(published, n, token)`` or, for a batch published before, ``(duplicate, n then,
+        the token it was published with)``."""
         earlier = self.book.published_count(sink, batch)
         if earlier is not None:
             self._resave((sink, batch))  # its RECEIPT then covers a record that had failed
             self._discard(self.book.take_batch(sink, batch))
-            return DUPLICATE, earlier
+            return DUPLICATE, earlier, self.book.published_token(sink, batch)
         parked = self.book.parts_of(sink, batch)
         missing = [n for n in names if n not in parked]
         if missing:
@@ -143,12 +145,12 @@ class Stager:
         now = self.broker.now_ms()
         pub = Publication(sink, batch, base, count, now,
                           [(p.part, [(r.ticket.loc, len(r)) for r in p.records])  # type: ignore[misc]
-                           for p in chosen])
+                           for p in chosen], token)
         payload = encode_publish(pub)
         ticket = self.store.append_record(STAGE_PUBLISH, payload)
         self._unsynced.append((ticket, (sink, batch), payload))
         every = self.book.take_batch(sink, batch)
-        self.book.remember(sink, batch, now, count)
+        self.book.remember(sink, batch, now, count, token)
         self.anchor.ensure()
         self._route(chosen, base)
         self.store.release_after(ticket.seq, [t for p in every for t in p.tickets])
@@ -157,7 +159,7 @@ class Stager:
         self.discarded_parts += len(every) - len(chosen)
         log.info("stage %s/%s published: %d part(s), %d message(s)", sink, batch, len(chosen),
                  count)
-        return PUBLISHED, count
+        return PUBLISHED, count, token
 
     def _route(self, parts: list[ParkedPart], base: int) -> None:
         broker = self.broker

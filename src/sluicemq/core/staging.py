@@ -25,6 +25,7 @@ STAGE_ABORT = "sluice-stage-abort"  # ABORT: sink/batch to discard
 RESULT = "sluice-stage-result"  # on RECEIPTs: staged | published | duplicate | discarded
 MESSAGES = "sluice-stage-messages"  # on RECEIPTs: how many messages
 DISCARDED = "sluice-stage-discarded"  # on ABORT's RECEIPT: parts discarded
+TOKEN = "sluice-stage-token"  # on a publication: the publisher's token; on a duplicate: the first's
 STAGED, PUBLISHED, DUPLICATE = "staged", "published", "duplicate"
 
 _NAME = re.compile(r"[A-Za-z0-9._:-]{1,200}")
@@ -38,6 +39,17 @@ def parse_names(value: str | None, header: str, count: int) -> tuple[str, ...]:
         raise ProtocolError(f"invalid {header} {str(value)[:100]!r}: expected {what}, each "
                             "1-200 characters of A-Z a-z 0-9 . _ : -", fatal=False)
     return names
+
+
+def parse_token(value: str | None) -> str | None:
+    """A publication's optional token: what lets a publisher tell its own retry (same token)
+    from someone else's publication of the same batch (another token)."""
+    if value is None:
+        return None
+    if not _NAME.fullmatch(value):
+        raise ProtocolError(f"invalid {TOKEN} {value[:100]!r}: expected 1-200 characters of "
+                            "A-Z a-z 0-9 . _ : -", fatal=False)
+    return value
 
 
 def parse_parts(value: str | None) -> list[str]:
@@ -112,7 +124,8 @@ class StageBook:
     def __init__(self, max_per_sink: int = 10_000) -> None:
         self.max_per_sink = max_per_sink
         self.parked: dict[tuple[str, str], dict[str, ParkedPart]] = {}
-        self.published: dict[str, dict[str, tuple[int, int]]] = {}  # sink -> batch -> (ms, n)
+        # sink -> batch -> (ms, n, token)
+        self.published: dict[str, dict[str, tuple[int, int, str | None]]] = {}
 
     # -- parked parts ------------------------------------------------------------------------
     def park(self, part: ParkedPart) -> ParkedPart | None:
@@ -156,10 +169,16 @@ class StageBook:
         entry = self.published.get(sink, {}).get(batch)
         return entry[1] if entry is not None else None
 
-    def remember(self, sink: str, batch: str, at_ms: int, count: int) -> None:
+    def published_token(self, sink: str, batch: str) -> str | None:
+        """The token the batch was published with (None: none, or not published)."""
+        entry = self.published.get(sink, {}).get(batch)
+        return entry[2] if entry is not None else None
+
+    def remember(self, sink: str, batch: str, at_ms: int, count: int,
+                 token: str | None = None) -> None:
         batches = self.published.setdefault(sink, {})
         batches.pop(batch, None)
-        batches[batch] = (at_ms, count)
+        batches[batch] = (at_ms, count, token)
         while len(batches) > self.max_per_sink:
             del batches[next(iter(batches))]
 
@@ -168,7 +187,7 @@ class StageBook:
         forgotten = 0
         for sink in list(self.published):
             batches = self.published[sink]
-            for batch in [b for b, (at, _) in batches.items() if at < before_ms]:
+            for batch in [b for b, (at, _, _) in batches.items() if at < before_ms]:
                 del batches[batch]
                 forgotten += 1
             if not batches:
@@ -180,10 +199,12 @@ class StageBook:
         return sum(len(b) for b in self.published.values())
 
     def dump_memory(self) -> list[list[Any]]:
-        return [[sink, batch, at, n] for sink, batches in self.published.items()
-                for batch, (at, n) in batches.items()]
+        """Rows ``[sink, batch, at, n]``, with a fifth element when the batch has a token."""
+        return [[sink, batch, at, n] if token is None else [sink, batch, at, n, token]
+                for sink, batches in self.published.items()
+                for batch, (at, n, token) in batches.items()]
 
     def load_memory(self, rows: list[list[Any]]) -> None:
         self.published = {}
-        for sink, batch, at, n in rows:
-            self.remember(sink, batch, at, n)
+        for sink, batch, at, n, *token in rows:  # rows written before tokens have four
+            self.remember(sink, batch, at, n, token[0] if token else None)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import uuid
+import zlib
+from array import array
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,15 +24,29 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from sluicemq.protocol import columns
 from sluicemq.spark.options import SinkOptions
 from sluicemq.spark.ranges import connect
-from sluicemq.spark.writer import (
-    BATCH_ID_PROPERTY,
-    SluiceBatchWriter,
-    SluiceStreamWriter,
-    StagedPart,
-)
+from sluicemq.spark.writer import SluiceBatchWriter, SluiceStreamWriter, StagedPart
 
 BATCH_BYTES = 4 << 20  # body bytes per staged frame
 DEFAULT_PRIORITY = 4
+_DIGEST_MASK = (1 << 128) - 1
+
+
+def digest(destination: str, hoff: bytes, hdata: pa.Buffer, boff: bytes,
+           bdata: pa.Buffer) -> int:
+    """An order-free digest of a batch's messages for the publication token: the sum of each
+    row's (CRC-32 of destination + headers, CRC-32 of body) mod 2^128. The row writer hashes
+    rows another way; a token is only compared with the same query's own earlier publication
+    of the batch, written by the same writer."""
+    hs, bs = array("i"), array("i")
+    hs.frombytes(hoff)
+    bs.frombytes(boff)
+    head, body = memoryview(hdata), memoryview(bdata)
+    seed = zlib.crc32(destination.encode())
+    total = 0
+    for k in range(len(hs) - 1):
+        total += (zlib.crc32(head[hs[k]:hs[k + 1]], seed) << 32) | zlib.crc32(
+            body[bs[k]:bs[k + 1]])
+    return total & _DIGEST_MASK
 
 
 def _offsets_and_data(arr: pa.Array) -> tuple[bytes, pa.Buffer]:
@@ -73,8 +89,8 @@ def _headers_json(batch: pa.RecordBatch) -> pa.Array:
                      f"{col.type}")
 
 
-def encode(batch: pa.RecordBatch) -> bytes:
-    """One column batch of every row of ``batch`` (one destination)."""
+def encode(batch: pa.RecordBatch, destination: str = "") -> tuple[bytes, int]:
+    """One column batch of every row of ``batch`` (one destination), and its digest."""
     n = batch.num_rows
     hoff, hdata = _offsets_and_data(_as_binary(_headers_json(batch)))
     boff, bdata = _offsets_and_data(_as_binary(batch.column("body")))
@@ -85,13 +101,15 @@ def encode(batch: pa.RecordBatch) -> bytes:
         priority = bytes([DEFAULT_PRIORITY]) * n
     zeros = bytes(8 * n)
     fixed = [zeros, zeros, zeros, priority, bytes(n), hoff, boff]
-    return b"".join(columns.assemble(n, fixed, [memoryview(hdata)], hdata.size,  # type: ignore[list-item]
+    body = b"".join(columns.assemble(n, fixed, [memoryview(hdata)], hdata.size,  # type: ignore[list-item]
                                      [memoryview(bdata)]))
+    return body, digest(destination, hoff, hdata, boff, bdata)
 
 
 def frames(batch: pa.RecordBatch, default_destination: str | None
-           ) -> Iterator[tuple[str, bytes, int]]:
-    """(destination, column batch, rows) for the rows of ``batch``, a few MiB a frame."""
+           ) -> Iterator[tuple[str, bytes, int, int]]:
+    """(destination, column batch, rows, digest) for the rows of ``batch``, a few MiB a
+    frame."""
     if "body" not in batch.schema.names:
         raise ValueError("rows written to sluice need a `body` column")
     groups: list[tuple[str | None, pa.RecordBatch]] = [(default_destination, batch)]
@@ -108,42 +126,39 @@ def frames(batch: pa.RecordBatch, default_destination: str | None
         per = max(1, int(rows.num_rows * BATCH_BYTES / max(1, body_bytes)))
         for start in range(0, rows.num_rows, per):
             part = rows.slice(start, per)
-            yield destination, encode(part), part.num_rows
+            body, sums = encode(part, destination)
+            yield destination, body, part.num_rows, sums
 
 
-def stage_batches(opts: SinkOptions, batch: str, batches: Iterator[pa.RecordBatch]
-                  ) -> StagedPart:
+def stage_batches(opts: SinkOptions, batch: str, batches: Iterator[pa.RecordBatch], *,
+                  sink: str, owner: str) -> StagedPart:
     """Park this task's record batches as one part of (sink, batch); runs on an executor."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
     where = f"p{ctx.partitionId()}-a{ctx.attemptNumber()}" if ctx is not None else "p"
     part = f"{where}-{uuid.uuid4().hex[:12]}"
-    count = 0
-    with connect(opts.connection) as client, client.stage(opts.sink_id, batch, part) as staged:
+    count = total = 0
+    with connect(opts.connection) as client, client.stage(sink, batch, part) as staged:
         for record_batch in batches:
-            for destination, body, rows in frames(record_batch, opts.destination):
+            for destination, body, rows, sums in frames(record_batch, opts.destination):
                 staged.send_batch(destination, body, rows)
                 count += rows
-    return StagedPart(part, count)
+                total = (total + sums) & _DIGEST_MASK
+    return StagedPart(part, count, sink, owner, total)
 
 
 class SluiceBatchArrowWriter(SluiceBatchWriter, DataSourceArrowWriter):
     """`df.write.format("sluice")` with Arrow record batches in."""
 
     def write(self, iterator: Iterator[Any]) -> StagedPart:
-        return stage_batches(self.opts, self.batch, iterator)
+        return stage_batches(self.opts, self.batch, iterator, sink=self.sink, owner=self.batch)
 
 
 class SluiceStreamArrowWriter(SluiceStreamWriter, DataSourceStreamArrowWriter):
     """`df.writeStream.format("sluice")` with Arrow record batches in."""
 
     def write(self, iterator: Iterator[Any]) -> StagedPart:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        batch = ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx is not None else None
-        if batch is None:
-            raise RuntimeError(f"Spark did not set {BATCH_ID_PROPERTY} on this task")
-        return stage_batches(self.opts, f"b{batch}", iterator)
+        batch, sink, owner = self.task_target()
+        return stage_batches(self.opts, batch, iterator, sink=sink, owner=owner)
 

@@ -3,14 +3,15 @@
 Spark hands options over as a case-insensitive map (and `dict()` of it lowercases every key),
 so every lookup here is by lowercase name. Parsing happens on the driver when the reader or
 writer is created: a typo fails the query at start, not inside an executor an hour later.
+An option name neither side knows is an error too (with the closest known names): a misspelt
+`maxMessagesPerTrigger` silently ignored would run unbounded batches.
 """
 
 from __future__ import annotations
 
-import hashlib
+import difflib
 import re
-import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from sluicemq.client.url import DEFAULT_PORT, parse_url
@@ -25,6 +26,16 @@ STREAM_OUTPUTS = ("binary", "path")
 MAX_BINARY_STREAM = 512 << 20
 _SINK_ID = re.compile(r"[A-Za-z0-9._:-]{1,200}")  # the broker's rule for stage names
 
+CONNECTION_OPTIONS = ("url", "login", "passcode", "clientId", "timeout")
+SOURCE_OPTIONS = (*CONNECTION_OPTIONS, "destination", "subscription", "selector", "ledger",
+                  "mode", "startingOffsets", "maxMessagesPerTrigger", "partitions",
+                  "streams.output", "streams.format", "path", "consume", "headers",
+                  "headerColumns", "bulk", "batchBytes", "streams.csv.header",
+                  "streams.csv.delimiter")
+SINK_OPTIONS = (*CONNECTION_OPTIONS, "destination", "sinkId", "bulk")
+# Added by Spark itself: `load(path)` / `save(path)` / `start(path)`, a stream's checkpoint.
+SPARK_OPTIONS = ("path", "checkpointLocation")
+
 
 class OptionError(ValueError):
     """An option is missing or has a value the source cannot use."""
@@ -32,6 +43,20 @@ class OptionError(ValueError):
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def check_names(opts: Iterable[str], known: Iterable[str], what: str) -> None:
+    """Refuse an option name that is not in `known` (compared without case), naming the
+    closest known ones."""
+    spelled = {name.lower(): name for name in known}
+    unknown = sorted(k for k in opts if k.lower() not in spelled)
+    if not unknown:
+        return
+    bad = unknown[0]
+    close = difflib.get_close_matches(bad.lower(), list(spelled), n=3, cutoff=0.6)
+    hint = (f"did you mean {' or '.join(spelled[c] for c in close)}? " if close else "")
+    raise OptionError(f"unknown option {bad!r} for {what}: {hint}known options are "
+                      f"{', '.join(n for n in spelled.values() if n not in SPARK_OPTIONS)}")
 
 
 def _flag(value: str | None, default: bool) -> bool:
@@ -124,6 +149,7 @@ class SourceOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         opts = _lower(options)
+        check_names(opts, (*SOURCE_OPTIONS, *SPARK_OPTIONS), 'reading format("sluice")')
         dest = _destination(opts)
         assert dest is not None
         subscription = opts.get("subscription")
@@ -193,27 +219,20 @@ class SourceOptions:
 
 @dataclass(frozen=True)
 class SinkOptions:
-    """Where rows go: the parsed form of a writer's options."""
+    """Where rows go: the parsed form of a writer's options. `sink_id` None: the writer
+    derives it (`q-<query id>` for a streaming query, `w-<random>` per batch write)."""
 
     connection: Connection
     destination: str | None
-    sink_id: str
+    sink_id: str | None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SinkOptions:
         opts = _lower(options)
+        check_names(opts, (*SINK_OPTIONS, "checkpointLocation") if streaming else SINK_OPTIONS,
+                    'writing format("sluice")')
         sink_id = opts.get("sinkid")
-        if sink_id is None:
-            checkpoint = opts.get("checkpointlocation")
-            if streaming and checkpoint:
-                # One id per query, stable across restarts: the checkpoint is the query.
-                sink_id = "q-" + hashlib.sha256(checkpoint.encode()).hexdigest()[:24]
-            elif streaming:
-                raise OptionError("a streaming write needs checkpointLocation (or option "
-                                  "sinkId): it names the query for idempotent commits")
-            else:
-                sink_id = "w-" + uuid.uuid4().hex
-        elif not _SINK_ID.fullmatch(sink_id):
+        if sink_id is not None and not _SINK_ID.fullmatch(sink_id):
             raise OptionError(f"option sinkId must be 1-200 characters of A-Z a-z 0-9 . _ : -, "
                               f"got {sink_id!r}")
         return cls(Connection.parse(opts), _destination(opts, required=False), sink_id)

@@ -31,6 +31,7 @@ from pyspark.sql.streaming.datasource import (
 from sluicemq.client import Client
 from sluicemq.spark.options import SourceOptions
 from sluicemq.spark.ranges import RangePartition, connect, read_rows, slices, target
+from sluicemq.spark.waiting import DestinationWatch
 
 
 class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -39,6 +40,7 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._client: Client | None = None
         self._until: int | None = None  # Trigger.AvailableNow: the head when it started
         self._committed = -1  # the ledger position we last moved the broker to
+        self._watch = DestinationWatch(opts.destination)  # logs a missing queue
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -63,6 +65,7 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         opts = self.opts
         head = self._broker().head(opts.destination, ledger=opts.ledger, **target(opts))
+        self._watch.observe(head.exists)
         start = head.first if opts.starting == "earliest" else head.next
         if head.committed is not None:
             start = max(start, head.committed)
@@ -84,6 +87,7 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         most = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         head = self._broker().head(opts.destination, start=first, end=self._until,
                                    max_messages=most, **target(opts))
+        self._watch.observe(head.exists)
         if head.count == 0:
             return start  # nothing new: Spark plans no batch
         return {"seq": head.end}

@@ -12,6 +12,7 @@ records they were learnt from (published batches, producer sequence numbers).
 * ``STAGE_PUBLISH``: a batch published: which part records (and how many messages each holds),
   in order, and the first message id (``base``); message ``i`` of the publication has id
   ``base + i``, even when some of those records were deleted since (all their messages consumed).
+  ``token``, the publisher's token, is there only when it gave one (older records lack it).
 * ``STAGE_DISCARD``: parked parts dropped (abort, timeout): ``[sink, batch, part, attempt]``.
 * ``MEMO_PUBLISHED``, ``MEMO_PRODUCERS``: a whole table as of that point of the log
   (``core/anchor.py``): the published batches, the producers' highest sequence numbers.
@@ -72,21 +73,25 @@ class Publication:
     count: int
     at_ms: int
     parts: list[tuple[str, list[tuple[Location, int]]]]
+    token: str | None = None
 
 
 def encode_publish(p: Publication) -> bytes:
-    return json.dumps({
+    d: dict[str, Any] = {
         "sink": p.sink, "batch": p.batch, "base": p.base, "count": p.count, "at": p.at_ms,
         "parts": [[name, [[loc.segment, loc.offset, loc.length, n] for loc, n in recs]]
                   for name, recs in p.parts],
-    }, separators=(",", ":")).encode()
+    }
+    if p.token is not None:
+        d["token"] = p.token
+    return json.dumps(d, separators=(",", ":")).encode()
 
 
 def decode_publish(payload: bytes | memoryview) -> Publication:
     d = json.loads(bytes(payload))
     return Publication(d["sink"], d["batch"], d["base"], d["count"], d["at"],
                        [(name, [(Location(s, o, n), c) for s, o, n, c in recs])
-                        for name, recs in d["parts"]])
+                        for name, recs in d["parts"]], d.get("token"))
 
 
 def encode_discard(parts: Iterable[tuple[str, str, str, int]]) -> bytes:

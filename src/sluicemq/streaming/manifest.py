@@ -153,10 +153,12 @@ def check_user_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
     return out
 
 
-def file_stream_id(path: str, size: int, mtime_ns: int) -> str:
-    """A stream id that stays the same while the file does, so a rerun resumes its stream."""
-    key = f"{path}\0{size}\0{mtime_ns}".encode("utf-8", "surrogateescape")
-    return hashlib.sha256(key).hexdigest()[:32]
+def file_stream_id(path: str, size: int, mtime_ns: int, *, destination: str = "",
+                   copy: int = 0) -> str:
+    """A stream id that stays the same while the file, its destination and the copy number
+    do, so a rerun resumes its stream; another destination or copy is another stream."""
+    key = f"{path}\0{size}\0{mtime_ns}\0{destination}\0{copy}"
+    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
 def _natural(headers: Mapping[str, str], key: str) -> int:
