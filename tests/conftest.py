@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+# The suite tests the checkout it lives in, whichever environment runs it (a second git
+# worktree may borrow another checkout's virtualenv): this src first, here and in every broker
+# or Spark worker process a test starts.
+_SRC = str(Path(__file__).resolve().parents[1] / "src")
+sys.path.insert(0, _SRC)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (_SRC, os.environ.get("PYTHONPATH")) if p)
 
-from sluice_testing import BrokerProcess, RawStomp
+import pytest  # noqa: E402
+
+from sluice_testing import BrokerProcess, RawStomp  # noqa: E402
 
 __all__ = ["BrokerProcess", "RawStomp"]
 
