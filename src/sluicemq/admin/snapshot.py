@@ -202,7 +202,7 @@ def streams(broker: Broker, rates: StreamRates | None = None) -> list[dict[str, 
     live = getattr(broker, "streams", None) or {}
     done = getattr(broker, "finished_streams", None) or {}
     table = {**done, **live}
-    ordered = sorted(table.values(), key=lambda st: (st.id not in live, -st.started))
+    ordered = sorted(table.values(), key=lambda st: (st.key not in live, -st.started))
     return [stream_view(st, rates) for st in ordered]
 
 

@@ -183,6 +183,13 @@ class Security:
         entry = self.users.get(name)
         return User(entry.name, frozenset(entry.groups)) if entry else None
 
+    def owner(self, user: User | None) -> str | None:
+        """Whom a connection's staged batches and streams belong to: its user's name with
+        security on (anonymous included), nobody (None) on an open broker."""
+        if not self.enabled:
+            return None
+        return (user or ANONYMOUS).name
+
     def authorize(self, user: User | None, action: str, destination: str | None) -> bool:
         """May `user` (None: anonymous) do `action` on `destination` (None: broker-wide)?"""
         return self.acl.allows(user or ANONYMOUS, action, destination)

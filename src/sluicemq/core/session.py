@@ -360,7 +360,8 @@ class Session:
         if STREAM_ID in h and txid is None:
             try:
                 chunk = parse_chunk(h, len(frame.body))
-                if not self.broker.accept_chunk(kind, name, chunk, len(frame.body), self.peer):
+                if not self.broker.accept_chunk(kind, name, chunk, len(frame.body), self.peer,
+                                                self.security.owner(self.user)):
                     self.receipt(frame, {DUPLICATE: "true"})
                     return
             except ChunkError as exc:
@@ -451,7 +452,11 @@ class Session:
 
     def _stream_query(self, frame: Frame, kind: str, name: str) -> None:
         """Where should a reconnecting producer resume?  Optionally wait for a consumer."""
-        answer = self.broker.stream_query(frame.headers[QUERY])
+        try:
+            answer = self.broker.stream_query(kind, name, frame.headers[QUERY],
+                                              self.security.owner(self.user))
+        except ChunkError as exc:
+            raise ProtocolError(str(exc), fatal=False) from None
         wait = frame.headers.get(WAIT_CONSUMER)
         if wait is None:
             self.receipt(frame, answer)

@@ -6,6 +6,10 @@ A staged part is an ordinary transaction opened with ``sluice-stage``: its SENDs
 usual, and its COMMIT stores the part instead of routing it. A publication or an abort is a
 COMMIT or ABORT whose ``transaction`` header is only a label: it needs no BEGIN and never
 touches an open transaction.
+
+With security on, parts, publications and aborts act only on the batches of the user who sends
+them (``core/staging.py``): another user's batch of the same name is invisible, so it can be
+neither published empty, nor redirected, nor discarded.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from sluicemq.core.staging import (
     STAGE_ABORT,
     STAGE_COMMIT,
     STAGE_PARTS,
+    BatchKey,
     parse_names,
     parse_parts,
 )
@@ -86,8 +91,8 @@ def add_send(spool: TxSpool, frame: Frame, kind: str, name: str, now_ms: int) ->
 
 def commit_part(session: Session, spool: StageSpool) -> dict[str, str]:
     """COMMIT of a staged part: store it, invisible; the RECEIPT headers to answer with."""
-    result, count = session.broker.stager.stage(spool.sink, spool.batch, spool.part,
-                                                _payloads(spool))
+    result, count = session.broker.stager.stage(owner(session), spool.sink, spool.batch,
+                                                spool.part, _payloads(spool))
     return {RESULT: result, MESSAGES: str(count)}
 
 
@@ -101,24 +106,32 @@ def publish(session: Session, frame: Frame) -> None:
     sink, batch = parse_names(frame.headers[STAGE_COMMIT], STAGE_COMMIT, 2)
     names = parse_parts(frame.headers.get(STAGE_PARTS))
     stager = session.broker.stager
-    _authorize_batch(session, sink, batch)
-    if stager.not_durable(sink, batch, names):
+    key = stager.book.scope(owner(session), sink, batch)
+    _authorize_batch(session, key)
+    if stager.not_durable(key, names):
         session.when_durable_retry(frame)  # parts committed but not yet on disk: wait, in order
         return
-    result, count = stager.publish(sink, batch, names)
+    result, count = stager.publish(key, names)
     session.receipt(frame, {RESULT: result, MESSAGES: str(count)})
 
 
 def abort(session: Session, frame: Frame) -> None:
     """ABORT with ``sluice-stage-abort``: discard the batch's parked parts."""
     sink, batch = parse_names(frame.headers[STAGE_ABORT], STAGE_ABORT, 2)
-    _authorize_batch(session, sink, batch)
-    discarded = session.broker.stager.abort(sink, batch)
+    stager = session.broker.stager
+    key = stager.book.scope(owner(session), sink, batch)
+    _authorize_batch(session, key)
+    discarded = stager.abort(key)
     session.receipt(frame, {DISCARDED: str(discarded)})
 
 
-def _authorize_batch(session: Session, sink: str, batch: str) -> None:
+def owner(session: Session) -> str | None:
+    """Whose batches this connection works on: its user's with security on, else nobody's."""
+    return session.security.owner(session.user)
+
+
+def _authorize_batch(session: Session, key: BatchKey) -> None:
     """Publishing or discarding a batch acts on what it would send: the user needs write
     permission on each of its destinations, as for sending there directly."""
-    for kind, name in sorted(session.broker.stager.book.destinations(sink, batch)):
+    for kind, name in sorted(session.broker.stager.book.destinations(key)):
         session._authorize(WRITE, "queue" if kind == "q" else "topic", name)

@@ -8,6 +8,11 @@ policies for a consumer that dies (``resume`` / ``restart`` / ``discard``) and f
 before the stream is complete (``progressive`` / ``complete``).
 
 Header names are the wire contract, shared with the client library (``sluice-stream-*``).
+
+A stream is known by its destination and its id (``StreamKey``), never by the id alone: chunks
+sent to another destination under the same id start a stream of their own there, so nobody can
+query or pre-empt a stream through a queue they happen to be allowed to write. With security
+on, a stream also belongs to the user who sent its first chunk.
 """
 
 from __future__ import annotations
@@ -41,6 +46,15 @@ RESUME, RESTART, DISCARD = "resume", "restart", "discard"
 PROGRESSIVE, COMPLETE_FIRST = "progressive", "complete"
 
 
+StreamKey = tuple[str, str]  # (destination key "q:NAME" or "t:NAME", stream id)
+
+
+def destination_key(destination: str) -> str:
+    """``/queue/x`` -> ``q:x``, ``/topic/x`` -> ``t:x``: the journal's destination keys."""
+    kind, _, name = destination[1:].partition("/")
+    return f"{'t' if kind == 'topic' else 'q'}:{name}"
+
+
 @dataclass(slots=True)
 class StreamState:
     """What the broker knows of one stream; also what the console's streams page shows."""
@@ -64,6 +78,11 @@ class StreamState:
     updated: float = field(default_factory=time.time)
     held: list[Message] = field(default_factory=list)  # `complete` mode: not dispatched yet
     last_ticket: object = None  # pins the journal tail that remembers our progress
+    owner: str | None = None  # the user who started it (security on); None: anyone
+
+    @property
+    def key(self) -> StreamKey:
+        return (self.queue_key, self.id)
 
     @property
     def final_stored(self) -> bool:
