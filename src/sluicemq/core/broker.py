@@ -71,7 +71,7 @@ class Broker:
         self.topics: dict[str, Topic] = {}
         self.durables: dict[str, tuple[records.DurableSub, Queue]] = {}
         self.sub_tickets: dict[str, TicketLike] = {}  # SUB records pin their segment
-        self.client_ids: dict[str, object] = {}
+        self.client_ids: dict[tuple[str | None, str], object] = {}  # (owner, id) -> session
         self.next_mid = 1
         self._dirty: dict[int, Queue] = {}
         self._dispatch_scheduled = False

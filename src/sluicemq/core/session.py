@@ -287,10 +287,14 @@ class Session:
         h = frame.headers
         client_id = h.get("client-id")
         if client_id:
-            owner = self.broker.client_ids.get(client_id)
-            if owner is not None and owner is not self:
+            # With security on a client id is the user's own: another user's connection of
+            # the same id neither blocks nor is blocked (their durable subscriptions are
+            # guarded by owner, see _claim_durable).
+            lock = (self.security.owner(self.user), client_id)
+            holder = self.broker.client_ids.get(lock)
+            if holder is not None and holder is not self:
                 raise ProtocolError(f"client-id {client_id!r} is already connected")
-            self.broker.client_ids[client_id] = self
+            self.broker.client_ids[lock] = self
             self.client_id = client_id
         self.login = h.get("login")
         self.connected = True
@@ -335,8 +339,9 @@ class Session:
         for spool in self.transactions.values():
             spool.close()
         self.transactions.clear()
-        if self.client_id and self.broker.client_ids.get(self.client_id) is self:
-            del self.broker.client_ids[self.client_id]
+        lock = (self.security.owner(self.user), self.client_id)
+        if self.client_id and self.broker.client_ids.get(lock) is self:
+            del self.broker.client_ids[lock]
 
     # -- SEND --------------------------------------------------------------------------------
     def _send(self, frame: Frame) -> None:
