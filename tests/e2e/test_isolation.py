@@ -9,8 +9,11 @@ read and write there) and each has a queue of its own; ``olga`` administers the 
 from __future__ import annotations
 
 import asyncio
+import base64
 import socket
 import time
+import urllib.error
+import urllib.request
 from typing import Any
 
 import aiohttp
@@ -245,6 +248,61 @@ def test_a_client_id_held_by_another_user_does_not_lock_its_owner_out(secured: A
             assert a.subscribe("/topic/news.eu", durable_name="feed").get(5).body == b"for app-a"
     finally:
         squatter.close()
+
+
+# -- login throttle --------------------------------------------------------------------------
+def http_get(url: str, user: str | None = None) -> int:
+    headers = {}
+    if user is not None:
+        token = base64.b64encode(f"{user}:{USERS[user][0]}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers),
+                                    timeout=15) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_anonymous_failures_do_not_lock_users_out(secured: Any) -> None:
+    """Failed logins are counted per (address, login name): a dozen anonymous GET /metrics
+    from an address leave its users free to log in over STOMP and HTTP."""
+    for _ in range(12):
+        assert http_get(f"{secured.console_url}/metrics") == 401
+    with login(secured, "app-a") as a:
+        a.send("/queue/orders.in", b"still in")
+    assert http_get(f"{secured.console_url}/metrics", "olga") == 200
+
+
+def test_a_burst_of_wrong_logins_is_checked_only_up_to_the_limit(secured: Any) -> None:
+    """200 concurrent CONNECTs with wrong passwords for app-b: checks in progress count as
+    failures, so 10 (max-login-failures) are checked and 190 refused unchecked; app-a's login
+    from the same address meanwhile is neither locked out nor "busy"."""
+    socks = []
+    wrong = encode_frame(Frame("CONNECT", {"accept-version": "1.2", "host": "localhost",
+                                           "login": "app-b", "passcode": "guess"}), "1.2")
+    for _ in range(200):
+        sock = socket.create_connection((secured.host, secured.port), timeout=30)
+        sock.sendall(wrong)
+        socks.append(sock)
+    try:
+        legit = Raw(secured, "app-a")
+        assert legit.connected.command == "CONNECTED"
+        legit.close()
+        reasons = []
+        for sock in socks:
+            parser = FrameParser(version="1.2")
+            frames: list[Frame] = []
+            while not frames:
+                data = sock.recv(65536)
+                assert data, "closed without an ERROR"
+                frames = parser.feed(data)
+            reasons.append(frames[0].headers["message"])
+    finally:
+        for sock in socks:
+            sock.close()
+    assert reasons.count("invalid login or passcode") == 10
+    assert reasons.count("too many failed logins; try again later") == 190
 
 
 # -- WebSocket -------------------------------------------------------------------------------
