@@ -73,6 +73,7 @@ class SecuritySettings:
     # Browser origins (scheme://host[:port]) besides the listener's own that may open STOMP
     # over WebSocket; "*": any. Upgrades without an Origin header (not a browser) are allowed.
     websocket_origins: tuple[str, ...] = ()
+    dlq_follows_origin: bool = True  # DLQ.<name> grants what <name> grants (besides its rules)
 
 
 @dataclass(frozen=True, slots=True)

@@ -351,3 +351,19 @@ def test_unknown_names_are_refused_like_wrong_passwords() -> None:
     security = Security(settings(max_login_failures=100))
     assert login(security, "nobody", "x") == (None, "invalid login or passcode")
     assert login(security, "nobody", "x", peer="10.5.5.5:1")[1] == "invalid login or passcode"
+
+
+def test_a_dead_letter_queue_grants_what_its_origin_grants() -> None:
+    """Readers of orders.> read DLQ.orders.*; rules naming the DLQ add to that; off, a DLQ has
+    only its own rules."""
+    acl = Acl((AclEntry("/queue/orders.>", read=("apps",)),
+               AclEntry("/topic/news.>", read=("apps",)),
+               AclEntry("/queue/DLQ.special", read=("olga",))), dlq_prefixes=("DLQ.",))
+    assert acl.allows(APP, READ, "/queue/DLQ.orders.eu")
+    assert acl.allows(APP, READ, "/queue/DLQ.news.eu")  # a topic subscription's DLQ
+    assert not acl.allows(APP, WRITE, "/queue/DLQ.orders.eu")  # only what the origin grants
+    assert not acl.allows(APP, READ, "/queue/DLQ.payroll")
+    assert not acl.allows(APP, READ, "/queue/DLQ.")
+    assert acl.allows(OPS, READ, "/queue/DLQ.special")
+    strict = Acl(acl.entries)
+    assert not strict.allows(APP, READ, "/queue/DLQ.orders.eu")

@@ -305,6 +305,40 @@ def test_a_burst_of_wrong_logins_is_checked_only_up_to_the_limit(secured: Any) -
     assert reasons.count("too many failed logins; try again later") == 190
 
 
+# -- dead-letter queues ----------------------------------------------------------------------
+def kill_one(b: Any, user: str, dest: str, body: bytes) -> None:
+    """Send a message and NACK it past max-redeliveries (1): it moves to the DLQ."""
+    with login(b, user) as c:
+        c.send(dest, body)
+        with c.subscribe(dest, ack="client") as sub:
+            for _ in range(2):
+                msg = sub.get(timeout=5)
+                assert msg is not None and msg.body == body
+                msg.nack(receipt=True)
+
+
+def test_a_dlq_can_be_read_by_whoever_reads_its_origin(broker_factory: Any) -> None:
+    """Readers of orders.> read /queue/DLQ.orders.*; a DLQ of someone else's queue stays
+    closed, saying why."""
+    b = broker_factory(config_text=config() + "\n[defaults]\nmax-redeliveries = 1\n")
+    kill_one(b, "app-a", "/queue/orders.pay", b"died")
+    kill_one(b, "app-a", "/queue/a.private", b"private")
+    with login(b, "app-b") as c:
+        assert drain(c, "/queue/DLQ.orders.pay") == [b"died"]
+        with pytest.raises(ClientError, match=r"not authorized to read /queue/DLQ\.a\.private"):
+            c.subscribe("/queue/DLQ.a.private")
+    with login(b, "app-a") as a:
+        assert drain(a, "/queue/DLQ.a.private") == [b"private"]
+
+
+def test_dlq_rights_can_be_left_to_explicit_rules(broker_factory: Any) -> None:
+    b = broker_factory(config_text=config("dlq-follows-origin = false")
+                       + "\n[defaults]\nmax-redeliveries = 1\n")
+    kill_one(b, "app-a", "/queue/orders.pay", b"died")
+    with login(b, "app-a") as a, pytest.raises(ClientError, match="not authorized to read"):
+        a.subscribe("/queue/DLQ.orders.pay")
+
+
 # -- WebSocket -------------------------------------------------------------------------------
 def ws_upgrade(url: str, origin: str | None) -> int | str:
     """Open STOMP over WebSocket with this Origin: "CONNECTED" or the refusing HTTP status."""

@@ -92,10 +92,16 @@ def _split_pattern(pattern: str) -> tuple[str | None, str]:
 
 
 class Acl:
-    """Per-destination rules; `allows` answers for one user, action and destination."""
+    """Per-destination rules; `allows` answers for one user, action and destination.
 
-    def __init__(self, entries: tuple[AclEntry, ...]) -> None:
+    A dead-letter queue (``/queue/<prefix><origin>``, one of ``dlq_prefixes``) also grants what
+    its origin grants (``/queue/<origin>`` or ``/topic/<origin>``): whoever may read orders may
+    read the orders that died there, without a rule per DLQ. Rules naming the DLQ add to that.
+    """
+
+    def __init__(self, entries: tuple[AclEntry, ...], dlq_prefixes: tuple[str, ...] = ()) -> None:
         self.entries = entries
+        self.dlq_prefixes = tuple(p for p in dlq_prefixes if p)
         self._rules = [(*_split_pattern(e.destination), e) for e in entries]
 
     def allows(self, user: User, action: str, destination: str | None) -> bool:
@@ -118,7 +124,14 @@ class Acl:
                 return False
             candidates = [e for k, pattern, e in self._rules
                           if (k is None or k == kind) and match_destination(pattern, name)]
-        return any(principals.intersection(getattr(e, field_name)) for e in candidates)
+        if any(principals.intersection(getattr(e, field_name)) for e in candidates):
+            return True
+        if destination is None or kind != "queue":
+            return False
+        return any(self.allows(user, action, f"/{origin_kind}/{name[len(prefix):]}")
+                   for prefix in self.dlq_prefixes
+                   if name.startswith(prefix) and len(name) > len(prefix)
+                   for origin_kind in ("queue", "topic"))
 
 
 ThrottleKey = Hashable  # (address, login name); any hashable in unit tests
@@ -174,10 +187,10 @@ class Security:
     """The broker's one gate: authenticate logins (STOMP, HTTP basic) and authorize actions."""
 
     def __init__(self, settings: SecuritySettings, clock: Callable[[], float] = time.monotonic,
-                 ) -> None:
+                 dlq_prefixes: tuple[str, ...] = ()) -> None:
         self.settings = settings
         self.users = {u.name: u for u in settings.users}
-        self.acl = Acl(settings.acl)
+        self.acl = Acl(settings.acl, dlq_prefixes if settings.dlq_follows_origin else ())
         self.throttle = LoginThrottle(settings.max_login_failures)
         self._clock = clock
         self._pending = 0
@@ -332,7 +345,11 @@ def for_broker(broker: Broker) -> Security:
     """The one Security of a broker, built from its config on first use (any transport)."""
     security = _by_broker.get(broker)
     if security is None:
-        security = _by_broker[broker] = Security(broker.config.security)
+        config = broker.config
+        prefixes = {config.policy.dlq_prefix} | {
+            str(e.overrides["dlq_prefix"]) for e in config.policies if "dlq_prefix" in e.overrides}
+        security = _by_broker[broker] = Security(config.security,
+                                                 dlq_prefixes=tuple(sorted(prefixes)))
         security.durables = DurableOwners(Path(broker.config.data_dir) / "durable-owners.json")
     return security
 
