@@ -367,3 +367,15 @@ def test_a_dead_letter_queue_grants_what_its_origin_grants() -> None:
     assert acl.allows(OPS, READ, "/queue/DLQ.special")
     strict = Acl(acl.entries)
     assert not strict.allows(APP, READ, "/queue/DLQ.orders.eu")
+
+
+def test_a_reconnect_storm_shares_one_check() -> None:
+    """Thirty connections of one user from one address at once, before any was verified: one
+    check answers them all, so none is mistaken for a burst of guesses."""
+    security = Security(settings(max_login_failures=3))
+
+    async def scenario() -> list[str]:
+        storm = [security.authenticate("app", "app-secret", f"10.4.4.4:{i}") for i in range(30)]
+        return [reason for _user, reason in await asyncio.gather(*storm)]
+
+    assert asyncio.run(scenario()) == [""] * 30

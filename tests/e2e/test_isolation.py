@@ -279,11 +279,11 @@ def test_a_burst_of_wrong_logins_is_checked_only_up_to_the_limit(secured: Any) -
     failures, so 10 (max-login-failures) are checked and 190 refused unchecked; app-a's login
     from the same address meanwhile is neither locked out nor "busy"."""
     socks = []
-    wrong = encode_frame(Frame("CONNECT", {"accept-version": "1.2", "host": "localhost",
-                                           "login": "app-b", "passcode": "guess"}), "1.2")
-    for _ in range(200):
+    for i in range(200):
         sock = socket.create_connection((secured.host, secured.port), timeout=30)
-        sock.sendall(wrong)
+        sock.sendall(encode_frame(Frame("CONNECT", {
+            "accept-version": "1.2", "host": "localhost", "login": "app-b",
+            "passcode": f"guess-{i}"}), "1.2"))
         socks.append(sock)
     try:
         legit = Raw(secured, "app-a")

@@ -7,8 +7,9 @@ online guessing slow, and failures are counted per (address, login name): a name
 failing from an address is refused there without checking, while other users from the same
 address - and that user from elsewhere - still get in. Checks in progress count as failures
 until they finish, so a burst of concurrent guesses gets no more hashes computed than the limit;
-unknown names are refused after a wait as long as a check, with no hash at all; and at most
-``HASH_WORKERS`` hashes run at once, from a queue bounded at ``MAX_PENDING_CHECKS``.
+unknown names are refused after a wait as long as a check, with no hash at all; logins with the
+very same credentials share one check (a reconnect storm is not a burst of failures); and at
+most ``HASH_WORKERS`` hashes run at once, from a queue bounded at ``MAX_PENDING_CHECKS``.
 
 Authorization follows ActiveMQ's authorization map: every rule whose destination pattern matches
 contributes its principals (union); once any rule exists, an action no rule grants is refused.
@@ -200,6 +201,7 @@ class Security:
         # reconnect storm costs one argon2 check per user, not one per connection.
         self._secret = os.urandom(32)
         self._verified: dict[str, bytes] = {}
+        self._checks: dict[bytes, asyncio.Future[User | None]] = {}  # token -> check running
         self.durables: DurableOwners | None = None
 
     @property
@@ -249,14 +251,26 @@ class Security:
         return self.user(login)
 
     async def _verify(self, login: str, passcode: str) -> User | None:
-        """Check a password of a configured user: at most HASH_WORKERS hashes at once."""
+        """Check a password of a configured user: at most HASH_WORKERS hashes at once, and
+        logins with the very same credentials meanwhile wait for this answer (``_checks``)."""
         if self._cached(login, passcode):
             return self.user(login)
         loop = asyncio.get_running_loop()
         if self._hashing is None or self._hashing[0] is not loop:
             self._hashing = (loop, asyncio.Semaphore(HASH_WORKERS))
-        async with self._hashing[1]:
-            return await loop.run_in_executor(None, self._check, login, passcode)
+        token = self._token(login, passcode)
+        shared: asyncio.Future[User | None] = loop.create_future()
+        self._checks[token] = shared
+        try:
+            async with self._hashing[1]:
+                user = await loop.run_in_executor(None, self._check, login, passcode)
+        except BaseException:
+            shared.set_result(None)
+            raise
+        finally:
+            del self._checks[token]
+        shared.set_result(user)
+        return user
 
     async def authenticate(self, login: str | None, passcode: str | None, peer: str,
                            cert_user: str | None = None) -> tuple[User | None, str]:
@@ -279,6 +293,9 @@ class Security:
         if self.throttle.blocked(key, now):
             return self._fail(key, peer, login, "too many failed logins; try again later",
                               count=False)
+        shared = self._checks.get(self._token(login, passcode or ""))
+        if shared is not None:  # a reconnect storm: one check answers every copy
+            return self._outcome(key, peer, login, await asyncio.shield(shared))
         if self._pending >= MAX_PENDING_CHECKS:
             return self._fail(key, peer, login, "login service busy; try again later",
                               count=False)
@@ -293,6 +310,10 @@ class Security:
         finally:
             self._pending -= 1
             self.throttle.checking(key, -1)
+        return self._outcome(key, peer, login, user)
+
+    def _outcome(self, key: ThrottleKey, peer: str, login: str,
+                 user: User | None) -> tuple[User | None, str]:
         if user is None:
             return self._fail(key, peer, login, "invalid login or passcode")
         self.throttle.succeeded(key)
