@@ -340,10 +340,12 @@ def test_dlq_rights_can_be_left_to_explicit_rules(broker_factory: Any) -> None:
 
 
 # -- WebSocket -------------------------------------------------------------------------------
-def ws_upgrade(url: str, origin: str | None) -> int | str:
+def ws_upgrade(url: str, origin: str | None, host: str | None = None) -> int | str:
     """Open STOMP over WebSocket with this Origin: "CONNECTED" or the refusing HTTP status."""
     async def main() -> int | str:
         headers = {"Origin": origin} if origin else {}
+        if host is not None:
+            headers["Host"] = host
         async with aiohttp.ClientSession() as http:
             try:
                 async with http.ws_connect(f"{url}/stomp", protocols=("v12.stomp",),
@@ -368,4 +370,5 @@ def test_websocket_upgrades_from_other_sites_are_refused(broker_factory: Any) ->
     assert ws_upgrade(b.ws_url, own) == "CONNECTED"
     assert ws_upgrade(b.ws_url, "https://ops.example") == "CONNECTED"
     assert ws_upgrade(b.ws_url, None) == "CONNECTED"
+    assert ws_upgrade(b.ws_url, None, host="rebound.example") == 403  # DNS rebinding
     assert "WebSocket upgrade refused" in b.log()

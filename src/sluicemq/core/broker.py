@@ -39,6 +39,7 @@ from sluicemq.core.streams import (
     ChunkError,
     StreamKey,
     StreamState,
+    check_owner,
     destination_key,
 )
 from sluicemq.core.topic import Topic
@@ -222,14 +223,14 @@ class Broker:
         if st is None:
             done = self.finished_streams.get(key)
             if done is not None:
-                _check_owner(done, owner)
+                check_owner(done, owner)
                 return False  # everything was stored already: a late re-send
             if chunk.seq != 0:
                 raise ChunkError(f"stream gap: unknown stream {chunk.stream_id!r} must start at "
                                  f"sequence 0, got {chunk.seq}", next_seq=0)
             st = StreamState(chunk.stream_id, chunk.name, f"/{kind}/{name}", dest, owner=owner)
             self.streams[key] = st
-        _check_owner(st, owner)
+        check_owner(st, owner)
         if st.owner is None:  # known from before a restart that lost its owner: the first
             st.owner = owner  # user to carry it on holds it from now on
         if st.state in (ABANDONED, DISCARDED):
@@ -259,7 +260,7 @@ class Broker:
         key = (f"q:{name}" if kind == QUEUE else f"t:{name}", stream_id)
         st = self.streams.get(key) or self.finished_streams.get(key)
         if st is not None:
-            _check_owner(st, owner)
+            check_owner(st, owner)
         if st is None:
             return {"sluice-stream-next-seq": "0", "sluice-stream-next-offset": "0",
                     "sluice-stream-state": "unknown"}
@@ -716,9 +717,3 @@ class Broker:
     def recover(self) -> dict[str, Any]:
         """Rebuild queues and durable subscriptions from the journal; returns counts."""
         return replay(self)
-
-
-def _check_owner(st: StreamState, owner: str | None) -> None:
-    """A stream belongs to the user who started it: anyone else is refused, saying why."""
-    if st.owner is not None and owner is not None and owner != st.owner:
-        raise ChunkError(f"stream {st.id!r} on {st.destination} belongs to another user")

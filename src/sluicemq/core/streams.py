@@ -105,6 +105,12 @@ class ChunkError(ValueError):
         self.next_seq = next_seq
 
 
+def check_owner(st: StreamState, owner: str | None) -> None:
+    """A stream belongs to the user who started it: anyone else is refused, saying why."""
+    if st.owner is not None and owner is not None and owner != st.owner:
+        raise ChunkError(f"stream {st.id!r} on {st.destination} belongs to another user")
+
+
 @dataclass(frozen=True, slots=True)
 class Chunk:
     """The stream facts of one SEND, parsed and checked once."""
