@@ -190,6 +190,24 @@ def test_staged_parts_keep_their_owner_across_a_crash(secured: Any) -> None:
         assert drain(a, "/queue/orders.in") == [b"once", b"durable"]
 
 
+def test_batches_from_before_owners_stay_exactly_once(broker_factory: Any) -> None:
+    """Records without an owner (security off writes them exactly as before owners existed)
+    stay visible to every user once security is turned on: a published batch is still a
+    duplicate, a parked part still publishes."""
+    b = broker_factory(config_text="")
+    with Client(b.url, timeout=10) as c:
+        stage(c, "1", "p0", ["published before"], "/queue/orders.in")
+        assert c.publish_stage("orders-sink", 1, ["p0"]) == ("published", 1)
+        stage(c, "2", "p0", ["parked before"], "/queue/orders.in")
+    b.kill()
+    b.config_path.write_text(config())
+    b.restart()
+    with login(b, "app-a") as a:
+        assert a.publish_stage("orders-sink", 1, ["p0"]) == ("duplicate", 1)
+        assert a.publish_stage("orders-sink", 2, ["p0"]) == ("published", 1)
+        assert drain(a, "/queue/orders.in") == [b"published before", b"parked before"]
+
+
 # -- streams ---------------------------------------------------------------------------------
 def test_stream_progress_is_private_to_its_destination(secured: Any) -> None:
     """A stream is known by destination and id: app-b asking about, or sending chunks of,
