@@ -236,6 +236,15 @@ def test_another_users_chunks_and_queries_on_a_shared_queue_are_refused(secured:
         refused(b.chunk("/queue/orders.files", "s-18", 1, b"b1"), "belongs to another user")
         refused(b.request(Frame("SEND", {"destination": "/queue/orders.files", QUERY: "s-18"})),
                 "belongs to another user")
+        # a message that would finish app-a's stream when consumed: under another stream id,
+        refused(b.request(Frame("SEND", {"destination": "/queue/orders.files", STREAM_ID: "mine",
+                                         "JMSXGroupID": "s-18", SEQ: "0", FINAL: "true",
+                                         SIZE: "1"}, b"x")), "must be the stream id")
+        # or inside a transaction, where chunks are not checked in sequence
+        assert b.request(Frame("BEGIN", {"transaction": "t"})).command == "RECEIPT"
+        refused(b.request(Frame("SEND", {"destination": "/queue/orders.files", STREAM_ID: "s-18",
+                                         "JMSXGroupID": "s-18", SEQ: "1", FINAL: "true",
+                                         "transaction": "t"}, b"x")), "belongs to another user")
         answer = a.request(Frame("SEND", {"destination": "/queue/orders.files", QUERY: "s-18"}))
         assert answer.headers["sluice-stream-next-seq"] == "1"
         assert a.chunk("/queue/orders.files", "s-18", 1, b"a1", final=True).command == "RECEIPT"

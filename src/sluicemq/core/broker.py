@@ -254,6 +254,15 @@ class Broker:
                 st.state = DISPATCHING
         return True
 
+    def check_group(self, kind: str, name: str, group: str, owner: str | None) -> None:
+        """A message that would join stream ``group`` on ``kind/name`` (it ends, resumes or
+        finishes it when consumed) must come from the stream's owner, in or out of a
+        transaction or staged part; ChunkError if not."""
+        key = (f"q:{name}" if kind == QUEUE else f"t:{name}", group)
+        st = self.streams.get(key) or self.finished_streams.get(key)
+        if st is not None:
+            check_owner(st, owner)
+
     def stream_query(self, kind: str, name: str, stream_id: str,
                      owner: str | None = None) -> dict[str, str]:
         """Where the stream ``stream_id`` on ``kind/name`` stands (another user's: refused)."""
@@ -298,13 +307,13 @@ class Broker:
 
     def _stream_at(self, destination: str, stream_id: str) -> StreamState | None:
         """The stream whose chunks a queue at ``destination`` holds: its own, or for a DLQ the
-        stream of the destination the chunks were moved from."""
+        abandoned or discarded stream of the destination the chunks were moved from."""
         st = self.streams.get((destination_key(destination), stream_id))
         if st is not None or not destination.startswith("/queue/"):
             return st
         name = destination[len("/queue/"):]
-        for candidate in self.streams.values():
-            if candidate.id == stream_id:
+        for candidate in self.streams.values():  # only dead streams have chunks in a DLQ
+            if candidate.id == stream_id and candidate.state in (ABANDONED, DISCARDED):
                 kind, _, origin = candidate.queue_key.partition(":")
                 policy = self.policy(QUEUE if kind == "q" else TOPIC, origin)
                 if name == f"{policy.dlq_prefix}{origin}":

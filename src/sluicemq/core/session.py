@@ -39,6 +39,7 @@ from sluicemq.core.spool import TxSpool
 from sluicemq.core.staging import STAGE_ABORT, STAGE_COMMIT
 from sluicemq.core.streams import (
     DUPLICATE,
+    GROUP,
     MAX_STREAMS,
     NEXT_SEQ,
     QUERY,
@@ -362,6 +363,11 @@ class Session:
                                                                    self.broker.now_ms()):
                 self.receipt(frame, {dedup.DUPLICATE: "true"})
                 return
+        if STREAM_ID in h and GROUP in h:
+            try:
+                self.broker.check_group(kind, name, h[GROUP], self.security.owner(self.user))
+            except ChunkError as exc:
+                raise ProtocolError(str(exc), fatal=False) from None
         if STREAM_ID in h and txid is None:
             try:
                 chunk = parse_chunk(h, len(frame.body))

@@ -38,6 +38,7 @@ NEXT_SEQ = "sluice-stream-next-seq"
 NEXT_OFFSET = "sluice-stream-next-offset"
 STATE = "sluice-stream-state"
 CONSUMERS = "sluice-stream-consumers"
+GROUP = "JMSXGroupID"  # the stream id again: what keeps a stream on one consumer
 
 RECEIVING, DISPATCHING, COMPLETE, ABANDONED, RESUMED_STATE, DISCARDED = (
     "receiving", "dispatching", "complete", "abandoned", "resumed", "discarded")
@@ -136,6 +137,9 @@ def parse_chunk(headers: dict[str, str], body_len: int) -> Chunk:
         raise ChunkError("sluice-stream-seq and sluice-stream-offset must be integers") from None
     if seq < 0 or offset < 0:
         raise ChunkError("sluice-stream-seq and sluice-stream-offset must not be negative")
+    group = headers.get(GROUP)
+    if group is not None and group != sid:
+        raise ChunkError(f"{GROUP} must be the stream id ({STREAM_ID}) on a chunk")
     final = headers.get(FINAL) == "true"
     size = None
     sha = None
