@@ -239,7 +239,10 @@ def test_another_users_chunks_and_queries_on_a_shared_queue_are_refused(secured:
         # a message that would finish app-a's stream when consumed: under another stream id,
         refused(b.request(Frame("SEND", {"destination": "/queue/orders.files", STREAM_ID: "mine",
                                          "JMSXGroupID": "s-18", SEQ: "0", FINAL: "true",
-                                         SIZE: "1"}, b"x")), "must be the stream id")
+                                         SIZE: "1"}, b"x")), "belongs to another user")
+        refused(b.request(Frame("SEND", {"destination": "/queue/orders.files", STREAM_ID: "mine",
+                                         "JMSXGroupID": "other", SEQ: "0"}, b"x")),
+                "must be the stream id")
         # or inside a transaction, where chunks are not checked in sequence
         assert b.request(Frame("BEGIN", {"transaction": "t"})).command == "RECEIPT"
         refused(b.request(Frame("SEND", {"destination": "/queue/orders.files", STREAM_ID: "s-18",
