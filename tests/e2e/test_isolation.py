@@ -172,8 +172,9 @@ def test_another_user_cannot_discard_a_staged_batch(secured: Any) -> None:
 
 
 def test_staged_parts_keep_their_owner_across_a_crash(secured: Any) -> None:
-    """The owner is journaled with the part and the publication: after kill -9 app-b still
-    cannot publish app-a's part, and app-a's memory of a published batch is app-a's alone."""
+    """The owner is journaled with the part and the publication: after kill -9 (journal
+    replay) and after a clean stop (index snapshot) app-b still cannot publish app-a's part,
+    and app-a's memory of a published batch is app-a's alone."""
     with login(secured, "app-a") as a:
         stage(a, "19", "p0", ["durable"], "/queue/orders.in")
         stage(a, "20", "p0", ["once"], "/queue/orders.in")
@@ -188,6 +189,14 @@ def test_staged_parts_keep_their_owner_across_a_crash(secured: Any) -> None:
         assert a.publish_stage("orders-sink", 19, ["p0"]) == ("published", 1)
         assert a.publish_stage("orders-sink", 20, ["p0"]) == ("duplicate", 1)
         assert drain(a, "/queue/orders.in") == [b"once", b"durable"]
+        stage(a, "21", "p0", ["snapshotted"], "/queue/orders.in")
+    secured.stop()  # a clean stop: the parked part comes back from the index snapshot
+    secured.restart()
+    with login(secured, "app-b") as b, pytest.raises(ClientError, match="staged by user"):
+        b.publish_stage("orders-sink", 21, ["p0"])
+    with login(secured, "app-a") as a:
+        assert a.publish_stage("orders-sink", 21, ["p0"]) == ("published", 1)
+        assert a.publish_stage("orders-sink", 20, []) == ("duplicate", 1)
 
 
 def test_batches_from_before_owners_stay_exactly_once(broker_factory: Any) -> None:
