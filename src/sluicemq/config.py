@@ -70,6 +70,10 @@ class SecuritySettings:
     anonymous: bool | None = None  # None: allowed only while no user is configured
     login_failure_delay: float = 1.0  # seconds before a failed login hears its ERROR
     max_login_failures: int = 10  # per address per minute; beyond it logins are refused unchecked
+    # Browser origins (scheme://host[:port]) besides the listener's own that may open STOMP
+    # over WebSocket; "*": any. Upgrades without an Origin header (not a browser) are allowed.
+    websocket_origins: tuple[str, ...] = ()
+    dlq_follows_origin: bool = True  # DLQ.<name> grants what <name> grants (besides its rules)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,5 +239,8 @@ def _security(raw: dict[str, Any]) -> SecuritySettings:
     acl = tuple(_section(AclEntry, {k: v if k == "destination" else tuple(v)
                                     for k, v in a.items()}, "security.acl")
                 for a in raw.pop("acl", []))
+    if "websocket-origins" in raw or "websocket_origins" in raw:
+        origins = raw.pop("websocket-origins", raw.pop("websocket_origins", ()))
+        raw["websocket_origins"] = tuple(str(o).rstrip("/") for o in origins)
     settings = _section(SecuritySettings, raw, "security")
     return replace(settings, users=users, acl=acl)

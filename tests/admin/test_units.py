@@ -52,6 +52,7 @@ def test_the_history_is_a_bounded_ring_and_series_cuts_by_time() -> None:
 @dataclass
 class FakeStream:
     id: str
+    destination: str = "/queue/files"
     received_bytes: int = 0
     delivered_bytes: int = 0
 
@@ -59,13 +60,15 @@ class FakeStream:
 def test_stream_rates_average_over_a_window() -> None:
     rates = StreamRates(window=2)
     st = FakeStream("s1")
-    assert rates.rates("s1") == (0.0, 0.0)
+    namesake = FakeStream("s1", destination="/queue/other")  # same id, another destination
+    assert rates.rates(st) == (0.0, 0.0)
     for t in range(4):
         st.received_bytes, st.delivered_bytes = 100 * t, 50 * t
-        rates.sample(float(t), [st])
-    assert rates.rates("s1") == (100.0, 50.0)
+        rates.sample(float(t), [st, namesake])
+    assert rates.rates(st) == (100.0, 50.0)
+    assert rates.rates(namesake) == (0.0, 0.0)
     rates.sample(5.0, [])
-    assert rates.rates("s1") == (0.0, 0.0)  # finished streams are forgotten
+    assert rates.rates(st) == (0.0, 0.0)  # finished streams are forgotten
 
 
 @dataclass

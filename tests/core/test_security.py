@@ -312,3 +312,70 @@ def test_unknown_security_keys_are_rejected(tmp_path: Path) -> None:
     path.write_text('[[security.acl]]\ndestination = ">"\ndelete = ["x"]\n')
     with pytest.raises(ValueError, match="delete"):
         BrokerConfig.load(path)
+
+
+def test_failures_are_counted_per_address_and_login_name() -> None:
+    """Anonymous or other-name failures from an address never lock out a user there."""
+    security = Security(settings(max_login_failures=3))
+
+    async def scenario() -> list[str]:
+        reasons = [(await security.authenticate(None, None, "10.7.7.7:1"))[1] for _ in range(5)]
+        reasons += [(await security.authenticate("olga", "guess", "10.7.7.7:2"))[1]
+                    for _ in range(4)]
+        reasons.append((await security.authenticate("app", "app-secret", "10.7.7.7:3"))[1])
+        return reasons
+
+    reasons = asyncio.run(scenario())
+    assert reasons[8] == "too many failed logins; try again later"  # olga's 4th, unchecked
+    assert reasons[9] == ""  # app from the same address gets in
+
+
+def test_concurrent_guesses_get_no_more_checks_than_the_limit() -> None:
+    """Checks in progress count as failures: 50 guesses at once, 3 checked, the rest refused
+    unchecked; the right password for another user still gets in meanwhile."""
+    security = Security(settings(max_login_failures=3))
+
+    async def scenario() -> tuple[list[str], str]:
+        guesses = [security.authenticate("olga", f"guess{i}", "10.6.6.6:1") for i in range(50)]
+        both = await asyncio.gather(security.authenticate("app", "app-secret", "10.6.6.6:2"),
+                                    *guesses)
+        return [reason for _user, reason in both[1:]], both[0][1]
+
+    reasons, legit = asyncio.run(scenario())
+    assert reasons.count("invalid login or passcode") == 3
+    assert reasons.count("too many failed logins; try again later") == 47
+    assert legit == ""
+
+
+def test_unknown_names_are_refused_like_wrong_passwords() -> None:
+    security = Security(settings(max_login_failures=100))
+    assert login(security, "nobody", "x") == (None, "invalid login or passcode")
+    assert login(security, "nobody", "x", peer="10.5.5.5:1")[1] == "invalid login or passcode"
+
+
+def test_a_dead_letter_queue_grants_what_its_origin_grants() -> None:
+    """Readers of orders.> read DLQ.orders.*; rules naming the DLQ add to that; off, a DLQ has
+    only its own rules."""
+    acl = Acl((AclEntry("/queue/orders.>", read=("apps",)),
+               AclEntry("/topic/news.>", read=("apps",)),
+               AclEntry("/queue/DLQ.special", read=("olga",))), dlq_prefixes=("DLQ.",))
+    assert acl.allows(APP, READ, "/queue/DLQ.orders.eu")
+    assert acl.allows(APP, READ, "/queue/DLQ.news.eu")  # a topic subscription's DLQ
+    assert not acl.allows(APP, WRITE, "/queue/DLQ.orders.eu")  # only what the origin grants
+    assert not acl.allows(APP, READ, "/queue/DLQ.payroll")
+    assert not acl.allows(APP, READ, "/queue/DLQ.")
+    assert acl.allows(OPS, READ, "/queue/DLQ.special")
+    strict = Acl(acl.entries)
+    assert not strict.allows(APP, READ, "/queue/DLQ.orders.eu")
+
+
+def test_a_reconnect_storm_shares_one_check() -> None:
+    """Thirty connections of one user from one address at once, before any was verified: one
+    check answers them all, so none is mistaken for a burst of guesses."""
+    security = Security(settings(max_login_failures=3))
+
+    async def scenario() -> list[str]:
+        storm = [security.authenticate("app", "app-secret", f"10.4.4.4:{i}") for i in range(30)]
+        return [reason for _user, reason in await asyncio.gather(*storm)]
+
+    assert asyncio.run(scenario()) == [""] * 30

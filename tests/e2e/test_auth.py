@@ -263,9 +263,12 @@ def test_a_durable_subscription_cannot_be_deleted_by_another_user(secured: Any) 
 
 
 def test_client_id_collisions_are_refused(secured: Any) -> None:
-    with login(secured, "app", client_id="only-one"), pytest.raises(ClientError,
-                                                                     match="already connected"):
-        login(secured, "olga", client_id="only-one")
+    """A client id is connected once per user; another user's use of it is that user's own
+    (tests/e2e/test_isolation.py), so it cannot lock the first one out."""
+    with login(secured, "app", client_id="only-one"):
+        with pytest.raises(ClientError, match="already connected"):
+            login(secured, "app", client_id="only-one")
+        login(secured, "olga", client_id="only-one").disconnect()
 
 
 BYPASS_DESTINATIONS = [
@@ -322,12 +325,16 @@ def test_publishing_or_discarding_a_staged_batch_needs_write_on_its_destinations
              Frame("SEND", {"transaction": "t", "destination": "/queue/orders.staged",
                             "persistent": "true"}, b"staged body"))
     assert call(app, "COMMIT", transaction="t").command == "RECEIPT"  # parked, invisible
-    rita = session("rita")  # may read orders, not write them
-    for command, header in (("COMMIT", "sluice-stage-commit"), ("ABORT", "sluice-stage-abort")):
-        refused = call(rita, command, transaction="x", **{header: "sink/b1"},
-                       **({"sluice-stage-parts": "p0"} if command == "COMMIT" else {}))
-        assert refused.command == "ERROR"
-        assert "not authorized to write /queue/orders.staged" in refused.headers["message"]
+    rita = session("rita")  # may read orders, not write them, so cannot stage there either
+    rita.send(Frame("BEGIN", {"transaction": "t", "sluice-stage": "sink/b1/p0"}))
+    refused = call(rita, "SEND", transaction="t", destination="/queue/orders.staged")
+    assert "not authorized to write /queue/orders.staged" in refused.headers["message"]
+    # and app's batch is not rita's: she can neither publish nor discard it
+    refused = call(rita, "COMMIT", transaction="x", **{"sluice-stage-commit": "sink/b1",
+                                                       "sluice-stage-parts": "p0"})
+    assert "no part p0 staged by user 'rita'" in refused.headers["message"]
+    kept = call(rita, "ABORT", transaction="x", **{"sluice-stage-abort": "sink/b1"})
+    assert kept.headers["sluice-stage-discarded"] == "0"
     done = call(app, "COMMIT", transaction="x", **{"sluice-stage-commit": "sink/b1",
                                                    "sluice-stage-parts": "p0"})
     assert done.headers["sluice-stage-result"] == "published"  # the refusals changed nothing

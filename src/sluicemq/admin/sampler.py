@@ -93,14 +93,15 @@ class StreamRates:
     def sample(self, now: float, streams: Iterable[Any]) -> None:
         live: dict[Any, deque[tuple[float, int, int]]] = {}
         for st in streams:
-            hist = self._history.get(st.id) or deque(maxlen=self.window + 1)
+            key = (st.destination, st.id)  # ids are unique per destination only
+            hist = self._history.get(key) or deque(maxlen=self.window + 1)
             hist.append((now, int(st.received_bytes or 0), int(st.delivered_bytes or 0)))
-            live[st.id] = hist
+            live[key] = hist
         self._history = live
 
-    def rates(self, stream_id: Any) -> tuple[float, float]:
-        """(received, delivered) bytes/s; zeros until two samples exist."""
-        hist = self._history.get(stream_id)
+    def rates(self, st: Any) -> tuple[float, float]:
+        """(received, delivered) bytes/s of stream ``st``; zeros until two samples exist."""
+        hist = self._history.get((st.destination, st.id))
         if not hist or len(hist) < 2:
             return 0.0, 0.0
         (t0, r0, d0), (t1, r1, d1) = hist[0], hist[-1]

@@ -185,7 +185,7 @@ def connection_view(session: Session, transport: str) -> dict[str, Any]:
 def stream_view(st: Any, rates: StreamRates | None = None) -> dict[str, Any]:
     size = st.size
     received, delivered = int(st.received_bytes or 0), int(st.delivered_bytes or 0)
-    in_rate, out_rate = rates.rates(st.id) if rates is not None else (0.0, 0.0)
+    in_rate, out_rate = rates.rates(st) if rates is not None else (0.0, 0.0)
     return {
         "id": str(st.id), "name": st.name, "destination": st.destination, "size": size,
         "received_bytes": received, "delivered_bytes": delivered, "chunks": st.chunks,
@@ -202,7 +202,7 @@ def streams(broker: Broker, rates: StreamRates | None = None) -> list[dict[str, 
     live = getattr(broker, "streams", None) or {}
     done = getattr(broker, "finished_streams", None) or {}
     table = {**done, **live}
-    ordered = sorted(table.values(), key=lambda st: (st.id not in live, -st.started))
+    ordered = sorted(table.values(), key=lambda st: (st.key not in live, -st.started))
     return [stream_view(st, rates) for st in ordered]
 
 

@@ -38,7 +38,10 @@ from sluicemq.core.streams import (
     RESUMED_STATE,
     Chunk,
     ChunkError,
+    StreamKey,
     StreamState,
+    check_owner,
+    destination_key,
 )
 from sluicemq.core.topic import Topic
 from sluicemq.errors import ProtocolError
@@ -70,15 +73,15 @@ class Broker:
         self.topics: dict[str, Topic] = {}
         self.durables: dict[str, tuple[records.DurableSub, Queue]] = {}
         self.sub_tickets: dict[str, TicketLike] = {}  # SUB records pin their segment
-        self.client_ids: dict[str, object] = {}
+        self.client_ids: dict[tuple[str | None, str], object] = {}  # (owner, id) -> session
         self.next_mid = 1
         self._dirty: dict[int, Queue] = {}
         self._dispatch_scheduled = False
         self._waiters: list[tuple[int, int, Waiter]] = []
         self._waiter_order = itertools.count()
         self.started = clock()
-        self.streams: dict[str, StreamState] = {}
-        self.finished_streams: dict[str, StreamState] = {}  # recent, for resume queries
+        self.streams: dict[StreamKey, StreamState] = {}
+        self.finished_streams: dict[StreamKey, StreamState] = {}  # recent, for resume queries
         self._consumer_waits: list[tuple[float, str, str, Callable[[int], None]]] = []
         self.limits = resolve_limits(config.limits, config.data_dir)
         self.memory = MemoryAccount(self.limits.memory)
@@ -154,7 +157,8 @@ class Broker:
     # -- publishing --------------------------------------------------------------------------
     def publish(self, kind: str, name: str, msg: Message) -> None:
         """Route one message; a persistent one is journaled before any consumer sees it."""
-        stream = self.streams.get(msg.group) if msg.group is not None else None
+        stream = (self.streams.get((f"{'q' if kind == QUEUE else 't'}:{name}", msg.group))
+                  if msg.group is not None else None)
         if stream is not None and stream.state == DISCARDED:
             kind, name = QUEUE, f"{self.policy(kind, name).dlq_prefix}{name}"
         if kind == QUEUE:
@@ -207,23 +211,29 @@ class Broker:
 
     # -- streams -----------------------------------------------------------------------------
     def accept_chunk(self, kind: str, name: str, chunk: Chunk, body_len: int,
-                     peer: str) -> bool:
-        """Check a chunk against its stream; True to store it, False for a duplicate.
+                     peer: str, owner: str | None = None) -> bool:
+        """Check a chunk against its stream on ``kind/name``; True to store it, False for a
+        duplicate. ``owner``: the sending user with security on (None: security off).
 
-        Raises ChunkError for a gap (the producer must resend from ``next_seq``) or a stream
-        that was abandoned or discarded.
+        Raises ChunkError for a gap (the producer must resend from ``next_seq``), a stream
+        that was abandoned or discarded, or another user's stream.
         """
-        st = self.streams.get(chunk.stream_id)
+        dest = f"q:{name}" if kind == QUEUE else f"t:{name}"
+        key = (dest, chunk.stream_id)
+        st = self.streams.get(key)
         if st is None:
-            done = self.finished_streams.get(chunk.stream_id)
+            done = self.finished_streams.get(key)
             if done is not None:
+                check_owner(done, owner)
                 return False  # everything was stored already: a late re-send
             if chunk.seq != 0:
                 raise ChunkError(f"stream gap: unknown stream {chunk.stream_id!r} must start at "
                                  f"sequence 0, got {chunk.seq}", next_seq=0)
-            key = f"q:{name}" if kind == QUEUE else f"t:{name}"
-            st = StreamState(chunk.stream_id, chunk.name, f"/{kind}/{name}", key)
-            self.streams[chunk.stream_id] = st
+            st = StreamState(chunk.stream_id, chunk.name, f"/{kind}/{name}", dest, owner=owner)
+            self.streams[key] = st
+        check_owner(st, owner)
+        if st.owner is None:  # known from before a restart that lost its owner: the first
+            st.owner = owner  # user to carry it on holds it from now on
         if st.state in (ABANDONED, DISCARDED):
             raise ChunkError(f"stream {st.id!r} was {st.state}; start a new stream")
         if chunk.seq < st.next_seq:
@@ -245,8 +255,22 @@ class Broker:
                 st.state = DISPATCHING
         return True
 
-    def stream_query(self, stream_id: str) -> dict[str, str]:
-        st = self.streams.get(stream_id) or self.finished_streams.get(stream_id)
+    def check_group(self, kind: str, name: str, group: str, owner: str | None) -> None:
+        """A message that would join stream ``group`` on ``kind/name`` (it ends, resumes or
+        finishes it when consumed) must come from the stream's owner, in or out of a
+        transaction or staged part; ChunkError if not."""
+        key = (f"q:{name}" if kind == QUEUE else f"t:{name}", group)
+        st = self.streams.get(key) or self.finished_streams.get(key)
+        if st is not None:
+            check_owner(st, owner)
+
+    def stream_query(self, kind: str, name: str, stream_id: str,
+                     owner: str | None = None) -> dict[str, str]:
+        """Where the stream ``stream_id`` on ``kind/name`` stands (another user's: refused)."""
+        key = (f"q:{name}" if kind == QUEUE else f"t:{name}", stream_id)
+        st = self.streams.get(key) or self.finished_streams.get(key)
+        if st is not None:
+            check_owner(st, owner)
         if st is None:
             return {"sluice-stream-next-seq": "0", "sluice-stream-next-offset": "0",
                     "sluice-stream-state": "unknown"}
@@ -282,31 +306,47 @@ class Broker:
             hq.enqueue(hm)
         return True
 
+    def _stream_at(self, destination: str, stream_id: str) -> StreamState | None:
+        """The stream whose chunks a queue at ``destination`` holds: its own, or for a DLQ the
+        abandoned or discarded stream of the destination the chunks were moved from."""
+        st = self.streams.get((destination_key(destination), stream_id))
+        if st is not None or not destination.startswith("/queue/"):
+            return st
+        name = destination[len("/queue/"):]
+        for candidate in self.streams.values():  # only dead streams have chunks in a DLQ
+            if candidate.id == stream_id and candidate.state in (ABANDONED, DISCARDED):
+                kind, _, origin = candidate.queue_key.partition(":")
+                policy = self.policy(QUEUE if kind == "q" else TOPIC, origin)
+                if name == f"{policy.dlq_prefix}{origin}":
+                    return candidate
+        return None
+
     def stream_assigned(self, queue: Queue, stream_id: str, consumer: Consumer) -> None:
-        st = self.streams.get(stream_id)
+        st = self._stream_at(queue.destination, stream_id)
         if st is not None:
             if st.consumer is not None and st.consumer != consumer.delivery.peer:
                 st.state = RESUMED_STATE
             st.consumer = consumer.delivery.peer
 
     def stream_delivered(self, msg: Message) -> None:
-        st = self.streams.get(msg.group) if msg.group is not None else None
+        st = self._stream_at(msg.destination, msg.group) if msg.group is not None else None
         if st is not None:
             st.delivered_bytes += msg.size
             st.updated = max(st.updated, self._clock()) if not st.final_stored else st.updated
 
     def stream_finished(self, queue: Queue, stream_id: str) -> None:
-        st = self.streams.pop(stream_id, None)
+        st = self._stream_at(queue.destination, stream_id)
         if st is not None:
+            del self.streams[st.key]
             st.state = COMPLETE
             st.consumer = None
             self._unpin_stream(st)
-            self.finished_streams[stream_id] = st
+            self.finished_streams[st.key] = st
             while len(self.finished_streams) > 1000:
                 del self.finished_streams[next(iter(self.finished_streams))]
 
     def stream_discarded(self, queue: Queue, stream_id: str) -> None:
-        st = self.streams.get(stream_id)
+        st = self._stream_at(queue.destination, stream_id)
         if st is not None:
             st.state = DISCARDED
             log.warning("stream %s (%s) discarded to the DLQ after its consumer left",

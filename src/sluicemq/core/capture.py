@@ -221,6 +221,8 @@ def _stream_dict(st: StreamState, pin: Location | None, *, is_open: bool) -> dic
     d: dict[str, Any] = {"id": st.id, "name": st.name, "destination": st.destination,
                          "queue_key": st.queue_key, "open": is_open,
                          "pin": [pin.segment, pin.offset, pin.length] if pin else None}
+    if st.owner is not None:
+        d["owner"] = st.owner
     for name in STREAM_FIELDS:
         d[name] = getattr(st, name)
     return d

@@ -44,7 +44,9 @@ from sluicemq.core.streams import (
     SHA256,
     SIZE,
     STREAM_ID,
+    StreamKey,
     StreamState,
+    destination_key,
 )
 from sluicemq.errors import StorageError
 from sluicemq.storage import records, snapshot
@@ -77,10 +79,10 @@ class Replay:
         self.tx_parts: dict[str, list[Location]] = defaultdict(list)
         self.max_mid = 0
         self.records = 0
-        self.streams: dict[str, StreamState] = {}
-        self.base_open: set[str] = set()  # streams the snapshot had open
-        self.base_finished: set[str] = set()
-        self.chunks: dict[int, str] = {}  # message id -> stream id, for chunks in records
+        self.streams: dict[StreamKey, StreamState] = {}
+        self.base_open: set[StreamKey] = set()  # streams the snapshot had open
+        self.base_finished: set[StreamKey] = set()
+        self.chunks: dict[int, StreamKey] = {}  # message id -> its stream, for chunks in records
         self.parts: list[StatePart] = [part(broker) for part in PARTS]
         self.handlers: dict[int, Handler] = {
             records.MSG: self.message, records.ACK: self.acks_record, records.TX: self.tx,
@@ -109,13 +111,14 @@ class Replay:
         self.base_mid = snap.next_mid
         self.max_mid = snap.next_mid - 1
         for d in snap.streams:
-            st = StreamState(d["id"], d["name"], d["destination"], d["queue_key"])
+            st = StreamState(d["id"], d["name"], d["destination"], d["queue_key"],
+                             owner=d.get("owner"))
             for name in capturing.STREAM_FIELDS:
                 setattr(st, name, d[name])
             if d["pin"] is not None:
                 st.last_ticket = RecoveredTicket(Location(*d["pin"]))
-            self.streams[st.id] = st
-            (self.base_open if d["open"] else self.base_finished).add(st.id)
+            self.streams[st.key] = st
+            (self.base_open if d["open"] else self.base_finished).add(st.key)
         for part in self.parts:
             if part.name in snap.parts:
                 part.seed(snap.parts[part.name])
@@ -169,7 +172,7 @@ class Replay:
             sm = records.decode_message(raw)
             if STREAM_ID in sm.headers:
                 self._stream_chunk(sm, RecoveredTicket(Location(seg, off, length)))
-                self.chunks[mid] = sm.headers[STREAM_ID]
+                self.chunks[mid] = (sm.key, sm.headers[STREAM_ID])
         entry = (seg, off, length, inner, len(raw) - hpos - hlen, priority)
         if key[0] != "t":
             self._add(key, mid, entry)
@@ -197,12 +200,12 @@ class Replay:
         """A chunk on disk tells how far its stream got, even if it was consumed since."""
         h = sm.headers
         sid = h[STREAM_ID]
-        st = self.streams.get(sid)
+        st = self.streams.get((sm.key, sid))
         if st is None:
             kind, _, name = sm.key.partition(":")
             st = StreamState(sid, h.get(NAME, sid), f"/{'topic' if kind == 't' else 'queue'}/"
                              f"{name}", sm.key)
-            self.streams[sid] = st
+            self.streams[st.key] = st
         try:
             seq, offset = int(h.get(SEQ, "0")), int(h.get(OFFSET, "0"))
         except ValueError:
@@ -348,7 +351,7 @@ class Replay:
                 queue.pending.adopt_lane(prio, *cols)
                 continue
             for i in range(len(mid)):
-                st = self.streams.get(self.chunks.get(mid[i], ""))
+                st = self.streams.get(self.chunks.get(mid[i], ("", "")))
                 if st is not None and not st.final_stored:
                     st.held.append((queue, self._materialise(  # type: ignore[arg-type]
                         queue, mid[i], seg[i], off[i], length[i], inner[i], size[i], prio)))
@@ -361,7 +364,7 @@ class Replay:
         """Chunks the snapshot held back for their stream (``complete`` dispatch)."""
         for h in held:
             seg, off, length = h["loc"]
-            st = self.streams.get(h["stream"])
+            st = self.streams.get((destination_key(queue.destination), h["stream"]))
             if st is not None and not st.final_stored:
                 st.held.append((queue, self._materialise(  # type: ignore[arg-type]
                     queue, h["mid"], seg, off, length, h["inner"], h["size"], h["priority"])))
@@ -380,11 +383,11 @@ class Replay:
         newest chunk; the rest are remembered as finished so a late resume query still gets a
         true answer."""
         broker = self.broker
-        live_groups: set[str] = set()
+        live_groups: set[StreamKey] = set()
         if self.chunks:
             live_groups = {self.chunks[mid] for live in self.live.values() for mid in live.mids()
                            if mid in self.chunks}
-        for sid, st in self.streams.items():
+        for sid, st in self.streams.items():  # sid: (destination key, stream id)
             if sid in self.base_finished or (
                     st.final_stored and sid not in live_groups and not st.held
                     and not self._final_chunk_kept(st)):
@@ -401,7 +404,7 @@ class Replay:
     def _final_chunk_kept(self, st: StreamState) -> bool:
         """Is the final chunk of a stream the snapshot had open still stored? (Its earlier
         chunks are slots without headers; the final one is the stream's pinned record.)"""
-        if st.id not in self.base_open or st.last_ticket is None:
+        if st.key not in self.base_open or st.last_ticket is None:
             return False
         try:
             mid, _prio, _flags, key, _h, _n = records.message_head(

@@ -39,6 +39,7 @@ from sluicemq.core.spool import TxSpool
 from sluicemq.core.staging import STAGE_ABORT, STAGE_COMMIT
 from sluicemq.core.streams import (
     DUPLICATE,
+    GROUP,
     MAX_STREAMS,
     NEXT_SEQ,
     QUERY,
@@ -287,10 +288,14 @@ class Session:
         h = frame.headers
         client_id = h.get("client-id")
         if client_id:
-            owner = self.broker.client_ids.get(client_id)
-            if owner is not None and owner is not self:
+            # With security on a client id is the user's own: another user's connection of
+            # the same id neither blocks nor is blocked (their durable subscriptions are
+            # guarded by owner, see _claim_durable).
+            lock = (self.security.owner(self.user), client_id)
+            holder = self.broker.client_ids.get(lock)
+            if holder is not None and holder is not self:
                 raise ProtocolError(f"client-id {client_id!r} is already connected")
-            self.broker.client_ids[client_id] = self
+            self.broker.client_ids[lock] = self
             self.client_id = client_id
         self.login = h.get("login")
         self.connected = True
@@ -335,8 +340,9 @@ class Session:
         for spool in self.transactions.values():
             spool.close()
         self.transactions.clear()
-        if self.client_id and self.broker.client_ids.get(self.client_id) is self:
-            del self.broker.client_ids[self.client_id]
+        lock = (self.security.owner(self.user), self.client_id)
+        if self.client_id and self.broker.client_ids.get(lock) is self:
+            del self.broker.client_ids[lock]
 
     # -- SEND --------------------------------------------------------------------------------
     def _send(self, frame: Frame) -> None:
@@ -357,10 +363,16 @@ class Session:
                                                                    self.broker.now_ms()):
                 self.receipt(frame, {dedup.DUPLICATE: "true"})
                 return
+        if STREAM_ID in h and GROUP in h:
+            try:
+                self.broker.check_group(kind, name, h[GROUP], self.security.owner(self.user))
+            except ChunkError as exc:
+                raise ProtocolError(str(exc), fatal=False) from None
         if STREAM_ID in h and txid is None:
             try:
                 chunk = parse_chunk(h, len(frame.body))
-                if not self.broker.accept_chunk(kind, name, chunk, len(frame.body), self.peer):
+                if not self.broker.accept_chunk(kind, name, chunk, len(frame.body), self.peer,
+                                                self.security.owner(self.user)):
                     self.receipt(frame, {DUPLICATE: "true"})
                     return
             except ChunkError as exc:
@@ -452,7 +464,11 @@ class Session:
 
     def _stream_query(self, frame: Frame, kind: str, name: str) -> None:
         """Where should a reconnecting producer resume?  Optionally wait for a consumer."""
-        answer = self.broker.stream_query(frame.headers[QUERY])
+        try:
+            answer = self.broker.stream_query(kind, name, frame.headers[QUERY],
+                                              self.security.owner(self.user))
+        except ChunkError as exc:
+            raise ProtocolError(str(exc), fatal=False) from None
         wait = frame.headers.get(WAIT_CONSUMER)
         if wait is None:
             self.receipt(frame, answer)

@@ -6,6 +6,10 @@ A staged part is an ordinary transaction opened with ``sluice-stage``: its SENDs
 usual, and its COMMIT stores the part instead of routing it. A publication or an abort is a
 COMMIT or ABORT whose ``transaction`` header is only a label: it needs no BEGIN and never
 touches an open transaction.
+
+With security on, parts, publications and aborts act only on the batches of the user who sends
+them (``core/staging.py``): another user's batch of the same name is invisible, so it can be
+neither published empty, nor redirected, nor discarded.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from sluicemq.core.staging import (
     STAGE_COMMIT,
     STAGE_PARTS,
     TOKEN,
+    BatchKey,
     parse_names,
     parse_parts,
     parse_token,
@@ -140,8 +145,8 @@ def _add_batch(spool: TxSpool, frame: Frame, key: str, common: dict[str, str],
 
 def commit_part(session: Session, spool: StageSpool) -> dict[str, str]:
     """COMMIT of a staged part: store it, invisible; the RECEIPT headers to answer with."""
-    result, count = session.broker.stager.stage(spool.sink, spool.batch, spool.part,
-                                                _payloads(spool))
+    result, count = session.broker.stager.stage(owner(session), spool.sink, spool.batch,
+                                                spool.part, _payloads(spool))
     return {RESULT: result, MESSAGES: str(count)}
 
 
@@ -156,11 +161,12 @@ def publish(session: Session, frame: Frame) -> None:
     names = parse_parts(frame.headers.get(STAGE_PARTS))
     token = parse_token(frame.headers.get(TOKEN))
     stager = session.broker.stager
-    _authorize_batch(session, sink, batch)
-    if stager.not_durable(sink, batch, names):
+    key = stager.book.scope(owner(session), sink, batch)
+    _authorize_batch(session, key)
+    if stager.not_durable(key, names):
         session.when_durable_retry(frame)  # parts committed but not yet on disk: wait, in order
         return
-    result, count, stored = stager.publish(sink, batch, names, token)
+    result, count, stored = stager.publish(key, names, token)
     answer = {RESULT: result, MESSAGES: str(count)}
     if stored is not None:
         answer[TOKEN] = stored
@@ -170,13 +176,20 @@ def publish(session: Session, frame: Frame) -> None:
 def abort(session: Session, frame: Frame) -> None:
     """ABORT with ``sluice-stage-abort``: discard the batch's parked parts."""
     sink, batch = parse_names(frame.headers[STAGE_ABORT], STAGE_ABORT, 2)
-    _authorize_batch(session, sink, batch)
-    discarded = session.broker.stager.abort(sink, batch)
+    stager = session.broker.stager
+    key = stager.book.scope(owner(session), sink, batch)
+    _authorize_batch(session, key)
+    discarded = stager.abort(key)
     session.receipt(frame, {DISCARDED: str(discarded)})
 
 
-def _authorize_batch(session: Session, sink: str, batch: str) -> None:
+def owner(session: Session) -> str | None:
+    """Whose batches this connection works on: its user's with security on, else nobody's."""
+    return session.security.owner(session.user)
+
+
+def _authorize_batch(session: Session, key: BatchKey) -> None:
     """Publishing or discarding a batch acts on what it would send: the user needs write
     permission on each of its destinations, as for sending there directly."""
-    for kind, name in sorted(session.broker.stager.book.destinations(sink, batch)):
+    for kind, name in sorted(session.broker.stager.book.destinations(key)):
         session._authorize(WRITE, "queue" if kind == "q" else "topic", name)

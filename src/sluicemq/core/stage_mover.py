@@ -67,7 +67,7 @@ class PartMover:
         for part, olds, news in moves:
             if any(t.loc is None for t in news):  # the copies never reached the disk
                 continue
-            current = self.book().parts_of(part.sink, part.batch).get(part.part)
+            current = self.book().parts_of(part.batch_key).get(part.part)
             if current is part and part.tickets == olds:
                 for rec, ticket in zip(part.records, news, strict=True):
                     rec.ticket = ticket

@@ -55,14 +55,14 @@ class StagingPart(StatePart):
         limits = broker.config.limits
         self.book = StageBook(limits.stage_memory_batches)
         self.memory_ms = int(limits.stage_memory * 1000)
-        self.parked: dict[tuple[str, str, str], Parked] = {}
+        self.parked: dict[tuple[str | None, str, str, str], Parked] = {}  # owner, sink, ...
         self.partial: dict[str, list[Location]] = {}  # attempt txid -> records before the final
         self.anchor: Location | None = None
 
     def seed(self, data: Any) -> None:
-        for sink, batch, part, attempt, created, locs in data["parked"]:
-            meta = StageMeta(sink, batch, part, attempt, created)
-            self.parked[(sink, batch, part)] = (meta, [Location(*loc) for loc in locs])
+        for sink, batch, part, attempt, created, locs, *owner in data["parked"]:
+            meta = StageMeta(sink, batch, part, attempt, created, owner[0] if owner else None)
+            self.parked[(meta.owner, sink, batch, part)] = (meta, [Location(*loc) for loc in locs])
         self.book.load_memory(data["memory"])
         self.anchor = Location(*data["anchor"]) if data["anchor"] else None
 
@@ -74,15 +74,15 @@ class StagingPart(StatePart):
             locs.append(loc)
             if final:
                 del self.partial[txid]
-                if self.book.published_count(meta.sink, meta.batch) is None:
-                    self.parked[(meta.sink, meta.batch, meta.part)] = (meta, locs)
+                if self.book.published_count((meta.owner, meta.sink, meta.batch)) is None:
+                    self.parked[(meta.owner, meta.sink, meta.batch, meta.part)] = (meta, locs)
         elif rtype == STAGE_PUBLISH:
             self._publish(replay, payload)
         elif rtype == STAGE_DISCARD:
-            for sink, batch, part, attempt in decode_discard(payload):
-                found = self.parked.get((sink, batch, part))
+            for sink, batch, part, attempt, owner in decode_discard(payload):
+                found = self.parked.get((owner, sink, batch, part))
                 if found is not None and found[0].attempt == attempt:
-                    del self.parked[(sink, batch, part)]
+                    del self.parked[(owner, sink, batch, part)]
         else:
             _table, rows = decode_memo(payload)
             self.book.load_memory(rows)
@@ -104,9 +104,10 @@ class StagingPart(StatePart):
                     replay.message(op, loc, inner, mid=mid)
                     mid += 1
         replay.max_mid = max(replay.max_mid, pub.base + pub.count - 1)
-        for key in [k for k in self.parked if k[:2] == (pub.sink, pub.batch)]:
+        batch = (pub.owner, pub.sink, pub.batch)
+        for key in [k for k in self.parked if k[:3] == batch]:
             del self.parked[key]
-        self.book.remember(pub.sink, pub.batch, pub.at_ms, pub.count, pub.token)
+        self.book.remember(batch, pub.at_ms, pub.count, pub.token)
 
     def install(self) -> Iterable[Location]:
         stager = self.broker.stager
@@ -128,7 +129,8 @@ class StagingPart(StatePart):
 
     def _rebuild(self, meta: StageMeta, locs: list[Location]) -> ParkedPart | None:
         """A parked part's routing facts, read back from its records."""
-        part = ParkedPart(meta.sink, meta.batch, meta.part, meta.attempt, meta.created_ms)
+        part = ParkedPart(meta.sink, meta.batch, meta.part, meta.attempt, meta.created_ms,
+                          meta.owner)
         for loc in locs:
             try:
                 _meta, txid, _final, ops = decode_stage(self.broker.store.read(loc))
@@ -151,7 +153,8 @@ class StagingPart(StatePart):
         for p in stager.book.all_parts():
             locs = stager.mover.locations(p)  # a part being moved: where replay finds it
             parked.append([p.sink, p.batch, p.part, p.attempt, p.created_ms,
-                           [[loc.segment, loc.offset, loc.length] for loc in locs]])
+                           [[loc.segment, loc.offset, loc.length] for loc in locs],
+                           *([p.owner] if p.owner is not None else [])])
         anchor = stager.anchor.loc
         data = {"parked": parked, "memory": stager.book.dump_memory(),
                 "anchor": [anchor.segment, anchor.offset, anchor.length] if anchor else None}

@@ -26,7 +26,15 @@ from sluicemq.core.anchor import Anchor
 from sluicemq.core.message import Message
 from sluicemq.core.spill import JOURNAL, SpillFifo
 from sluicemq.core.stage_mover import PartMover
-from sluicemq.core.staging import DUPLICATE, PUBLISHED, STAGED, ParkedPart, StageBook, StagedRecord
+from sluicemq.core.staging import (
+    DUPLICATE,
+    PUBLISHED,
+    STAGED,
+    BatchKey,
+    ParkedPart,
+    StageBook,
+    StagedRecord,
+)
 from sluicemq.errors import ProtocolError
 from sluicemq.storage import records
 from sluicemq.storage.staging_records import (
@@ -72,21 +80,21 @@ class Stager:
         # Publication records not yet durable, and those whose write failed (disk full): the
         # messages are visible and the batch counts as published, so the record is written
         # again until it sticks - else a restart would forget the publication.
-        self._unsynced: list[tuple[TicketLike, tuple[str, str], bytes]] = []
-        self._unsaved: dict[tuple[str, str], bytes] = {}
+        self._unsynced: list[tuple[TicketLike, BatchKey, bytes]] = []
+        self._unsaved: dict[BatchKey, bytes] = {}
 
     # -- staging -----------------------------------------------------------------------------
-    def stage(self, sink: str, batch: str, part: str,
+    def stage(self, owner: str | None, sink: str, batch: str, part: str,
               messages: Iterable[bytes]) -> tuple[str, int]:
-        """Store a part (its COMMIT) from its messages' MSG payloads (id 0, journal key);
-        ``(staged, n)``, or ``(duplicate, 0)`` when the batch was published already (nothing
-        is stored: publishing it again would do nothing)."""
-        if self.book.published_count(sink, batch) is not None:
+        """Store ``owner``'s part (its COMMIT) from its messages' MSG payloads (id 0, journal
+        key); ``(staged, n)``, or ``(duplicate, 0)`` when the batch was published already
+        (nothing is stored: publishing it again would do nothing)."""
+        if self.book.published_count(self.book.scope(owner, sink, batch)) is not None:
             return DUPLICATE, 0
-        meta = StageMeta(sink, batch, part, next(self._attempts), self.broker.now_ms())
+        meta = StageMeta(sink, batch, part, next(self._attempts), self.broker.now_ms(), owner)
         txid = meta.txid()
         first = records.tx_op_offsets(txid, [(records.MSG, b"")])[0]
-        parked = ParkedPart(sink, batch, part, meta.attempt, meta.created_ms)
+        parked = ParkedPart(sink, batch, part, meta.attempt, meta.created_ms, owner)
         pending: list[tuple[str, int, int, int]] = []
         ops: list[tuple[int, bytes]] = []
         size, pos = 0, first
@@ -115,42 +123,45 @@ class Stager:
             self.store.release_after(parked.records[-1].ticket.seq, old.tickets)
         return STAGED, parked.count
 
-    def not_durable(self, sink: str, batch: str, names: list[str]) -> bool:
+    def not_durable(self, key: BatchKey, names: list[str]) -> bool:
         """Are some of these parts' records still on their way to the disk?"""
-        parts = self.book.parts_of(sink, batch)
+        parts = self.book.parts_of(key)
         durable = self.store.durable_seq
         return any(r.ticket.seq > durable for n in names if n in parts
                    for r in parts[n].records)
 
     # -- publication -------------------------------------------------------------------------
-    def publish(self, sink: str, batch: str, names: list[str],
+    def publish(self, key: BatchKey, names: list[str],
                 token: str | None = None) -> tuple[str, int, str | None]:
-        """Make the listed parts visible at once, discard the batch's other parts;
-        ``(published, n, token)`` or, for a batch published before, ``(duplicate, n then,
-        the token it was published with)``."""
-        earlier = self.book.published_count(sink, batch)
+        """Make the listed parts of batch ``key`` (from ``book.scope``) visible at once,
+        discard its other parts; ``(published, n, token)`` or, for a batch published before,
+        ``(duplicate, n then, the token it was published with)``."""
+        owner, sink, batch = key
+        earlier = self.book.published_count(key)
         if earlier is not None:
-            self._resave((sink, batch))  # its RECEIPT then covers a record that had failed
-            self._discard(self.book.take_batch(sink, batch))
-            return DUPLICATE, earlier, self.book.published_token(sink, batch)
-        parked = self.book.parts_of(sink, batch)
+            self._resave(key)  # its RECEIPT then covers a record that had failed
+            self._discard(self.book.take_batch(key))
+            return DUPLICATE, earlier, self.book.published_token(key)
+        parked = self.book.parts_of(key)
         missing = [n for n in names if n not in parked]
         if missing:
             shown = ", ".join(missing[:10]) + (", ..." if len(missing) > 10 else "")
-            raise ProtocolError(f"stage {sink}/{batch} has no part {shown} (never staged, "
-                                "expired or discarded): nothing was published", fatal=False)
+            whose = f" staged by user {owner!r}" if owner is not None else ""
+            raise ProtocolError(f"stage {sink}/{batch} has no part {shown}{whose} (never "
+                                "staged, expired or discarded; a user publishes only the "
+                                "parts it staged itself): nothing was published", fatal=False)
         chosen = [parked[n] for n in names]
         count = sum(p.count for p in chosen)
         base = self.broker.allocate_mids(count)
         now = self.broker.now_ms()
         pub = Publication(sink, batch, base, count, now,
                           [(p.part, [(r.ticket.loc, len(r)) for r in p.records])  # type: ignore[misc]
-                           for p in chosen], token)
+                           for p in chosen], token, owner)
         payload = encode_publish(pub)
         ticket = self.store.append_record(STAGE_PUBLISH, payload)
-        self._unsynced.append((ticket, (sink, batch), payload))
-        every = self.book.take_batch(sink, batch)
-        self.book.remember(sink, batch, now, count, token)
+        self._unsynced.append((ticket, key, payload))
+        every = self.book.take_batch(key)
+        self.book.remember(key, now, count, token)
         self.anchor.ensure()
         self._route(chosen, base)
         self.store.release_after(ticket.seq, [t for p in every for t in p.tickets])
@@ -219,9 +230,9 @@ class Stager:
             q.enqueue(copy)
 
     # -- discarding --------------------------------------------------------------------------
-    def abort(self, sink: str, batch: str) -> int:
+    def abort(self, key: BatchKey) -> int:
         """Discard the batch's parked parts (nothing happens to a published batch)."""
-        parts = self.book.take_batch(sink, batch)
+        parts = self.book.take_batch(key)
         self._discard(parts)
         return len(parts)
 
@@ -237,7 +248,7 @@ class Stager:
         ``stage_memory``, keep parked parts and the memory's anchor off the oldest segment."""
         expired = self.book.expired(now_ms, self.timeout_ms)
         for p in expired:
-            self.book.take(p.sink, p.batch, p.part, p.attempt)
+            self.book.take(p)
             log.warning("staged part %s/%s/%s discarded: not published within stage_timeout",
                         p.sink, p.batch, p.part)
         self._discard(expired)
@@ -249,7 +260,7 @@ class Stager:
         for key in list(self._unsaved):
             self._resave(key)
 
-    def _resave(self, key: tuple[str, str]) -> None:
+    def _resave(self, key: BatchKey) -> None:
         payload = self._unsaved.pop(key, None)
         if payload is not None:
             ticket = self.store.append_record(STAGE_PUBLISH, payload)
@@ -264,7 +275,7 @@ class Stager:
         self._unsynced = [u for u in self._unsynced if u[0].loc is not None]
         for p in self.book.all_parts():
             if any(t.loc is None for t in p.tickets):
-                self.book.take(p.sink, p.batch, p.part, p.attempt)
+                self.book.take(p)
                 self.store.release_after(self.store.flush(), p.tickets)
 
     @property

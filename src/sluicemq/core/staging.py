@@ -3,6 +3,12 @@
 Sans-IO: names and headers are parsed here, parked parts and the memory of published batches
 are kept here; journal records and routing are ``core/stager.py``'s, frames ``stage_frames.py``'s.
 
+With security on, a batch belongs to the user who stages or publishes it: every key below
+starts with that owner (None: security off, or data written before owners were recorded), so
+one user's parts, publications and aborts never meet another's batch of the same name.
+Entries without an owner stay visible to every user (``StageBook.scope``), so a data dir from
+before owners keeps its exactly-once memory.
+
 A parked part is its journal records plus, per message, just what publication needs to make the
 message visible without reading it back: its destination key, priority, offset inside the
 record and body size (about 11 bytes a message in arrays).
@@ -103,6 +109,7 @@ class ParkedPart:
     part: str
     attempt: int
     created_ms: int
+    owner: str | None = None  # the user who staged it (None: security off, or older data)
     records: list[StagedRecord] = field(default_factory=list)
 
     @property
@@ -114,47 +121,64 @@ class ParkedPart:
         return [r.ticket for r in self.records]
 
     @property
-    def ident(self) -> tuple[str, str, str, int]:
-        return (self.sink, self.batch, self.part, self.attempt)
+    def ident(self) -> tuple[str, str, str, int, str | None]:
+        return (self.sink, self.batch, self.part, self.attempt, self.owner)
+
+    @property
+    def batch_key(self) -> BatchKey:
+        return (self.owner, self.sink, self.batch)
+
+
+BatchKey = tuple[str | None, str, str]  # (owner, sink, batch)
 
 
 class StageBook:
-    """Parked parts by batch, and the published batches remembered per sink."""
+    """Parked parts by batch, and the published batches remembered per (owner, sink)."""
 
     def __init__(self, max_per_sink: int = 10_000) -> None:
         self.max_per_sink = max_per_sink
-        self.parked: dict[tuple[str, str], dict[str, ParkedPart]] = {}
-        # sink -> batch -> (ms, n, token)
-        self.published: dict[str, dict[str, tuple[int, int, str | None]]] = {}
+        self.parked: dict[BatchKey, dict[str, ParkedPart]] = {}
+        # (owner, sink) -> batch -> (published at ms, messages, token)
+        self.published: dict[tuple[str | None, str], dict[str, tuple[int, int, str | None]]] = {}
+
+    def scope(self, owner: str | None, sink: str, batch: str) -> BatchKey:
+        """Whose batch ``owner`` acts on: its own, unless only an ownerless one (older data)
+        of that name exists."""
+        own = (owner, sink, batch)
+        if owner is None or own in self.parked or self.published_count(own) is not None:
+            return own
+        legacy = (None, sink, batch)
+        if legacy in self.parked or self.published_count(legacy) is not None:
+            return legacy
+        return own
 
     # -- parked parts ------------------------------------------------------------------------
     def park(self, part: ParkedPart) -> ParkedPart | None:
         """Add a part; returns the earlier attempt it replaces, if any."""
-        batch = self.parked.setdefault((part.sink, part.batch), {})
+        batch = self.parked.setdefault(part.batch_key, {})
         old = batch.get(part.part)
         batch[part.part] = part
         return old
 
-    def parts_of(self, sink: str, batch: str) -> dict[str, ParkedPart]:
-        return self.parked.get((sink, batch), {})
+    def parts_of(self, key: BatchKey) -> dict[str, ParkedPart]:
+        return self.parked.get(key, {})
 
-    def destinations(self, sink: str, batch: str) -> set[tuple[str, str]]:
+    def destinations(self, key: BatchKey) -> set[tuple[str, str]]:
         """(kind, name) of every destination the batch's parked parts would publish to."""
-        return {tuple(key.split(":", 1)) for part in self.parts_of(sink, batch).values()  # type: ignore[misc]
-                for rec in part.records for key in rec.keys}
+        return {tuple(k.split(":", 1)) for part in self.parts_of(key).values()  # type: ignore[misc]
+                for rec in part.records for k in rec.keys}
 
-    def take_batch(self, sink: str, batch: str) -> list[ParkedPart]:
-        return list(self.parked.pop((sink, batch), {}).values())
+    def take_batch(self, key: BatchKey) -> list[ParkedPart]:
+        return list(self.parked.pop(key, {}).values())
 
-    def take(self, sink: str, batch: str, part: str, attempt: int) -> ParkedPart | None:
-        """Remove one attempt (a newer attempt of the same part is left alone)."""
-        parts = self.parked.get((sink, batch))
-        found = parts.get(part) if parts is not None else None
-        if found is None or found.attempt != attempt:
+    def take(self, found: ParkedPart) -> ParkedPart | None:
+        """Remove this attempt (a newer attempt of the same part is left alone)."""
+        parts = self.parked.get(found.batch_key)
+        if parts is None or parts.get(found.part) is not found:
             return None
-        del parts[part]  # type: ignore[union-attr]
+        del parts[found.part]
         if not parts:
-            del self.parked[(sink, batch)]
+            del self.parked[found.batch_key]
         return found
 
     def all_parts(self) -> list[ParkedPart]:
@@ -164,19 +188,22 @@ class StageBook:
         return [p for p in self.all_parts() if now_ms - p.created_ms > timeout_ms]
 
     # -- published batches -------------------------------------------------------------------
-    def published_count(self, sink: str, batch: str) -> int | None:
+    def published_count(self, key: BatchKey) -> int | None:
         """How many messages the batch's publication made visible; None: not published."""
-        entry = self.published.get(sink, {}).get(batch)
+        owner, sink, batch = key
+        entry = self.published.get((owner, sink), {}).get(batch)
         return entry[1] if entry is not None else None
 
-    def published_token(self, sink: str, batch: str) -> str | None:
+    def published_token(self, key: BatchKey) -> str | None:
         """The token the batch was published with (None: none, or not published)."""
-        entry = self.published.get(sink, {}).get(batch)
+        owner, sink, batch = key
+        entry = self.published.get((owner, sink), {}).get(batch)
         return entry[2] if entry is not None else None
 
-    def remember(self, sink: str, batch: str, at_ms: int, count: int,
+    def remember(self, key: BatchKey, at_ms: int, count: int,
                  token: str | None = None) -> None:
-        batches = self.published.setdefault(sink, {})
+        owner, sink, batch = key
+        batches = self.published.setdefault((owner, sink), {})
         batches.pop(batch, None)
         batches[batch] = (at_ms, count, token)
         while len(batches) > self.max_per_sink:
@@ -185,13 +212,13 @@ class StageBook:
     def forget_older(self, before_ms: int) -> int:
         """Forget batches published before ``before_ms``; returns how many."""
         forgotten = 0
-        for sink in list(self.published):
-            batches = self.published[sink]
+        for scope in list(self.published):
+            batches = self.published[scope]
             for batch in [b for b, (at, _, _) in batches.items() if at < before_ms]:
                 del batches[batch]
                 forgotten += 1
             if not batches:
-                del self.published[sink]
+                del self.published[scope]
         return forgotten
 
     @property
@@ -199,12 +226,22 @@ class StageBook:
         return sum(len(b) for b in self.published.values())
 
     def dump_memory(self) -> list[list[Any]]:
-        """Rows ``[sink, batch, at, n]``, with a fifth element when the batch has a token."""
-        return [[sink, batch, at, n] if token is None else [sink, batch, at, n, token]
-                for sink, batches in self.published.items()
-                for batch, (at, n, token) in batches.items()]
+        """Rows ``[sink, batch, at, n]``, then the token and the owner when there are any:
+        ``[..., token]`` or ``[..., token or null, owner]`` (older rows have four)."""
+        rows: list[list[Any]] = []
+        for (owner, sink), batches in self.published.items():
+            for batch, (at, n, token) in batches.items():
+                row: list[Any] = [sink, batch, at, n]
+                if token is not None or owner is not None:
+                    row.append(token)
+                if owner is not None:
+                    row.append(owner)
+                rows.append(row)
+        return rows
 
     def load_memory(self, rows: list[list[Any]]) -> None:
         self.published = {}
-        for sink, batch, at, n, *token in rows:  # rows written before tokens have four
-            self.remember(sink, batch, at, n, token[0] if token else None)
+        for sink, batch, at, n, *rest in rows:
+            token = rest[0] if rest else None
+            owner = rest[1] if len(rest) > 1 else None
+            self.remember((owner, sink, batch), at, n, token)

@@ -8,6 +8,11 @@ policies for a consumer that dies (``resume`` / ``restart`` / ``discard``) and f
 before the stream is complete (``progressive`` / ``complete``).
 
 Header names are the wire contract, shared with the client library (``sluice-stream-*``).
+
+A stream is known by its destination and its id (``StreamKey``), never by the id alone: chunks
+sent to another destination under the same id start a stream of their own there, so nobody can
+query or pre-empt a stream through a queue they happen to be allowed to write. With security
+on, a stream also belongs to the user who sent its first chunk.
 """
 
 from __future__ import annotations
@@ -33,12 +38,22 @@ NEXT_SEQ = "sluice-stream-next-seq"
 NEXT_OFFSET = "sluice-stream-next-offset"
 STATE = "sluice-stream-state"
 CONSUMERS = "sluice-stream-consumers"
+GROUP = "JMSXGroupID"  # the stream id again: what keeps a stream on one consumer
 
 RECEIVING, DISPATCHING, COMPLETE, ABANDONED, RESUMED_STATE, DISCARDED = (
     "receiving", "dispatching", "complete", "abandoned", "resumed", "discarded")
 
 RESUME, RESTART, DISCARD = "resume", "restart", "discard"
 PROGRESSIVE, COMPLETE_FIRST = "progressive", "complete"
+
+
+StreamKey = tuple[str, str]  # (destination key "q:NAME" or "t:NAME", stream id)
+
+
+def destination_key(destination: str) -> str:
+    """``/queue/x`` -> ``q:x``, ``/topic/x`` -> ``t:x``: the journal's destination keys."""
+    kind, _, name = destination[1:].partition("/")
+    return f"{'t' if kind == 'topic' else 'q'}:{name}"
 
 
 @dataclass(slots=True)
@@ -64,6 +79,11 @@ class StreamState:
     updated: float = field(default_factory=time.time)
     held: list[Message] = field(default_factory=list)  # `complete` mode: not dispatched yet
     last_ticket: object = None  # pins the journal tail that remembers our progress
+    owner: str | None = None  # the user who started it (security on); None: anyone
+
+    @property
+    def key(self) -> StreamKey:
+        return (self.queue_key, self.id)
 
     @property
     def final_stored(self) -> bool:
@@ -84,6 +104,12 @@ class ChunkError(ValueError):
     def __init__(self, message: str, next_seq: int | None = None) -> None:
         super().__init__(message)
         self.next_seq = next_seq
+
+
+def check_owner(st: StreamState, owner: str | None) -> None:
+    """A stream belongs to the user who started it: anyone else is refused, saying why."""
+    if st.owner is not None and owner is not None and owner != st.owner:
+        raise ChunkError(f"stream {st.id!r} on {st.destination} belongs to another user")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +137,9 @@ def parse_chunk(headers: dict[str, str], body_len: int) -> Chunk:
         raise ChunkError("sluice-stream-seq and sluice-stream-offset must be integers") from None
     if seq < 0 or offset < 0:
         raise ChunkError("sluice-stream-seq and sluice-stream-offset must not be negative")
+    group = headers.get(GROUP)
+    if group is not None and group != sid:
+        raise ChunkError(f"{GROUP} must be the stream id ({STREAM_ID}) on a chunk")
     final = headers.get(FINAL) == "true"
     size = None
     sha = None

@@ -6,14 +6,20 @@ records they were learnt from (published batches, producer sequence numbers).
 
 * ``STAGE``: one record of a staged part. Same layout as a ``TX`` record (``records.encode_tx``),
   so a published message can point into it with an ``inner`` offset exactly like a transaction's
-  message; the "transaction id" is a JSON list ``[sink, batch, part, attempt, created_ms]``.
+  message; the "transaction id" is a JSON list ``[sink, batch, part, attempt, created_ms]``,
+  plus the owner (the user who staged it) when security is on.
   A big part is several records, the last one ``final``; the message ids inside are 0: a staged
   message gets its id when it is published.
 * ``STAGE_PUBLISH``: a batch published: which part records (and how many messages each holds),
   in order, and the first message id (``base``); message ``i`` of the publication has id
   ``base + i``, even when some of those records were deleted since (all their messages consumed).
   ``token``, the publisher's token, is there only when it gave one (older records lack it).
-* ``STAGE_DISCARD``: parked parts dropped (abort, timeout): ``[sink, batch, part, attempt]``.
+* ``STAGE_DISCARD``: parked parts dropped (abort, timeout): ``[sink, batch, part, attempt]``,
+  plus the owner when there is one.
+
+Owners were added later as optional trailing fields (a key ``owner`` in STAGE_PUBLISH): records
+without one are read as ownerless, so older data dirs replay unchanged. Tokens and owners are
+independent optional keys of STAGE_PUBLISH.
 * ``MEMO_PUBLISHED``, ``MEMO_PRODUCERS``: a whole table as of that point of the log
   (``core/anchor.py``): the published batches, the producers' highest sequence numbers.
 """
@@ -44,10 +50,13 @@ class StageMeta:
     part: str
     attempt: int
     created_ms: int
+    owner: str | None = None
 
     def txid(self) -> str:
-        return json.dumps([self.sink, self.batch, self.part, self.attempt, self.created_ms],
-                          separators=(",", ":"))
+        fields: list[Any] = [self.sink, self.batch, self.part, self.attempt, self.created_ms]
+        if self.owner is not None:
+            fields.append(self.owner)
+        return json.dumps(fields, separators=(",", ":"))
 
 
 def encode_stage(meta: StageMeta, ops: Iterable[tuple[int, bytes]], *, final: bool) -> bytes:
@@ -58,8 +67,9 @@ def decode_stage(payload: bytes | memoryview
                  ) -> tuple[StageMeta, str, bool, list[tuple[int, memoryview]]]:
     """(meta, the raw txid for ``records.tx_op_offsets``, final, ops)."""
     txid, final, ops = records.decode_tx(payload)
-    sink, batch, part, attempt, created = json.loads(txid)
-    return StageMeta(sink, batch, part, attempt, created), txid, final, ops
+    sink, batch, part, attempt, created, *owner = json.loads(txid)
+    return (StageMeta(sink, batch, part, attempt, created, owner[0] if owner else None), txid,
+            final, ops)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +84,7 @@ class Publication:
     at_ms: int
     parts: list[tuple[str, list[tuple[Location, int]]]]
     token: str | None = None
+    owner: str | None = None
 
 
 def encode_publish(p: Publication) -> bytes:
@@ -84,6 +95,8 @@ def encode_publish(p: Publication) -> bytes:
     }
     if p.token is not None:
         d["token"] = p.token
+    if p.owner is not None:
+        d["owner"] = p.owner
     return json.dumps(d, separators=(",", ":")).encode()
 
 
@@ -91,15 +104,19 @@ def decode_publish(payload: bytes | memoryview) -> Publication:
     d = json.loads(bytes(payload))
     return Publication(d["sink"], d["batch"], d["base"], d["count"], d["at"],
                        [(name, [(Location(s, o, n), c) for s, o, n, c in recs])
-                        for name, recs in d["parts"]], d.get("token"))
+                        for name, recs in d["parts"]], d.get("token"), d.get("owner"))
 
 
-def encode_discard(parts: Iterable[tuple[str, str, str, int]]) -> bytes:
-    return json.dumps([list(p) for p in parts], separators=(",", ":")).encode()
+Discarded = tuple[str, str, str, int, str | None]  # sink, batch, part, attempt, owner
 
 
-def decode_discard(payload: bytes | memoryview) -> list[tuple[str, str, str, int]]:
-    return [(s, b, p, a) for s, b, p, a in json.loads(bytes(payload))]
+def encode_discard(parts: Iterable[Discarded]) -> bytes:
+    return json.dumps([list(p) if p[4] is not None else list(p[:4]) for p in parts],
+                      separators=(",", ":")).encode()
+
+
+def decode_discard(payload: bytes | memoryview) -> list[Discarded]:
+    return [(s, b, p, a, o[0] if o else None) for s, b, p, a, *o in json.loads(bytes(payload))]
 
 
 def encode_memo(table: str, entries: Any) -> bytes:

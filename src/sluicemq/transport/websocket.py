@@ -21,6 +21,7 @@ from aiohttp import WSMsgType, web
 
 from sluicemq.core.session import Session
 from sluicemq.transport.keepalive import Keepalive
+from sluicemq.transport.origin import cross_site, host_refused, is_loopback
 
 if TYPE_CHECKING:
     from sluicemq.core.broker import Broker
@@ -148,9 +149,11 @@ class WebSocketServer:
         self.broker = broker
         self.connections: set[WebSocketConnection] = set()
         self._runner: web.AppRunner | None = None
+        self._loopback_only = True
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Listen on host:port (0 = any free port); returns the address actually bound."""
+        self._loopback_only = is_loopback(host)
         app = web.Application()
         app.router.add_get("/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
@@ -165,6 +168,13 @@ class WebSocketServer:
         ws = web.WebSocketResponse(protocols=SUBPROTOCOLS, max_msg_size=limit, compress=False)
         if not ws.can_prepare(request).ok:
             raise web.HTTPBadRequest(text="this port speaks STOMP over WebSocket only\n")
+        origins = self.broker.config.security.websocket_origins
+        why = (host_refused(request.host, self._loopback_only)
+               or cross_site(request.headers, request.host, origins))
+        if why:  # a page on another site driving the operator's browser into the broker
+            log.warning("WebSocket upgrade refused from %s: %s", request.remote, why)
+            raise web.HTTPForbidden(text=f"cross-site WebSocket refused: {why}; list the page's "
+                                         "origin in [security] websocket-origins\n")
         await ws.prepare(request)
         peer = request.transport.get_extra_info("peername") if request.transport else None
         conn = WebSocketConnection(self.broker, ws,
