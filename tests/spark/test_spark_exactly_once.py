@@ -92,3 +92,32 @@ def test_kill_9_of_the_driver_between_read_and_commit(spark, broker, source, tmp
         bodies.sort()
     assert bodies == sorted(source), (
         f"lost {len(set(source) - set(bodies))}, duplicated {len(bodies) - len(set(bodies))}")
+
+
+def wait_committed(proc: subprocess.Popen, checkpoint: Path, after: int) -> None:
+    deadline = time.monotonic() + 240
+    while batch_in_flight(checkpoint)[1] < after:
+        if proc.poll() is not None:
+            pytest.fail(f"driver ended early: {proc.stdout.read()[-3000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"batch {after} never committed")
+        time.sleep(0.01)
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_broker_mid_query(spark, broker, source, tmp_path):
+    """The broker dies under a running query (column-batch reads, Arrow sink, publication
+    tokens): the query fails or finishes, a restart from its checkpoint completes it, and the
+    sink holds every source message exactly once."""
+    first = start_driver(broker, "sluice", "/queue/sink", tmp_path)
+    wait_committed(first, tmp_path / "checkpoint", after=2)
+    broker.kill()
+    broker.restart()
+    first.communicate(timeout=300)  # failed (broker gone mid-batch) or finished: both fine
+    finish(start_driver(broker, "sluice", "/queue/sink", tmp_path))
+    bodies = []
+    with Client(broker.url) as c, c.subscribe("/queue/sink") as sub:
+        while (m := sub.get(timeout=3.0)) is not None:
+            bodies.append(m.text())
+    assert sorted(bodies) == sorted(source), (
+        f"lost {len(set(source) - set(bodies))}, duplicated {len(bodies) - len(set(bodies))}")
