@@ -35,7 +35,8 @@ MAX_MESSAGES = 65_536  # a batch of tiny messages is cut here even below its byt
 Item = Message | tuple[int, int, int, int, int]
 
 
-def fill(view: SeqView, fetcher: Fetcher, body_of: Callable[[Message], bytes], start: int,
+def fill(view: SeqView, fetcher: Fetcher, body_of: Callable[[Message], bytes | memoryview],
+         start: int,
          to: int, *, max_bytes: int, max_messages: int) -> tuple[ColumnWriter, int]:
     """The next retained messages of ``[start, to)`` (at least one if any, about ``max_bytes``
     of bodies at most, ``max_messages`` at most) as a batch, and the seq to continue from.
@@ -65,7 +66,7 @@ def fill(view: SeqView, fetcher: Fetcher, body_of: Callable[[Message], bytes], s
             add(seq, item.timestamp, item.expires, item.priority, flags,
                 records.encode_headers(item.headers), body)
             continue
-        payload = payloads[locs[item[:3]]]
+        payload: bytes | memoryview = payloads[locs[item[:3]]]
         if item[3]:
             payload = records.tx_op_at(payload, item[3])
         ts, expires, _prio, headers, body = records.message_columns(payload)

@@ -134,7 +134,7 @@ def assemble(count: int, fixed: list[array | bytes | bytearray | memoryview],
     out: list[bytes | memoryview] = [_HEAD.pack(MAGIC, count)]
     size = _HEAD.size
     for part in fixed:
-        data = part.tobytes() if isinstance(part, array) else part
+        data = part.tobytes() if isinstance(part, array) else memoryview(part)
         out += [data, bytes(_pad(size + len(data)))]
         size += len(data) + _pad(size + len(data))
     out += hdata
@@ -235,4 +235,6 @@ def decode(body: bytes | bytearray | memoryview) -> Columns:
     if bdata_at + boff[n] != len(view):
         raise ValueError(f"column batch: {len(view)} bytes, the offsets say "
                          f"{bdata_at + boff[n]}")
-    return Columns(n, view, *offsets, hdata_at, bdata_at)
+    seq_at, ts_at, exp_at, prio_at, flags_at, hoff_at, boff_at = offsets
+    return Columns(n, view, seq_at, ts_at, exp_at, prio_at, flags_at, hoff_at, boff_at,
+                   hdata_at, bdata_at)

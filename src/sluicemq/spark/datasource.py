@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from pyspark.sql.datasource import (
@@ -67,7 +68,7 @@ def _with_schema(opts: SourceOptions, schema: StructType) -> SourceOptions:
     return replace(opts, file_schema=schema.json())
 
 
-def _arrow(options: dict[str, str]) -> bool:
+def _arrow(options: Mapping[str, str]) -> bool:
     """Option ``bulk`` (default true): the sink takes Arrow record batches and stages column
     batches; false: one SEND frame per row."""
     value = {str(k).lower(): str(v) for k, v in options.items()}.get("bulk", "true")
