@@ -36,13 +36,15 @@ Item = Message | tuple[int, int, int, int, int]
 
 
 def fill(view: SeqView, fetcher: Fetcher, body_of: Callable[[Message], bytes | memoryview],
-         start: int,
-         to: int, *, max_bytes: int, max_messages: int) -> tuple[ColumnWriter, int]:
+         start: int, to: int, *, max_bytes: int, max_messages: int,
+         average_size: float = 1024.0) -> tuple[ColumnWriter, int]:
     """The next retained messages of ``[start, to)`` (at least one if any, about ``max_bytes``
     of bodies at most, ``max_messages`` at most) as a batch, and the seq to continue from.
-    ``body_of`` reads the body of a message object that keeps it only in the journal."""
+    ``body_of`` reads the body of a message object that keeps it only in the journal;
+    ``average_size`` (the queue's) sizes how many slots are looked at for one batch."""
     writer = ColumnWriter()
-    sources = view.sources(start, to, min(max_messages, MAX_MESSAGES))
+    want = min(max_messages, MAX_MESSAGES, max(64, int(max_bytes / average_size * 1.25)))
+    sources = view.sources(start, to, want)
     if not sources:
         return writer, start
     only = sources[0]

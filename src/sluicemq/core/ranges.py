@@ -485,9 +485,12 @@ class _Read(_Job):
         limit = self.req.max
         want = rangecolumns.MAX_MESSAGES if limit is None else limit - self.sent
         view = self.svc.view(q)
+        pending = q.pending
+        average = pending.stored_bytes / len(pending) if pending.stored_bytes else 1024.0
         writer, cursor = rangecolumns.fill(view, self.fetcher, self.broker.body_of,
                                            self.cursor, self.to,
-                                           max_bytes=self.req.batch_bytes, max_messages=want)
+                                           max_bytes=self.req.batch_bytes, max_messages=want,
+                                           average_size=max(1.0, average))
         if not writer:
             self.write_end(view.lowest(), self.to, self.sent)
             return
