@@ -16,6 +16,7 @@ from typing import Any
 
 from sluicemq.config import BrokerConfig, Policy
 from sluicemq.core import dedup_recovery, stage_recovery  # noqa: F401  (register StateParts)
+from sluicemq.core.admission import Admission
 from sluicemq.core.consumer import Consumer
 from sluicemq.core.cursor import Pager
 from sluicemq.core.dedup import Producers
@@ -70,6 +71,7 @@ class Broker:
         self.durables: dict[str, tuple[records.DurableSub, Queue]] = {}
         self.sub_tickets: dict[str, TicketLike] = {}  # SUB records pin their segment
         self.client_ids: dict[str, object] = {}
+        self.admission = Admission(config.limits)  # connections, every transport
         self.next_mid = 1
         self._dirty: dict[int, Queue] = {}
         self._dispatch_scheduled = False

@@ -1,0 +1,168 @@
+"""Spec: hostile clients meet a named limit in an ERROR, and a bystander keeps being served.
+
+Each case replays one attack from issue #16 at a small scale against a real broker whose
+`[limits]` are set low; bench/hostile.py replays them at full scale with RSS and latency
+figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from typing import Any
+
+import aiohttp
+
+from e2e.stomp_helpers import connect as stomp_connect
+from sluicemq.client import Client
+from sluicemq.protocol.codec import FrameParser, encode_frame
+from sluicemq.protocol.frames import Frame
+
+CONNECT = {"accept-version": "1.2", "host": "h", "heart-beat": "0,0"}
+
+
+class Raw:
+    """A bare STOMP 1.2 socket, optionally from another loopback address (another client)."""
+
+    def __init__(self, b: Any, source: str | None = None) -> None:
+        self.sock = socket.socket()
+        if source is not None:
+            self.sock.bind((source, 0))
+        self.sock.settimeout(10)
+        self.sock.connect((b.host, b.port))
+        self.parser = FrameParser(version="1.2")
+        self.frames: list[Frame] = []
+
+    def send(self, command: str, headers: dict[str, str] | None = None,
+             body: bytes = b"") -> None:
+        self.sock.sendall(encode_frame(Frame(command, headers or {}, body), "1.2"))
+
+    def recv(self, timeout: float = 10) -> Frame:
+        deadline = time.monotonic() + timeout
+        while not self.frames:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            data = self.sock.recv(1 << 20)
+            if not data:
+                raise ConnectionError("closed by broker")
+            self.frames.extend(self.parser.feed(data))
+        return self.frames.pop(0)
+
+    def connect(self) -> Frame:
+        self.send("CONNECT", CONNECT)
+        return self.recv()
+
+    def closed_by_broker(self, timeout: float = 10) -> bool:
+        """True once the broker has closed (EOF, not a reset) within ``timeout``."""
+        self.sock.settimeout(timeout)
+        while True:
+            data = self.sock.recv(1 << 16)
+            if not data:
+                return True
+
+
+def bystander_works(b: Any, queue: str = "/queue/bystander") -> None:
+    """Another client connects, sends and receives as if nothing happened."""
+    with Client(b.url, timeout=10) as c:
+        sub = c.subscribe(queue)
+        c.send(queue, b"still served")
+        got = sub.get(10)
+        assert got is not None and got.body == b"still served"
+
+
+# -- connections ---------------------------------------------------------------------------
+def test_a_socket_that_never_sends_connect_is_closed_after_the_connect_timeout(
+        broker_factory: Any) -> None:
+    """Silent sockets and CONNECTs dribbled in slowly are told why, then closed."""
+    b = broker_factory(config_text="[limits]\nconnect-timeout = 1.0\n")
+    silent = Raw(b)
+    partial = Raw(b)
+    partial.sock.sendall(b"CONNECT\naccept-version:1.2\n")  # and never the rest
+    for r in (silent, partial):
+        reply = r.recv(5)
+        assert reply.command == "ERROR"
+        assert reply.headers["message"] == "no CONNECT within 1 s (connect_timeout)"
+        assert r.closed_by_broker()
+    connected = Raw(b)
+    assert connected.connect().command == "CONNECTED"
+    connected.send("SEND", {"destination": "/queue/t", "receipt": "r"}, b"x")
+    assert connected.recv(5).headers["receipt-id"] == "r"  # a connected client is not timed
+
+
+def test_one_address_cannot_take_every_connection(broker_factory: Any) -> None:
+    """Past max_connections_per_address that address is refused; other addresses are not."""
+    b = broker_factory(config_text="[limits]\nmax-connections = 20\n"
+                                   "max-connections-per-address = 3\n")
+    held = [Raw(b, source="127.0.0.2") for _ in range(3)]  # idle: no CONNECT needed
+    refused = Raw(b, source="127.0.0.2")
+    reply = refused.recv()
+    assert reply.command == "ERROR"
+    assert reply.headers["message"] == ("too many connections from 127.0.0.2 (limit 3, "
+                                        "max_connections_per_address)")
+    assert refused.closed_by_broker()
+    bystander_works(b)
+    held.pop().sock.close()
+    deadline = time.monotonic() + 10
+    while Raw(b, source="127.0.0.2").connect().command != "CONNECTED":  # once the close is seen
+        assert time.monotonic() < deadline, "the freed slot never came back"
+
+
+def test_websocket_connections_count_against_max_connections(broker_factory: Any) -> None:
+    """WebSockets and TCP share one cap, so neither can exhaust the other's descriptors."""
+    b = broker_factory(config_text="[limits]\nmax-connections = 3\n")
+
+    async def scenario() -> tuple[str, str]:
+        async with aiohttp.ClientSession() as http:
+            held = [await http.ws_connect(f"{b.ws_url}/stomp", protocols=("v12.stomp",))
+                    for _ in range(3)]
+            extra = await http.ws_connect(f"{b.ws_url}/stomp", protocols=("v12.stomp",))
+            msg = await extra.receive(timeout=10)
+            ws_refusal = FrameParser().feed(msg.data.encode())[0].headers["message"]
+            tcp_refusal = await asyncio.to_thread(lambda: Raw(b).recv().headers["message"])
+            for ws in (*held, extra):
+                await ws.close()
+            return ws_refusal, tcp_refusal
+
+    ws_refusal, tcp_refusal = asyncio.run(scenario())
+    assert ws_refusal == "too many connections (limit 3, max_connections)"
+    assert tcp_refusal == "too many connections (limit 3, max_connections)"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the WebSockets' slots are given back when they close
+        try:
+            bystander_works(b)
+            break
+        except Exception:
+            time.sleep(0.1)
+    bystander_works(b)
+
+
+# -- frames --------------------------------------------------------------------------------
+def test_a_frame_refused_for_size_is_answered_before_the_close_without_a_reset(
+        broker_factory: Any) -> None:
+    """The client keeps sending its too-large frame: it gets no reset and reads the ERROR."""
+    b = broker_factory(config_text="[limits]\nmax-frame-bytes = 1048576\n")
+    r = Raw(b)
+    assert r.connect().command == "CONNECTED"
+    big = encode_frame(Frame("SEND", {"destination": "/queue/big"}, b"x" * (8 << 20)), "1.2")
+    r.sock.settimeout(30)
+    r.sock.sendall(big)  # would fail with a reset or broken pipe if the broker just closed
+    reply = r.recv()
+    assert reply.command == "ERROR"
+    assert "max_frame_bytes=1048576" in reply.headers["message"]
+    assert r.closed_by_broker()
+    bystander_works(b)
+
+
+def test_stomp_py_reads_the_error_for_a_frame_too_large(broker_factory: Any) -> None:
+    """What most applications use: stomp.py's send succeeds and its listener gets the ERROR."""
+    b = broker_factory(config_text="[limits]\nmax-frame-bytes = 1048576\n")
+    conn, seen = stomp_connect(b)
+    try:
+        conn.send("/queue/big", b"y" * (4 << 20))
+        error = seen.errors.get(timeout=10)
+        assert "max_frame_bytes=1048576" in error.headers["message"]
+    finally:
+        with contextlib.suppress(Exception):  # the broker closed it: that is the point
+            conn.disconnect()
+    bystander_works(b)
