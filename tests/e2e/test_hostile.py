@@ -166,3 +166,26 @@ def test_stomp_py_reads_the_error_for_a_frame_too_large(broker_factory: Any) -> 
         with contextlib.suppress(Exception):  # the broker closed it: that is the point
             conn.disconnect()
     bystander_works(b)
+
+
+# -- memory --------------------------------------------------------------------------------
+def test_header_bytes_count_against_the_memory_limit(broker_factory: Any) -> None:
+    """Messages whose weight is in their headers fill the memory limit as bodies would."""
+    b = broker_factory(config_text='[limits]\nmemory-limit = "2 MiB"\n'
+                                   '[[policy]]\nqueue = "heavy"\ncursor = "vm"\n'
+                                   'fail-if-no-space = true\n')
+    r = Raw(b)
+    assert r.connect().command == "CONNECTED"
+    headers = {f"h{i}": "v" * 8000 for i in range(12)}  # ~96 KB of headers, a 1-byte body
+    refused = None
+    for i in range(40):  # at 1 KiB a message 2 MiB would hold 2000 of them
+        r.send("SEND", {"destination": "/queue/heavy", "receipt": str(i), **headers}, b"x")
+        reply = r.recv()
+        if reply.command == "ERROR":
+            refused = reply
+            break
+    assert refused is not None, "40 messages of ~96 KB headers fitted in 2 MiB"
+    assert refused.headers["message"] == ("/queue/heavy cannot take the message: memory limit "
+                                          "reached (2097152 bytes)")
+    assert int(refused.headers["receipt-id"]) < 30
+    bystander_works(b)
