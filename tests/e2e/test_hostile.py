@@ -14,9 +14,11 @@ import time
 from typing import Any
 
 import aiohttp
+import pytest
 
 from e2e.stomp_helpers import connect as stomp_connect
 from sluicemq.client import Client
+from sluicemq.errors import ClientError
 from sluicemq.protocol.codec import FrameParser, encode_frame
 from sluicemq.protocol.frames import Frame
 
@@ -189,3 +191,55 @@ def test_header_bytes_count_against_the_memory_limit(broker_factory: Any) -> Non
                                           "reached (2097152 bytes)")
     assert int(refused.headers["receipt-id"]) < 30
     bystander_works(b)
+
+
+# -- destinations --------------------------------------------------------------------------
+DESTINATION_CAPS = """
+[limits]
+max-destinations = 5
+max-destinations-per-user = 3
+idle-destination-seconds = 3600
+"""
+
+
+def test_one_client_cannot_create_more_than_its_share_of_destinations(
+        broker_factory: Any) -> None:
+    """Anonymous clients are counted per address; the broker-wide cap holds for everyone."""
+    b = broker_factory(config_text=DESTINATION_CAPS)
+    hostile = Raw(b, source="127.0.0.2")
+    assert hostile.connect().command == "CONNECTED"
+    for i in range(4):
+        hostile.send("SEND", {"destination": f"/queue/spam.{i}", "receipt": str(i)}, b"x")
+    assert [hostile.recv().command for _ in range(4)] == ["RECEIPT"] * 3 + ["ERROR"]
+    hostile.send("SEND", {"destination": "/queue/spam.9", "receipt": "again"}, b"x")
+    refusal = hostile.recv()
+    assert refusal.headers["message"] == (
+        "cannot create /queue/spam.9: address 127.0.0.2 created too many destinations "
+        "(limit 3, max_destinations_per_user)")
+    hostile.send("SEND", {"destination": "/queue/spam.0", "receipt": "old"}, b"x")
+    assert hostile.recv().headers["receipt-id"] == "old"  # existing ones stay usable
+    bystander_works(b, "/queue/mine")  # another address; emptied again, so reclaimable
+    with Client(b.url, timeout=10) as c:
+        c.send("/queue/mine.2", b"the 5th")
+        c.send("/queue/mine.3", b"fits: the idle, empty /queue/mine is reclaimed for it")
+        with pytest.raises(ClientError, match=r"too many destinations \(limit 5, "
+                                              r"max_destinations\)"):
+            c.send("/queue/mine.4", b"a 6th holding messages")
+
+
+def test_empty_destinations_nobody_uses_are_reclaimed(broker_factory: Any) -> None:
+    """SUBSCRIBE + UNSUBSCRIBE cycles leave nothing behind: at the cap idle ones go first."""
+    b = broker_factory(config_text=DESTINATION_CAPS)
+    r = Raw(b)
+    assert r.connect().command == "CONNECTED"
+    for i in range(50):
+        r.send("SUBSCRIBE", {"destination": f"/queue/cycle.{i}", "id": "s", "receipt": "s"})
+        assert r.recv().command == "RECEIPT"
+        r.send("UNSUBSCRIBE", {"id": "s", "receipt": "u"})
+        assert r.recv().command == "RECEIPT"
+    r.send("SEND", {"destination": "/queue/cycle.keep", "receipt": "k"}, b"kept")
+    assert r.recv().headers["receipt-id"] == "k"
+    bystander_works(b)
+    with Client(b.url, timeout=10) as c:  # a queue with messages was never reclaimed
+        got = c.subscribe("/queue/cycle.keep").get(10)
+        assert got is not None and got.body == b"kept"

@@ -20,6 +20,7 @@ from sluicemq.core.admission import Admission
 from sluicemq.core.consumer import Consumer
 from sluicemq.core.cursor import Pager
 from sluicemq.core.dedup import Producers
+from sluicemq.core.destinations import DestinationBudget
 from sluicemq.core.dispatch import dispatch
 from sluicemq.core.flow import FlowControl, MemoryAccount, resolve_limits
 from sluicemq.core.message import Message
@@ -72,6 +73,7 @@ class Broker:
         self.sub_tickets: dict[str, TicketLike] = {}  # SUB records pin their segment
         self.client_ids: dict[str, object] = {}
         self.admission = Admission(config.limits)  # connections, every transport
+        self.destinations = DestinationBudget(self)  # creation caps, idle reclaiming
         self.next_mid = 1
         self._dirty: dict[int, Queue] = {}
         self._dispatch_scheduled = False
@@ -108,6 +110,14 @@ class Broker:
         if policy is None:
             policy = self._policies[key] = self.config.policy_for(kind, name)
         return policy
+
+    def forget_policies(self) -> None:
+        """Drop cached policies (destinations were reclaimed; their names need none)."""
+        self._policies.clear()
+
+    def is_dirty(self, queue: Queue) -> bool:
+        """Is ``queue`` waiting for a dispatch pass?"""
+        return id(queue) in self._dirty
 
     def make_pending(self, destination: str, policy: Policy) -> PendingList:
         """A destination's cursor: paging (``store``) unless its policy says ``vm``."""
@@ -349,6 +359,7 @@ class Broker:
         self.compactor.tick()
         self.stager.tick(int(now * 1000))
         self.producers.tick(int(now * 1000))
+        self.destinations.sweep(now)
         self.flow.poll()
         for st in list(self.streams.values()):
             if st.final_stored or st.state in (ABANDONED, DISCARDED):

@@ -25,6 +25,7 @@ from sluicemq import __version__
 from sluicemq.core import dedup, ranges, stage_frames
 from sluicemq.core.broker import Broker
 from sluicemq.core.consumer import ACK_MODES, AUTO, CLIENT, Consumer
+from sluicemq.core.destinations import owner_of
 from sluicemq.core.message import (
     TRANSPORT_HEADERS,
     Message,
@@ -343,6 +344,7 @@ class Session:
         h = frame.headers
         kind, name = parse_destination(h.get("destination"))
         self._authorize(WRITE, kind, name)
+        self._admit_destination(kind, name)
         if QUERY not in h and self._no_room(frame, kind, name):
             return
         self.received += 1
@@ -442,6 +444,11 @@ class Session:
                 self._waiting.extend(waiting)
                 return
 
+    def _admit_destination(self, kind: str, name: str) -> None:
+        """A destination this frame would create must fit the destination caps."""
+        self.broker.destinations.admit(kind, name,
+                                       owner_of(self.user.name if self.user else None, self.peer))
+
     def _authorize(self, action: str, kind: str, name: str) -> None:
         if not self.security.authorize(self.user, action, f"/{kind}/{name}"):
             who = self.user.name if self.user else "anonymous"
@@ -486,6 +493,7 @@ class Session:
         if h.get("browser") == "true":  # range read, head query or ledger commit
             ranges.for_broker(self.broker).subscribe(self, frame, kind, name)
             return
+        self._admit_destination(kind, name)
         limits = self.broker.config.limits
         if len(self.consumers) >= limits.max_subscriptions:
             raise ProtocolError(f"too many subscriptions on this connection (limit "
