@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -243,3 +245,36 @@ def test_empty_destinations_nobody_uses_are_reclaimed(broker_factory: Any) -> No
     with Client(b.url, timeout=10) as c:  # a queue with messages was never reclaimed
         got = c.subscribe("/queue/cycle.keep").get(10)
         assert got is not None and got.body == b"kept"
+
+
+# -- transactions --------------------------------------------------------------------------
+def test_open_transactions_are_capped_in_bytes_and_kept_out_of_ram(broker_factory: Any) -> None:
+    """A connection's open transactions hold at most max_transaction_bytes, and beyond 1 MiB
+    of them in memory the largest move to temporary files."""
+    b = broker_factory(config_text='[limits]\nmax-transaction-bytes = "2.5 MiB"\n')
+    r = Raw(b)
+    assert r.connect().command == "CONNECTED"
+    part = b"t" * (200 << 10)  # under the spool's own 256 KiB threshold: stays in RAM alone
+    for i in range(10):
+        r.send("BEGIN", {"transaction": f"t{i}"})
+        r.send("SEND", {"destination": "/queue/tx", "transaction": f"t{i}",
+                        "receipt": f"s{i}"}, part)
+        assert r.recv().headers["receipt-id"] == f"s{i}"
+    spool_dir = str(b.data_dir.resolve() / "tmp")
+    spilled = [p for p in Path(f"/proc/{b.pid}/fd").iterdir()
+               if os.readlink(p).startswith(spool_dir)]  # unlinked spool files
+    assert len(spilled) >= 4  # of 10 x 200 KiB: RAM keeps 1 MiB plus the part just added
+    r.send("BEGIN", {"transaction": "big"})
+    r.send("SEND", {"destination": "/queue/tx", "transaction": "big", "receipt": "over"},
+           b"o" * (1 << 20))
+    refused = r.recv()
+    assert refused.command == "ERROR" and refused.headers["receipt-id"] == "over"
+    assert refused.headers["message"] == (
+        "open transactions on this connection would hold 3096576 bytes (limit 2621440, "
+        "max_transaction_bytes)")
+    r.send("COMMIT", {"transaction": "t0", "receipt": "c0"})
+    assert r.recv().headers["receipt-id"] == "c0"  # the connection and its work go on
+    with Client(b.url, timeout=10) as c:
+        got = c.subscribe("/queue/tx").get(10)
+        assert got is not None and got.body == part
+    bystander_works(b)

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Protocol
 
 from sluicemq import __version__
-from sluicemq.core import dedup, ranges, stage_frames
+from sluicemq.core import dedup, ranges, stage_frames, txlimits
 from sluicemq.core.broker import Broker
 from sluicemq.core.consumer import ACK_MODES, AUTO, CLIENT, Consumer
 from sluicemq.core.destinations import owner_of
+from sluicemq.core.flow import parse_size
 from sluicemq.core.message import (
     TRANSPORT_HEADERS,
     Message,
@@ -99,6 +100,7 @@ class Session:
         self._indexes = itertools.count(1)
         self.transactions: dict[str, TxSpool] = {}
         limits = broker.config.limits
+        self._tx_limit = parse_size(limits.max_transaction_bytes)
         self.parser = FrameParser(max_frame_bytes=limits.max_frame_bytes,
                                   max_headers=limits.max_headers,
                                   max_header_line=limits.max_header_line, version="1.0")
@@ -371,6 +373,9 @@ class Session:
                 return
         if txid is not None:
             spool = self._tx(txid)
+            spools = self.transactions.values()
+            txlimits.admit(spools, len(frame.body), self._tx_limit)
+            txlimits.bound_memory(spools)
             if stage_frames.add_send(spool, frame, kind, name, self.broker.now_ms()):
                 self.receipt(frame)
                 return
