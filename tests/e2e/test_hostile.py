@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import socket
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +67,12 @@ class Raw:
             data = self.sock.recv(1 << 16)
             if not data:
                 return True
+
+
+def overview(b: Any) -> dict[str, Any]:
+    """The console's /api/overview (limits, memory) as JSON."""
+    with urllib.request.urlopen(f"{b.console_url}/api/overview", timeout=10) as resp:
+        return json.load(resp)  # type: ignore[no-any-return]
 
 
 def bystander_works(b: Any, queue: str = "/queue/bystander") -> None:
@@ -277,4 +285,46 @@ def test_open_transactions_are_capped_in_bytes_and_kept_out_of_ram(broker_factor
     with Client(b.url, timeout=10) as c:
         got = c.subscribe("/queue/tx").get(10)
         assert got is not None and got.body == part
+    bystander_works(b)
+
+
+# -- waits for a consumer ------------------------------------------------------------------
+def wait_query(r: Raw, receipt: str, seconds: str = "1e9") -> None:
+    r.send("SEND", {"destination": "/queue/nobody", "sluice-stream-query": f"s-{receipt}",
+                    "sluice-stream-wait-consumer": seconds, "receipt": receipt})
+
+
+def test_waits_for_a_consumer_are_bounded_in_number_and_time(broker_factory: Any) -> None:
+    """A connection may keep max_consumer_waits waiting, each at most the configured time."""
+    b = broker_factory(config_text="[limits]\nmax-consumer-waits = 3\n"
+                                   "max-consumer-wait-seconds = 1.0\n")
+    r = Raw(b)
+    assert r.connect().command == "CONNECTED"
+    for i in range(4):
+        wait_query(r, str(i))
+    refused = r.recv()
+    assert refused.command == "ERROR" and refused.headers["receipt-id"] == "3"
+    assert refused.headers["message"] == ("too many SENDs waiting for a consumer on this "
+                                          "connection (limit 3, max_consumer_waits)")
+    answered = [r.recv(5) for _ in range(3)]  # after 1 s, not 1e9 s: nobody subscribed
+    assert sorted(f.headers["receipt-id"] for f in answered) == ["0", "1", "2"]
+    assert all(f.headers["sluice-stream-consumers"] == "0" for f in answered)
+    wait_query(r, "nan", "nan")
+    assert "not a number" in r.recv().headers["message"]
+    bystander_works(b)
+
+
+def test_a_connection_that_leaves_takes_its_waits_with_it(broker_factory: Any) -> None:
+    b = broker_factory(config_text="[limits]\nmax-consumer-wait-seconds = 3600\n")
+    r = Raw(b)
+    assert r.connect().command == "CONNECTED"
+    for i in range(50):
+        wait_query(r, str(i))
+    r.send("SEND", {"destination": "/queue/x", "receipt": "sync"}, b"")
+    assert r.recv().headers["receipt-id"] == "sync"  # the 50 waits are registered
+    assert overview(b)["limits"]["consumer_waits"] == 50
+    r.sock.close()
+    deadline = time.monotonic() + 10
+    while overview(b)["limits"]["consumer_waits"]:
+        assert time.monotonic() < deadline, "the waits outlived their connection"
     bystander_works(b)

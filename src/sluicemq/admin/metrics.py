@@ -152,6 +152,9 @@ class BrokerCollector(Collector):
             used.add_metric([name], now)
         yield caps
         yield used
+        yield GaugeMetricFamily("sluice_consumer_waits",
+                                "SENDs waiting for a destination to have a consumer",
+                                value=len(broker.consumer_waits))
         yield CounterMetricFamily("sluice_connections_refused",
                                   "Connections refused at a connection cap",
                                   value=admission.refused_total)

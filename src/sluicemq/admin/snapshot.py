@@ -258,6 +258,7 @@ def limits_view(broker: Broker) -> dict[str, Any]:
         "max_transaction_bytes": parse_size(limits.max_transaction_bytes),
         "max_durable_subscriptions": limits.max_durable_subscriptions,
         "max_consumer_waits": limits.max_consumer_waits,
+        "consumer_waits": len(broker.consumer_waits),
         "max_consumer_wait_s": limits.max_consumer_wait_seconds,
         "idle_destination_s": limits.idle_destination_seconds,
         "refused": {"connections": admission.refused_total,

@@ -42,6 +42,7 @@ from sluicemq.core.streams import (
     StreamState,
 )
 from sluicemq.core.topic import Topic
+from sluicemq.core.waits import ConsumerWaits
 from sluicemq.errors import ProtocolError
 from sluicemq.storage import records
 from sluicemq.storage.compaction import Compactor, Holder
@@ -82,7 +83,7 @@ class Broker:
         self.started = clock()
         self.streams: dict[str, StreamState] = {}
         self.finished_streams: dict[str, StreamState] = {}  # recent, for resume queries
-        self._consumer_waits: list[tuple[float, str, str, Callable[[int], None]]] = []
+        self.consumer_waits = ConsumerWaits(config.limits, self._consumer_count)
         self.limits = resolve_limits(config.limits, config.data_dir)
         self.memory = MemoryAccount(self.limits.memory)
         self.temp = TempStore(config.data_dir / "tmp")
@@ -324,13 +325,10 @@ class Broker:
                         stream_id, st.name)
 
     def wait_for_consumer(self, kind: str, name: str, timeout: float,
-                          callback: Callable[[int], None]) -> None:
-        """Call back with the consumer count once the destination has one, or at timeout."""
-        count = self._consumer_count(kind, name)
-        if count or timeout <= 0:
-            callback(count)
-            return
-        self._consumer_waits.append((self._clock() + timeout, kind, name, callback))
+                          callback: Callable[[int], None], owner: object = None) -> None:
+        """Call back with the consumer count once the destination has one, or at timeout
+        (bounded per ``owner``, see core/waits.py)."""
+        self.consumer_waits.add(self._clock(), kind, name, timeout, callback, owner)
 
     def _consumer_count(self, kind: str, name: str) -> int:
         if kind == QUEUE:
@@ -339,23 +337,11 @@ class Broker:
         t = self.topics.get(name)
         return sum(len(q.consumers) for q in t.subscribers.values()) if t is not None else 0
 
-    def _check_consumer_waits(self, now: float) -> None:
-        if not self._consumer_waits:
-            return
-        keep = []
-        for deadline, kind, name, callback in self._consumer_waits:
-            count = self._consumer_count(kind, name)
-            if count or now >= deadline:
-                callback(count)
-            else:
-                keep.append((deadline, kind, name, callback))
-        self._consumer_waits = keep
-
     def tick(self) -> None:
         """Once a second: abandon silent streams, answer consumer waits that timed out,
         compact the journal, resume producers whose destinations have room."""
         now = self._clock()
-        self._check_consumer_waits(now)
+        self.consumer_waits.check(now)
         self.compactor.tick()
         self.stager.tick(int(now * 1000))
         self.producers.tick(int(now * 1000))
@@ -590,8 +576,8 @@ class Broker:
 
     def attach(self, consumer: Consumer) -> None:
         consumer.queue.add_consumer(consumer)
-        if self._consumer_waits:
-            self._check_consumer_waits(self._clock())
+        if self.consumer_waits:
+            self.consumer_waits.check(self._clock())
 
     # -- transactions ------------------------------------------------------------------------
     def commit(self, txid: str, messages: list[tuple[str, str, Message]],

@@ -338,6 +338,7 @@ class Session:
         for spool in self.transactions.values():
             spool.close()
         self.transactions.clear()
+        self.broker.consumer_waits.cancel(self)
         if self.client_id and self.broker.client_ids.get(self.client_id) is self:
             del self.broker.client_ids[self.client_id]
 
@@ -476,7 +477,7 @@ class Session:
         def ready(count: int) -> None:
             self.receipt(frame, dict(answer, **{"sluice-stream-consumers": str(count)}))
 
-        self.broker.wait_for_consumer(kind, name, timeout, ready)
+        self.broker.wait_for_consumer(kind, name, timeout, ready, owner=self)
 
     def _message(self, kind: str, name: str, h: dict[str, str], body: bytes) -> Message:
         headers = {k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}
