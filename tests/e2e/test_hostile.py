@@ -328,3 +328,44 @@ def test_a_connection_that_leaves_takes_its_waits_with_it(broker_factory: Any) -
     while overview(b)["limits"]["consumer_waits"]:
         assert time.monotonic() < deadline, "the waits outlived their connection"
     bystander_works(b)
+
+
+# -- durable subscriptions -----------------------------------------------------------------
+def test_durable_subscriptions_per_client_id_are_capped(broker_factory: Any) -> None:
+    b = broker_factory(config_text="[limits]\nmax-durable-subscriptions = 3\n")
+    r = Raw(b)
+    r.send("CONNECT", {**CONNECT, "client-id": "hoarder"})
+    assert r.recv().command == "CONNECTED"
+    for i in range(4):
+        r.send("SUBSCRIBE", {"destination": "/topic/news", "id": str(i), "receipt": str(i),
+                             "activemq.subscriptionName": f"d{i}"})
+    replies = {f.headers["receipt-id"]: f for f in (r.recv() for _ in range(4))}
+    assert [replies[str(i)].command for i in range(4)] == ["RECEIPT"] * 3 + ["ERROR"]
+    assert replies["3"].headers["message"] == (
+        "client-id 'hoarder' has too many durable subscriptions (limit 3, "
+        "max_durable_subscriptions)")
+    bystander_works(b)
+
+
+def test_a_durable_backlog_does_not_stall_other_clients_non_persistent_sends(
+        broker_factory: Any) -> None:
+    """Durable subscriptions nobody reads fill the memory budget; other producers' messages
+    page to temp files instead of waiting for room that never comes."""
+    b = broker_factory(config_text='[limits]\nmemory-limit = "1 MiB"\n')
+    r = Raw(b)
+    r.send("CONNECT", {**CONNECT, "client-id": "idle"})
+    assert r.recv().command == "CONNECTED"
+    for i in range(50):
+        r.send("SUBSCRIBE", {"destination": "/topic/feed", "id": str(i), "receipt": str(i),
+                             "activemq.subscriptionName": f"d{i}"})
+        assert r.recv().command == "RECEIPT"
+    r.send("DISCONNECT", {"receipt": "bye"})
+    assert r.recv().headers["receipt-id"] == "bye"
+    with Client(b.url, timeout=20) as c:
+        for _ in range(20):
+            c.send("/topic/feed", b"p" * 20_000)  # 50 x 20 x 20 KB: far past 1 MiB
+        sub = c.subscribe("/queue/other")
+        for i in range(200):
+            c.send("/queue/other", str(i).encode(), persistent=False)
+        got = [sub.get(10) for _ in range(200)]
+        assert [m.body for m in got if m is not None] == [str(i).encode() for i in range(200)]

@@ -20,7 +20,7 @@ from sluicemq.core.admission import Admission
 from sluicemq.core.consumer import Consumer
 from sluicemq.core.cursor import Pager
 from sluicemq.core.dedup import Producers
-from sluicemq.core.destinations import DestinationBudget
+from sluicemq.core.destinations import DestinationBudget, check_durable_cap
 from sluicemq.core.dispatch import dispatch
 from sluicemq.core.flow import FlowControl, MemoryAccount, resolve_limits
 from sluicemq.core.message import Message
@@ -544,6 +544,8 @@ class Broker:
             if q.consumers:
                 raise ProtocolError(f"durable subscription {sub_name!r} is in use", fatal=False)
             self.remove_durable(key)
+        else:
+            check_durable_cap(self.durables, client_id, self.config.limits)
         sub = records.DurableSub(key, topic_name, client_id, sub_name, selector_text)
         ticket = self.store.append_sub(sub)
         self.store.hold(ticket)
