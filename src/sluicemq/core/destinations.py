@@ -36,6 +36,7 @@ class DestinationBudget:
         self._idle_since: dict[Key, float] = {}
         self.reclaimed_total = 0
         self.refused_total = 0
+        self._fruitless: tuple[float, int] | None = None  # when a forced sweep found nothing
 
     @property
     def count(self) -> int:
@@ -52,7 +53,7 @@ class DestinationBudget:
         held = self.per_owner.get(owner, 0)
         per_user = limits.max_destinations_per_user
         if (self.count >= limits.max_destinations or (per_user and held >= per_user)):
-            self.sweep(self.broker.now_ms() / 1000, force=True)
+            self._forced_sweep()
             held = self.per_owner.get(owner, 0)
         if self.count >= limits.max_destinations:
             self.refused_total += 1
@@ -65,6 +66,17 @@ class DestinationBudget:
                                 fatal=False)
         self.owners[(kind, name)] = owner
         self.per_owner[owner] = held + 1
+
+    def _forced_sweep(self) -> None:
+        """Reclaim every idle destination now, unless that found nothing within the last
+        second and no destination came or went since (a client hammering a cap must not make
+        each refusal scan every destination)."""
+        now = self.broker.now_ms() / 1000
+        if self._fruitless is not None:
+            at, count = self._fruitless
+            if now - at < 1.0 and count == self.count:
+                return
+        self._fruitless = None if self.sweep(now, force=True) else (now, self.count)
 
     def sweep(self, now: float, *, force: bool = False) -> int:
         """Drop destinations idle for ``idle_destination_seconds`` (all idle ones with

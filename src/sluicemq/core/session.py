@@ -62,6 +62,7 @@ SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
 OP_SEND, OP_ACK = 1, 2
 MAX_HELD_FRAMES = 100  # frames pipelined behind a CONNECT whose login is still being checked
 MAX_HELD_BYTES = 16 << 20
+FRAMES_PER_TURN = 128  # frames of one connection handled per loop turn; the rest wait a turn
 _session_ids = itertools.count(1)
 _BOOT = os.urandom(4).hex()
 
@@ -171,10 +172,39 @@ class Session:
         except ProtocolError as exc:
             self.error(str(exc), fatal=True)
             return
-        for frame in frames:
-            self.handle(frame)
-            if self.closed:
-                break
+        if frames:
+            self._run(deque(frames))
+
+    def _run(self, frames: deque[Frame]) -> None:
+        """Handle ``frames`` in order, ``FRAMES_PER_TURN`` now and the rest on a later loop
+        turn with reading paused: one connection pipelining thousands of frames must not hold
+        the event loop while other clients wait."""
+        for _ in range(FRAMES_PER_TURN):
+            if not frames or self.closed:
+                return
+            if self._waiting is not None:  # a SEND waits for room: the rest waits behind it
+                self._waiting.extend(frames)
+                return
+            self.handle(frames.popleft())
+        if not frames or self.closed:
+            return
+        if self._waiting is not None:
+            self._waiting.extend(frames)
+            return
+        self._waiting = frames
+        pause = getattr(self.out, "pause_reading", None)
+        if pause is not None:
+            pause()
+        self.broker.call_soon(lambda: self._next_turn(frames))
+
+    def _next_turn(self, frames: deque[Frame]) -> None:
+        if self._waiting is not frames or self.closed:
+            return  # a wait for room took over these frames
+        self._waiting = None
+        resume = getattr(self.out, "resume_reading", None)
+        if resume is not None:
+            resume()
+        self._run(frames)
 
     def handle(self, frame: Frame) -> None:
         """Process one frame; errors become ERROR frames, never exceptions to the transport."""
@@ -444,11 +474,7 @@ class Session:
         resume = getattr(self.out, "resume_reading", None)
         if resume is not None:
             resume()
-        while waiting:
-            self.handle(waiting.popleft())
-            if self._waiting is not None:  # full again: the rest keeps waiting
-                self._waiting.extend(waiting)
-                return
+        self._run(waiting)
 
     def _admit_destination(self, kind: str, name: str) -> None:
         """A destination this frame would create must fit the destination caps."""
