@@ -44,7 +44,8 @@ def rss_kib(pid: int) -> int:
 
 def start_broker(tmp: Path, max_connections: int) -> tuple[subprocess.Popen[str], int]:
     config = tmp / "broker.toml"
-    config.write_text(f"[limits]\nmax-connections = {max_connections}\n")
+    config.write_text(f"[limits]\nmax-connections = {max_connections}\n"
+                      "max-connections-per-address = 0\n")  # every client is 127.0.0.1 here
     proc = subprocess.Popen([sys.executable, "-m", "sluicemq", "broker", "--port", "0",
                              "--data-dir", str(tmp / "data"), "--config", str(config),
                              "--console-port", "off", "--ws-port", "off",

@@ -1,6 +1,6 @@
 """Mutation fuzzing of the STOMP codec: millions of inputs, zero crashes allowed.
 
-Run: ``.venv/bin/python bench/fuzz_codec.py [--inputs 1000000] [--seed 1] [--out DIR]``.
+Run: ``.venv/bin/python bench/fuzz_codec.py [--inputs 10000000] [--seed 1] [--out DIR]``.
 
 Each input is a mutated byte string grown from a corpus of valid frames (all commands, all
 three versions, escapes, content-length and NUL-terminated bodies): bit flips, byte inserts and
@@ -107,7 +107,7 @@ def _sans_length(frame: Frame) -> Frame:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--inputs", type=int, default=1_000_000)
+    ap.add_argument("--inputs", type=int, default=10_000_000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("fuzz-crashes"))
     ap.add_argument("--atheris", action="store_true", help="coverage-guided, if installed")

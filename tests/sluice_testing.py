@@ -20,6 +20,7 @@ from pathlib import Path
 LISTEN_RE = re.compile(r"listening on stomp://([\d.]+):(\d+)")
 CONSOLE_RE = re.compile(r"sluice: console on (http://[\d.]+:(\d+))")
 WS_RE = re.compile(r"sluice: websocket on (ws://[\d.]+:(\d+))")
+MOUNT_TIMEOUT = 15.0  # seconds for mount/umount in tmpfs()
 
 
 class BrokerProcess:
@@ -91,7 +92,7 @@ class BrokerProcess:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait()
+                self.proc.wait(timeout)
         return self.proc.returncode
 
     def kill(self) -> None:
@@ -99,7 +100,7 @@ class BrokerProcess:
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.kill()
-            self.proc.wait()
+            self.proc.wait(30)
 
     def restart(self) -> BrokerProcess:
         """Start again on the same data dir and port (port reuse keeps client URLs valid)."""
@@ -191,11 +192,15 @@ def tmpfs(mountpoint: Path, size: str) -> Iterator[Path]:
     import pytest
 
     mountpoint.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
-                           str(mountpoint)], capture_output=True, check=False)
+    try:  # `mount` can hang (no privileges, a stuck mount helper): never wait for long
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                               str(mountpoint)], capture_output=True, check=False,
+                              timeout=MOUNT_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.skip(f"cannot mount a tmpfs: mount did not finish in {MOUNT_TIMEOUT} s")
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs: {done.stderr.decode().strip()}")
     try:
         yield mountpoint
     finally:
-        subprocess.run(["umount", "-l", str(mountpoint)], check=False)
+        subprocess.run(["umount", "-l", str(mountpoint)], check=False, timeout=MOUNT_TIMEOUT)

@@ -24,10 +24,19 @@ class Limits:
     max_headers: int = 1000  # header lines per frame
     max_header_line: int = 8192  # bytes per header line (and per command line)
     heartbeat_ms: int = 10_000  # what the broker offers and wants (cx, cy upper bound)
-    max_connections: int = 10_000  # STOMP connections broker-wide (TCP and TLS); more get ERROR
+    max_connections: int = 10_000  # STOMP connections broker-wide (TCP, TLS and WebSocket)
+    max_connections_per_address: int = 1000  # from one client IP address; 0: no cap
+    connect_timeout: float = 10.0  # seconds from accept to a complete CONNECT; then closed
     max_subscriptions: int = 1000  # per connection
     max_unacked: int = 10_000  # per subscription: caps activemq.prefetchSize
     max_transactions: int = 100  # open at once per connection
+    max_transaction_bytes: int | str = "256 MiB"  # all open transactions of one connection
+    max_destinations: int = 10_000  # queues + topics broker-wide (idle empty ones reclaimed)
+    max_destinations_per_user: int = 2000  # created by one user (anonymous: one address)
+    idle_destination_seconds: float = 60.0  # an empty queue/topic nobody uses is dropped after
+    max_durable_subscriptions: int = 1000  # per client id
+    max_consumer_waits: int = 100  # sluice-stream-wait-consumer SENDs waiting per connection
+    max_consumer_wait_seconds: float = 300.0  # the longest a wait-consumer SEND may wait
     slow_reader_seconds: float = 30.0  # output backed up this long with no drain: disconnect
     # Memory and flow control (0: derived from the machine, see core/flow.py and the README).
     # Sizes are bytes or strings such as "512 MiB".

@@ -31,7 +31,7 @@ def kill_after(args: list[str], seconds: float) -> None:
     time.sleep(seconds)
     assert proc.poll() is None, "finished before it could be interrupted"
     proc.kill()
-    proc.wait()
+    proc.wait(30)
 
 
 def test_parse_size_units() -> None:

@@ -29,7 +29,7 @@ TLS_RE = re.compile(r"listening on stomps://([\d.]+):(\d+)")
 
 
 def openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
 
 
 def make_ca(d: Path, name: str) -> None:

@@ -128,7 +128,7 @@ def fuzz_target(tmp_path_factory: pytest.TempPathFactory) -> Any:
     assert ready.wait(20), "".join(lines)
     yield proc, found["port"], lines
     proc.kill()
-    proc.wait()
+    proc.wait(30)
 
 
 def send_raw(port: int, data: bytes) -> None:

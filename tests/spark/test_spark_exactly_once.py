@@ -44,7 +44,7 @@ def kill_mid_batch(proc: subprocess.Popen, checkpoint: Path, after: int) -> int:
         planned, committed = batch_in_flight(checkpoint)
         if committed >= after and planned > committed:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            proc.wait(30)
             return committed
         if proc.poll() is not None:
             pytest.fail(f"driver ended before the kill: {proc.stdout.read()[-3000:]}")

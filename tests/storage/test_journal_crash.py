@@ -48,7 +48,7 @@ def run_and_kill(directory: Path, rng: random.Random) -> list[int]:
     assert first.startswith(b"D "), first + proc.stderr.read() if proc.stderr else b""
     time.sleep(rng.uniform(0.05, 0.6))
     os.kill(proc.pid, signal.SIGKILL)
-    rest, _ = proc.communicate()
+    rest, _ = proc.communicate(timeout=30)
     lines = (first + rest).decode().splitlines()
     assert not [line for line in lines if line.startswith("F ")]
     return [int(line.split()[1]) for line in lines if line.startswith("D ")]

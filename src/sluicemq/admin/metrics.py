@@ -7,6 +7,7 @@ journal figures from the journal's stats, rates from the console's once-a-second
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -19,13 +20,15 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from sluicemq.admin.process import memory_limit, rss_bytes
+from sluicemq.admin.process import broker_memory_limit, rss_bytes
 
 if TYPE_CHECKING:
     from sluicemq.admin.context import AdminContext
 
 FSYNC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+METRICS_DESTINATIONS = 500  # destinations with series of their own; the rest are summed
+_STAT_FIELDS = ("enqueued", "dequeued", "redelivered", "expired", "dead_lettered")
 
 
 class FsyncHistogram:
@@ -95,25 +98,12 @@ class BrokerCollector(Collector):
                                                labels=labels)
                     for field in ("enqueued", "dequeued", "redelivered", "expired",
                                   "dead_lettered")}
-        for name, q in broker.queues.items():
-            lv = ["queue", name]
-            depth.add_metric(lv, q.depth())
-            consumers.add_metric(lv, len(q.consumers))
-            memory.add_metric(lv, q.pending.bytes)
-            paged.add_metric(lv, q.pending.paged)
-            for field, family in counters.items():
-                family.add_metric(lv, getattr(q.stats, field))
-        for name, t in broker.topics.items():
-            lv = ["topic", name]
-            subs = list(t.subscribers.values())
-            depth.add_metric(lv, sum(q.depth() for q in subs))
-            consumers.add_metric(lv, sum(len(q.consumers) for q in subs))
-            memory.add_metric(lv, sum(q.pending.bytes for q in subs))
-            paged.add_metric(lv, sum(q.pending.paged for q in subs))
-            counters["enqueued"].add_metric(lv, t.published)
-            for field in ("dequeued", "redelivered", "expired", "dead_lettered"):
-                counters[field].add_metric(lv, sum(getattr(q.stats, field) for q in subs))
-        yield from (depth, consumers, memory, paged, *counters.values())
+        families = [depth, consumers, memory, paged, *counters.values()]
+        for lv, values in _destination_rows(broker):
+            for family, value in zip(families, values, strict=True):
+                family.add_metric(lv, value)
+        yield from families
+        yield from self._limits()
 
         sampler = self.ctx.sampler
         yield CounterMetricFamily("sluice_messages_received", "Messages sent by producers",
@@ -141,6 +131,39 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily(
             "sluice_streams_in_progress", "Streams receiving, dispatching or resumed",
             value=sum(by_state.get(s, 0) for s in ("receiving", "dispatching", "resumed")))
+
+    def _limits(self) -> Iterator[Metric]:
+        """Counts against the connection and destination caps (what a hostile client fills)."""
+        broker = self.ctx.broker
+        limits = broker.config.limits
+        admission, budget = broker.admission, broker.destinations
+        caps = GaugeMetricFamily("sluice_limit", "Configured [limits] caps (counts)",
+                                 labels=["limit"])
+        used = GaugeMetricFamily("sluice_limit_used", "What is used of each [limits] cap now",
+                                 labels=["limit"])
+        for name, cap, now in (
+                ("max_connections", limits.max_connections, admission.total),
+                ("max_connections_per_address", limits.max_connections_per_address,
+                 admission.busiest()),
+                ("max_destinations", limits.max_destinations, budget.count),
+                ("max_destinations_per_user", limits.max_destinations_per_user,
+                 max(budget.per_owner.values(), default=0))):
+            caps.add_metric([name], cap)
+            used.add_metric([name], now)
+        yield caps
+        yield used
+        yield GaugeMetricFamily("sluice_consumer_waits",
+                                "SENDs waiting for a destination to have a consumer",
+                                value=len(broker.consumer_waits))
+        yield CounterMetricFamily("sluice_connections_refused",
+                                  "Connections refused at a connection cap",
+                                  value=admission.refused_total)
+        yield CounterMetricFamily("sluice_destinations_refused",
+                                  "Destinations refused at a destination cap",
+                                  value=budget.refused_total)
+        yield CounterMetricFamily("sluice_destinations_reclaimed",
+                                  "Idle empty destinations dropped",
+                                  value=budget.reclaimed_total)
 
     def _journal(self) -> Iterator[Metric]:
         store = self.ctx.store
@@ -213,8 +236,7 @@ class BrokerCollector(Collector):
                                   value=producers.table.duplicates)
 
     def _process(self) -> Iterator[Metric]:
-        limit, source = memory_limit(getattr(self.ctx.broker.config.limits,
-                                             "max_memory_bytes", None))
+        limit, source = broker_memory_limit(self.ctx.broker)
         yield GaugeMetricFamily("sluice_memory_rss_bytes", "Broker process resident memory",
                                 value=rss_bytes())
         if limit is not None:
@@ -222,6 +244,41 @@ class BrokerCollector(Collector):
                                     labels=["source"])
             lim.add_metric([source], limit)
             yield lim
+
+
+Row = tuple[list[str], list[int]]
+
+
+def _destination_rows(broker: Any) -> list[Row]:
+    """(kind, name) labels and values per destination: the ``METRICS_DESTINATIONS`` deepest
+    each on their own, the rest summed per kind under the name ``(other)``.
+
+    Why: with tens of thousands of destinations, a series each made one scrape take seconds
+    of the event loop that serves every client.
+    """
+    rows: list[Row] = []
+    for name, q in broker.queues.items():
+        rows.append((["queue", name], [q.depth(), len(q.consumers), q.pending.bytes,
+                                       q.pending.paged,
+                                       *(getattr(q.stats, f) for f in _STAT_FIELDS)]))
+    for name, t in broker.topics.items():
+        subs = list(t.subscribers.values())
+        rows.append((["topic", name], [
+            sum(q.depth() for q in subs), sum(len(q.consumers) for q in subs),
+            sum(q.pending.bytes for q in subs), sum(q.pending.paged for q in subs),
+            t.published, *(sum(getattr(q.stats, f) for q in subs) for f in _STAT_FIELDS[1:])]))
+    if len(rows) <= METRICS_DESTINATIONS:
+        return rows
+    kept = heapq.nlargest(METRICS_DESTINATIONS, rows, key=lambda row: row[1][0])
+    chosen = {id(row) for row in kept}
+    other: dict[str, list[int]] = {}
+    for row in rows:
+        if id(row) in chosen:
+            continue
+        total = other.setdefault(row[0][0], [0] * len(row[1]))
+        for i, v in enumerate(row[1]):
+            total[i] += v
+    return kept + [([kind, "(other)"], values) for kind, values in sorted(other.items())]
 
 
 def make_registry(ctx: AdminContext) -> CollectorRegistry:

@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from sluicemq import __version__
-from sluicemq.admin.process import memory_limit, rss_bytes
+from sluicemq.admin.process import broker_memory_limit, rss_bytes
+from sluicemq.core.flow import parse_size
 from sluicemq.core.names import QUEUE, TOPIC
 
 if TYPE_CHECKING:
@@ -211,7 +212,7 @@ def overview(broker: Broker, store: Store | None, sessions: Iterable[Session],
              sampler: RateSampler) -> dict[str, Any]:
     """The broker at a glance: uptime, connections, memory, journal, current rates."""
     sessions = list(sessions)
-    limit, source = memory_limit(getattr(broker.config.limits, "max_memory_bytes", None))
+    limit, source = broker_memory_limit(broker)
     journal: dict[str, Any] = {}
     if store is not None:
         js = store.journal.stats
@@ -239,6 +240,30 @@ def overview(broker: Broker, store: Store | None, sessions: Iterable[Session],
                   "total_in": sampler.total_in, "total_out": sampler.total_out},
         "streams_in_progress": sum(1 for st in table.values() if st.state in STREAM_ACTIVE),
         "flow": flow_view(broker),
+        "limits": limits_view(broker),
+    }
+
+
+def limits_view(broker: Broker) -> dict[str, Any]:
+    """Every [limits] cap a hostile client could fill, with what is used of it now."""
+    limits, admission, budget = broker.config.limits, broker.admission, broker.destinations
+    return {
+        "connections": {"used": admission.total, "limit": limits.max_connections},
+        "connections_per_address": {"used": admission.busiest(),
+                                    "limit": limits.max_connections_per_address},
+        "destinations": {"used": budget.count, "limit": limits.max_destinations},
+        "destinations_per_user": {"used": max(budget.per_owner.values(), default=0),
+                                  "limit": limits.max_destinations_per_user},
+        "connect_timeout_s": limits.connect_timeout,
+        "max_transaction_bytes": parse_size(limits.max_transaction_bytes),
+        "max_durable_subscriptions": limits.max_durable_subscriptions,
+        "max_consumer_waits": limits.max_consumer_waits,
+        "consumer_waits": len(broker.consumer_waits),
+        "max_consumer_wait_s": limits.max_consumer_wait_seconds,
+        "idle_destination_s": limits.idle_destination_seconds,
+        "refused": {"connections": admission.refused_total,
+                    "destinations": budget.refused_total},
+        "reclaimed_destinations": budget.reclaimed_total,
     }
 
 

@@ -17,9 +17,11 @@ from typing import Any
 
 from sluicemq.config import BrokerConfig, Policy
 from sluicemq.core import dedup_recovery, stage_recovery  # noqa: F401  (register StateParts)
+from sluicemq.core.admission import Admission
 from sluicemq.core.consumer import Consumer
 from sluicemq.core.cursor import Pager
 from sluicemq.core.dedup import Producers
+from sluicemq.core.destinations import DestinationBudget, check_durable_cap
 from sluicemq.core.dispatch import dispatch
 from sluicemq.core.flow import FlowControl, MemoryAccount, resolve_limits
 from sluicemq.core.message import Message
@@ -44,6 +46,7 @@ from sluicemq.core.streams import (
     destination_key,
 )
 from sluicemq.core.topic import Topic
+from sluicemq.core.waits import ConsumerWaits
 from sluicemq.errors import ProtocolError
 from sluicemq.storage import records
 from sluicemq.storage.compaction import Compactor, Holder
@@ -74,6 +77,8 @@ class Broker:
         self.durables: dict[str, tuple[records.DurableSub, Queue]] = {}
         self.sub_tickets: dict[str, TicketLike] = {}  # SUB records pin their segment
         self.client_ids: dict[tuple[str | None, str], object] = {}  # (owner, id) -> session
+        self.admission = Admission(config.limits)  # connections, every transport
+        self.destinations = DestinationBudget(self)  # creation caps, idle reclaiming
         self.next_mid = 1
         self._dirty: dict[int, Queue] = {}
         self._dispatch_scheduled = False
@@ -82,7 +87,7 @@ class Broker:
         self.started = clock()
         self.streams: dict[StreamKey, StreamState] = {}
         self.finished_streams: dict[StreamKey, StreamState] = {}  # recent, for resume queries
-        self._consumer_waits: list[tuple[float, str, str, Callable[[int], None]]] = []
+        self.consumer_waits = ConsumerWaits(config.limits, self._consumer_count)
         self.limits = resolve_limits(config.limits, config.data_dir)
         self.memory = MemoryAccount(self.limits.memory)
         self.temp = TempStore(config.data_dir / "tmp")
@@ -110,6 +115,14 @@ class Broker:
         if policy is None:
             policy = self._policies[key] = self.config.policy_for(kind, name)
         return policy
+
+    def forget_policies(self) -> None:
+        """Drop cached policies (destinations were reclaimed; their names need none)."""
+        self._policies.clear()
+
+    def is_dirty(self, queue: Queue) -> bool:
+        """Is ``queue`` waiting for a dispatch pass?"""
+        return id(queue) in self._dirty
 
     def make_pending(self, destination: str, policy: Policy) -> PendingList:
         """A destination's cursor: paging (``store``) unless its policy says ``vm``."""
@@ -353,13 +366,10 @@ class Broker:
                         stream_id, st.name)
 
     def wait_for_consumer(self, kind: str, name: str, timeout: float,
-                          callback: Callable[[int], None]) -> None:
-        """Call back with the consumer count once the destination has one, or at timeout."""
-        count = self._consumer_count(kind, name)
-        if count or timeout <= 0:
-            callback(count)
-            return
-        self._consumer_waits.append((self._clock() + timeout, kind, name, callback))
+                          callback: Callable[[int], None], owner: object = None) -> None:
+        """Call back with the consumer count once the destination has one, or at timeout
+        (bounded per ``owner``, see core/waits.py)."""
+        self.consumer_waits.add(self._clock(), kind, name, timeout, callback, owner)
 
     def _consumer_count(self, kind: str, name: str) -> int:
         if kind == QUEUE:
@@ -368,26 +378,15 @@ class Broker:
         t = self.topics.get(name)
         return sum(len(q.consumers) for q in t.subscribers.values()) if t is not None else 0
 
-    def _check_consumer_waits(self, now: float) -> None:
-        if not self._consumer_waits:
-            return
-        keep = []
-        for deadline, kind, name, callback in self._consumer_waits:
-            count = self._consumer_count(kind, name)
-            if count or now >= deadline:
-                callback(count)
-            else:
-                keep.append((deadline, kind, name, callback))
-        self._consumer_waits = keep
-
     def tick(self) -> None:
         """Once a second: abandon silent streams, answer consumer waits that timed out,
         compact the journal, resume producers whose destinations have room."""
         now = self._clock()
-        self._check_consumer_waits(now)
+        self.consumer_waits.check(now)
         self.compactor.tick()
         self.stager.tick(int(now * 1000))
         self.producers.tick(int(now * 1000))
+        self.destinations.sweep(now)
         self.flow.poll()
         for st in list(self.streams.values()):
             if st.final_stored or st.state in (ABANDONED, DISCARDED):
@@ -591,6 +590,8 @@ class Broker:
             if q.consumers:
                 raise ProtocolError(f"durable subscription {sub_name!r} is in use", fatal=False)
             self.remove_durable(key)
+        else:
+            check_durable_cap(self.durables, client_id, self.config.limits)
         sub = records.DurableSub(key, topic_name, client_id, sub_name, selector_text)
         ticket = self.store.append_sub(sub)
         self.store.hold(ticket)
@@ -623,8 +624,8 @@ class Broker:
 
     def attach(self, consumer: Consumer) -> None:
         consumer.queue.add_consumer(consumer)
-        if self._consumer_waits:
-            self._check_consumer_waits(self._clock())
+        if self.consumer_waits:
+            self.consumer_waits.check(self._clock())
 
     # -- transactions ------------------------------------------------------------------------
     def commit(self, txid: str, messages: list[tuple[str, str, Message]],

@@ -137,12 +137,14 @@ class FlowControl:
         dest_limit = parse_size(policy.memory_limit)
         if dest_limit and dest_memory >= dest_limit:
             return f"destination memory limit reached ({dest_limit} bytes)"
-        if policy.cursor == "vm" or not persistent:
-            if self.memory.full:
-                return f"memory limit reached ({self.limits.memory} bytes)"
-            if (not persistent and not self.memory.cursor_room()
-                    and self._temp_used() >= self.limits.temp):
-                return f"temp limit reached ({self.limits.temp} bytes)"
+        if policy.cursor == "vm" and self.memory.full:
+            return f"memory limit reached ({self.limits.memory} bytes)"
+        # A store cursor pages a non-persistent message to a temp file when memory is short,
+        # so a full memory budget (held by other destinations, say a durable subscription's
+        # backlog) does not stop it; only the temp files' own limit does.
+        if (not persistent and not self.memory.cursor_room()
+                and self._temp_used() >= self.limits.temp):
+            return f"temp limit reached ({self.limits.temp} bytes)"
         return None
 
     def wait(self, recheck: Callable[[], str | None], resume: Callable[[], None]) -> None:

@@ -11,6 +11,9 @@ TRANSPORT_HEADERS = frozenset(
 )
 MIN_PRIORITY, MAX_PRIORITY, DEFAULT_PRIORITY = 0, 9, 4
 ORIGINAL_ID = "sluice-original-id"  # on a moved message: the id it was first sent with
+TYPICAL_HEADER_CHARS = 512  # header text the flat per-message estimate already covers
+TYPICAL_HEADERS = 8
+HEADER_ENTRY_COST = 128  # two str objects and a dict slot, beyond their characters
 
 
 class Message:
@@ -24,11 +27,12 @@ class Message:
     ``inner`` is where the message's encoding starts inside its record (0: a plain message
     record; > 0: inside a transaction record; -1: unknown, so the store cursor keeps the
     object rather than paging it out).
+    ``extra`` is what its headers cost in RAM beyond a typical message's (``header_cost``).
     """
 
     __slots__ = (
-        "body", "deliveries", "destination", "expires", "group", "headers", "inner", "mid",
-        "persistent", "priority", "size", "ticket", "timestamp",
+        "body", "deliveries", "destination", "expires", "extra", "group", "headers", "inner",
+        "mid", "persistent", "priority", "size", "ticket", "timestamp",
     )
 
     def __init__(
@@ -53,6 +57,7 @@ class Message:
         self.expires = expires
         self.timestamp = timestamp
         self.group = headers.get("JMSXGroupID")
+        self.extra = header_cost(headers)
         self.ticket: Any = None
         self.inner = -1
         self.deliveries = 0
@@ -84,6 +89,17 @@ class Message:
 
     def __repr__(self) -> str:
         return f"<Message {self.mid} {self.destination} {self.size}B>"
+
+
+def header_cost(headers: dict[str, str]) -> int:
+    """RAM that ``headers`` take beyond what a typical message's headers take (0 for most).
+
+    Why: memory limits would otherwise see a message with a thousand 8 KB headers as a small
+    one, and a few hundred of them would take gigabytes under a 256 MiB limit.
+    """
+    chars = sum(len(k) + len(v) for k, v in headers.items())
+    entries = max(0, len(headers) - TYPICAL_HEADERS)
+    return max(0, chars - TYPICAL_HEADER_CHARS) + HEADER_ENTRY_COST * entries
 
 
 def parse_priority(value: str | None) -> int:

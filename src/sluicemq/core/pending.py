@@ -392,5 +392,6 @@ def _spans(indexes: list[int]) -> list[tuple[int, int]]:
 
 def footprint(msg: Message) -> int:
     """Estimated RAM of one in-memory message: its body plus the object, headers dict and
-    strings (measured at roughly 1 KiB for typical STOMP headers)."""
-    return (msg.size if msg.body is not None else 0) + 1024
+    strings (measured at roughly 1 KiB for typical STOMP headers), plus what larger headers
+    cost beyond that (``Message.extra``)."""
+    return (msg.size if msg.body is not None else 0) + 1024 + msg.extra

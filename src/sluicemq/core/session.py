@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Protocol
 
 from sluicemq import __version__
-from sluicemq.core import dedup, ranges, stage_frames
+from sluicemq.core import dedup, ranges, stage_frames, txlimits
 from sluicemq.core.broker import Broker
 from sluicemq.core.consumer import ACK_MODES, AUTO, CLIENT, Consumer
+from sluicemq.core.destinations import owner_of
+from sluicemq.core.flow import parse_size
 from sluicemq.core.message import (
     TRANSPORT_HEADERS,
     Message,
@@ -61,6 +63,7 @@ SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
 OP_SEND, OP_ACK = 1, 2
 MAX_HELD_FRAMES = 100  # frames pipelined behind a CONNECT whose login is still being checked
 MAX_HELD_BYTES = 16 << 20
+FRAMES_PER_TURN = 128  # frames of one connection handled per loop turn; the rest wait a turn
 _session_ids = itertools.count(1)
 _BOOT = os.urandom(4).hex()
 
@@ -99,6 +102,7 @@ class Session:
         self._indexes = itertools.count(1)
         self.transactions: dict[str, TxSpool] = {}
         limits = broker.config.limits
+        self._tx_limit = parse_size(limits.max_transaction_bytes)
         self.parser = FrameParser(max_frame_bytes=limits.max_frame_bytes,
                                   max_headers=limits.max_headers,
                                   max_header_line=limits.max_header_line, version="1.0")
@@ -169,10 +173,39 @@ class Session:
         except ProtocolError as exc:
             self.error(str(exc), fatal=True)
             return
-        for frame in frames:
-            self.handle(frame)
-            if self.closed:
-                break
+        if frames:
+            self._run(deque(frames))
+
+    def _run(self, frames: deque[Frame]) -> None:
+        """Handle ``frames`` in order, ``FRAMES_PER_TURN`` now and the rest on a later loop
+        turn with reading paused: one connection pipelining thousands of frames must not hold
+        the event loop while other clients wait."""
+        for _ in range(FRAMES_PER_TURN):
+            if not frames or self.closed:
+                return
+            if self._waiting is not None:  # a SEND waits for room: the rest waits behind it
+                self._waiting.extend(frames)
+                return
+            self.handle(frames.popleft())
+        if not frames or self.closed:
+            return
+        if self._waiting is not None:
+            self._waiting.extend(frames)
+            return
+        self._waiting = frames
+        pause = getattr(self.out, "pause_reading", None)
+        if pause is not None:
+            pause()
+        self.broker.call_soon(lambda: self._next_turn(frames))
+
+    def _next_turn(self, frames: deque[Frame]) -> None:
+        if self._waiting is not frames or self.closed:
+            return  # a wait for room took over these frames
+        self._waiting = None
+        resume = getattr(self.out, "resume_reading", None)
+        if resume is not None:
+            resume()
+        self._run(frames)
 
     def handle(self, frame: Frame) -> None:
         """Process one frame; errors become ERROR frames, never exceptions to the transport."""
@@ -340,6 +373,7 @@ class Session:
         for spool in self.transactions.values():
             spool.close()
         self.transactions.clear()
+        self.broker.consumer_waits.cancel(self)
         lock = (self.security.owner(self.user), self.client_id)
         if self.client_id and self.broker.client_ids.get(lock) is self:
             del self.broker.client_ids[lock]
@@ -349,6 +383,7 @@ class Session:
         h = frame.headers
         kind, name = parse_destination(h.get("destination"))
         self._authorize(WRITE, kind, name)
+        self._admit_destination(kind, name)
         if QUERY not in h and self._no_room(frame, kind, name):
             return
         self.received += 1
@@ -381,6 +416,9 @@ class Session:
                 return
         if txid is not None:
             spool = self._tx(txid)
+            spools = self.transactions.values()
+            txlimits.admit(spools, len(frame.body), self._tx_limit)
+            txlimits.bound_memory(spools)
             if stage_frames.add_send(spool, frame, kind, name, self.broker.now_ms()):
                 self.receipt(frame)
                 return
@@ -449,11 +487,12 @@ class Session:
         resume = getattr(self.out, "resume_reading", None)
         if resume is not None:
             resume()
-        while waiting:
-            self.handle(waiting.popleft())
-            if self._waiting is not None:  # full again: the rest keeps waiting
-                self._waiting.extend(waiting)
-                return
+        self._run(waiting)
+
+    def _admit_destination(self, kind: str, name: str) -> None:
+        """A destination this frame would create must fit the destination caps."""
+        self.broker.destinations.admit(kind, name,
+                                       owner_of(self.user.name if self.user else None, self.peer))
 
     def _authorize(self, action: str, kind: str, name: str) -> None:
         if not self.security.authorize(self.user, action, f"/{kind}/{name}"):
@@ -481,7 +520,7 @@ class Session:
         def ready(count: int) -> None:
             self.receipt(frame, dict(answer, **{"sluice-stream-consumers": str(count)}))
 
-        self.broker.wait_for_consumer(kind, name, timeout, ready)
+        self.broker.wait_for_consumer(kind, name, timeout, ready, owner=self)
 
     def _message(self, kind: str, name: str, h: dict[str, str], body: bytes) -> Message:
         headers = {k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}
@@ -503,6 +542,7 @@ class Session:
         if h.get("browser") == "true":  # range read, head query or ledger commit
             ranges.for_broker(self.broker).subscribe(self, frame, kind, name)
             return
+        self._admit_destination(kind, name)
         limits = self.broker.config.limits
         if len(self.consumers) >= limits.max_subscriptions:
             raise ProtocolError(f"too many subscriptions on this connection (limit "

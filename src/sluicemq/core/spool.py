@@ -97,6 +97,12 @@ class TxSpool:
         self._count += 1
         self.nbytes += len(payload)
 
+    def spill(self) -> None:
+        """Move to the temporary file now (the connection holds too much in memory)."""
+        self._check_usable()
+        if self._memory is not None:
+            self._spill()
+
     def _spill(self) -> None:
         """Move the in-memory entries to an anonymous temporary file that close() releases."""
         assert self._memory is not None

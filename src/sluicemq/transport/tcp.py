@@ -3,6 +3,12 @@
 Writes are gathered per loop turn and handed to the transport with one ``writelines`` (one
 syscall for many frames). When the kernel buffer backs up, the session reports itself not
 writable, so dispatch stops handing it messages instead of growing memory.
+
+Closing is careful: after a fatal ERROR (a frame refused for its size, say) the client may
+still be sending. Closing outright would make the kernel answer its data with a reset, and
+most clients would then fail in ``send`` and never read the ERROR that says why. So the
+broker sends what it wrote, shuts down its writing side, and keeps reading (and discarding)
+until the client closes too or ``LINGER_SECONDS`` have passed.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from sluicemq.core.admission import connect_timeout_message
 from sluicemq.core.session import Session
 from sluicemq.transport.keepalive import Keepalive
 from sluicemq.transport.tls import peer_common_name
@@ -23,6 +30,7 @@ log = logging.getLogger("sluicemq.tcp")
 
 WRITE_HIGH_WATER = 4 << 20
 WRITE_LOW_WATER = 1 << 20
+LINGER_SECONDS = 5.0  # input discarded after a close, before the socket is dropped for good
 
 
 class StompProtocol(asyncio.Protocol):
@@ -44,6 +52,8 @@ class StompProtocol(asyncio.Protocol):
         self._reading_paused = False  # producer flow control: its destination is full
         self._slow_handle: asyncio.TimerHandle | None = None
         self._backlog_at_pause = 0
+        self._address: str | None = None  # set once admitted (counted against the caps)
+        self._deadline: asyncio.TimerHandle | None = None  # CONNECT timeout, then linger
 
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -55,12 +65,26 @@ class StompProtocol(asyncio.Protocol):
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None:
             self.session.cert_user = peer_common_name(ssl_object.getpeercert())
-        limit = self.broker.config.limits.max_connections
-        if len(self.connections) >= limit:
-            log.warning("refusing %s: %d connections is the limit", self.session.peer, limit)
-            self.session.error(f"too many connections (limit {limit})", fatal=True)
+        address = str(peer[0]) if peer else "?"
+        refused = self.broker.admission.admit(address)
+        if refused is not None:
+            log.warning("refusing %s: %s", self.session.peer, refused)
+            self.session.error(refused, fatal=True)
             return
+        self._address = address
         self.connections.add(self)
+        timeout = self.broker.config.limits.connect_timeout
+        if timeout > 0:
+            self._deadline = self._loop.call_later(timeout, self._connect_timed_out)
+
+    def _connect_timed_out(self) -> None:
+        """No complete CONNECT in time (silent, or a byte a second): refuse and close."""
+        self._deadline = None
+        session = self.session
+        if session is not None and not session.connected and not session.closed:
+            seconds = self.broker.config.limits.connect_timeout
+            log.warning("closing %s: %s", session.peer, connect_timeout_message(seconds))
+            session.error(connect_timeout_message(seconds), fatal=True)
 
     def data_received(self, data: bytes) -> None:
         self.last_received = time.monotonic()
@@ -72,6 +96,12 @@ class StompProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.discard(self)
+        if self._address is not None:
+            self.broker.admission.release(self._address)
+            self._address = None
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         if self._keepalive is not None:
             self._keepalive.cancel()
         if self._slow_handle is not None:
@@ -142,7 +172,7 @@ class StompProtocol(asyncio.Protocol):
         self.transport.writelines(out)
         self.last_sent = time.monotonic()
         if self._closing:
-            self.transport.close()
+            self._shut_down()
 
     def close(self) -> None:
         """Close after what was already written (an ERROR or RECEIPT) has gone out."""
@@ -154,7 +184,27 @@ class StompProtocol(asyncio.Protocol):
                 self._flush_scheduled = True
                 self._loop.call_soon(self._flush)
         else:
-            self.transport.close()
+            self._shut_down()
+
+    def _shut_down(self) -> None:
+        """Half-close, then discard input until the peer closes or the linger time is up."""
+        transport = self.transport
+        if transport is None:
+            return
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        if not transport.can_write_eof():  # TLS: no half-close
+            transport.close()
+            return
+        self.resume_reading()
+        transport.write_eof()
+        self._deadline = self._loop.call_later(LINGER_SECONDS, self._linger_over)
+
+    def _linger_over(self) -> None:
+        self._deadline = None
+        if self.transport is not None:
+            self.transport.abort()
 
     # -- heart-beating -----------------------------------------------------------------------
     def _negotiated(self, version: str) -> None:

@@ -19,7 +19,10 @@ from typing import TYPE_CHECKING
 
 from aiohttp import WSMsgType, web
 
+from sluicemq.core.admission import connect_timeout_message
 from sluicemq.core.session import Session
+from sluicemq.protocol.codec import encode_frame
+from sluicemq.protocol.frames import Frame
 from sluicemq.transport.keepalive import Keepalive
 from sluicemq.transport.origin import cross_site, host_refused, is_loopback
 
@@ -70,11 +73,15 @@ class WebSocketConnection:
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def run(self) -> None:
-        """Serve the connection until either side closes it."""
+        """Serve the connection until either side closes it (or it never sends CONNECT)."""
         writer = self._loop.create_task(self._write_loop())
+        timeout = self.broker.config.limits.connect_timeout
+        deadline = self._loop.call_later(timeout, self._connect_timed_out) if timeout > 0 else None
         try:
             await self._read_loop()
         finally:
+            if deadline is not None:
+                deadline.cancel()
             if self._keepalive is not None:
                 self._keepalive.cancel()
             self.session.connection_lost()
@@ -117,6 +124,12 @@ class WebSocketConnection:
             if self._closing:
                 await ws.close()
                 return
+
+    def _connect_timed_out(self) -> None:
+        if not self.session.connected and not self.session.closed:
+            seconds = self.broker.config.limits.connect_timeout
+            log.warning("closing %s: %s", self.session.peer, connect_timeout_message(seconds))
+            self.session.error(connect_timeout_message(seconds), fatal=True)
 
     def _resume(self) -> None:
         self.writable = True
@@ -177,6 +190,17 @@ class WebSocketServer:
                                          "origin in [security] websocket-origins\n")
         await ws.prepare(request)
         peer = request.transport.get_extra_info("peername") if request.transport else None
+        address = str(peer[0]) if peer else "?"
+        admission = self.broker.admission
+        refused = admission.admit(address)
+        if refused is not None:  # counted with TCP: WebSockets cannot exhaust descriptors
+            log.warning("refusing websocket from %s: %s", address, refused)
+            error = Frame("ERROR", {"message": refused, "content-type": "text/plain"},
+                          refused.encode())
+            with contextlib.suppress(ConnectionError):
+                await ws.send_str(encode_frame(error, "1.0").decode())
+                await ws.close(code=1013, message=b"too many connections")
+            return ws
         conn = WebSocketConnection(self.broker, ws,
                                    f"{peer[0]}:{peer[1]}" if peer else "?")
         self.connections.add(conn)
@@ -184,6 +208,7 @@ class WebSocketServer:
             await conn.run()
         finally:
             self.connections.discard(conn)
+            admission.release(address)
         return ws
 
     async def stop(self) -> None:

@@ -142,6 +142,14 @@ function card(label, value, sub, id) {
   return el("div", { class: "card", id }, el("div", { class: "label" }, label),
             el("div", { class: "value" }, value), el("div", { class: "sub" }, sub || ""));
 }
+function limitsCard(l) {
+  const of = (x) => `${num(x.used)} / ${x.limit ? num(x.limit) : "∞"}`;
+  return card("Limits", of(l.destinations),
+              `destinations · per user ${of(l.destinations_per_user)} · connections ${of(l.connections)} · ` +
+              `per address ${of(l.connections_per_address)} · consumer waits ${num(l.consumer_waits)} · ` +
+              `refused ${num(l.refused.connections)} connections, ${num(l.refused.destinations)} destinations`,
+              "card-limits");
+}
 function overviewPage() {
   poll(async () => {
     const [o, r] = await Promise.all([api("GET", "/api/overview"), api("GET", "/api/rates?seconds=300")]);
@@ -158,6 +166,7 @@ function overviewPage() {
       card("Streams", num(o.streams_in_progress), "in progress", "card-streams"),
       card("Flow control", num(o.flow.producers_waiting), `producers held now · ${num(o.flow.blocked_total)} sends held since start`, "card-flow"),
       card("Paged out", num(o.flow.paged), `messages on disk only · store ${bytes(o.flow.limits.store.used)} of ${bytes(o.flow.limits.store.limit)}`, "card-paged"),
+      limitsCard(o.limits),
     );
     const bar = $("#membar > div");
     if (mem.limit_bytes) bar.style.width = `${Math.min(100, 100 * mem.rss_bytes / mem.limit_bytes)}%`;

@@ -1,0 +1,424 @@
+"""Hostile clients against a real broker: RSS against the memory limit, a probe's latency, the
+ERROR each attack meets (issue #16).
+
+Run: ``.venv/bin/python bench/hostile.py [--scale 1.0] [--only NAME ...]``.
+
+Starts a broker with ``memory_limit = 256 MiB`` and otherwise default ``[limits]``, and a probe
+process on another address (127.0.0.1; attackers use 127.0.0.2) that sends a non-persistent
+message to itself every 20 ms and times send → receive. Each attack then runs at the issue's
+size times ``--scale``; for each one the table gives the broker's RSS before, at its peak and
+after (its connections closed), the probe's p99 during it, and the first ERROR it was given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import re
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sluicemq.protocol.codec import FrameParser, encode_frame
+from sluicemq.protocol.frames import Frame
+
+HOST = "127.0.0.1"  # the probe's address; each attack comes from 127.0.0.<10 + its index>
+MiB = 1 << 20
+LIMIT = 256 * MiB
+SLACK = 64 * MiB  # what the broker may hold beyond memory_limit: interpreter, code, buffers
+CONNECT = {"accept-version": "1.2", "host": "h", "heart-beat": "0,0"}
+
+
+# -- broker and measurements ------------------------------------------------------------------
+@dataclass
+class Broker:
+    proc: subprocess.Popen[str]
+    port: int = 0
+    console: str = ""
+    ws: str = ""
+
+    @classmethod
+    def start(cls, tmp: Path) -> Broker:
+        config = tmp / "broker.toml"
+        config.write_text(f'[limits]\nmemory-limit = "{LIMIT // MiB} MiB"\n')
+        proc = subprocess.Popen([sys.executable, "-m", "sluicemq", "broker", "--port", "0",
+                                 "--data-dir", str(tmp / "data"), "--config", str(config),
+                                 "--console-port", "auto", "--ws-port", "auto",
+                                 "--log-level", "error"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        broker = cls(proc)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if m := re.search(r"console on (http://\S+)", line):
+                broker.console = m.group(1)
+            if m := re.search(r"websocket on (ws://\S+)", line):
+                broker.ws = m.group(1)
+            if m := re.search(r"listening on stomp://[\d.]+:(\d+)", line):
+                broker.port = int(m.group(1))
+                break
+        threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
+        return broker
+
+    def rss(self) -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def scrape_seconds(self) -> float:
+        t0 = time.monotonic()
+        with urllib.request.urlopen(f"{self.console}/metrics", timeout=120) as resp:
+            resp.read()
+        return time.monotonic() - t0
+
+
+class RssPeak:
+    """Samples the broker's RSS every 100 ms while an attack runs."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker, self.peak, self._stop = broker, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            self.peak = max(self.peak, self.broker.rss())
+
+    def __enter__(self) -> RssPeak:
+        self.peak = self.broker.rss()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def probe(port: int, out: mp.connection.Connection, stop: mp.synchronize.Event) -> None:
+    """Send to itself every 20 ms; report (start time, send → receive seconds) samples."""
+    samples: list[tuple[float, float]] = []
+    while not stop.is_set():
+        try:
+            _probe_session(port, samples, stop)
+        except OSError:
+            samples.append((time.time(), 5.0))  # a failed probe counts as a 5 s stall
+    out.send(samples)
+
+
+def _probe_session(port: int, samples: list[tuple[float, float]],
+                   stop: mp.synchronize.Event) -> None:
+    sock = socket.create_connection((HOST, port), timeout=5)
+    parser = FrameParser(version="1.2")
+    pending: list[Frame] = []
+
+    def frame(command: str, headers: dict[str, str], body: bytes = b"") -> None:
+        sock.sendall(encode_frame(Frame(command, headers, body), "1.2"))
+
+    def until(command: str) -> Frame:
+        while True:
+            while pending:
+                f = pending.pop(0)
+                if f.command == command:
+                    return f
+            data = sock.recv(65536)
+            if not data:
+                raise ConnectionError
+            pending.extend(parser.feed(data))
+
+    frame("CONNECT", CONNECT)
+    until("CONNECTED")
+    frame("SUBSCRIBE", {"destination": "/queue/probe", "id": "p", "receipt": "r"})
+    until("RECEIPT")
+    while not stop.is_set():
+        t0 = time.time()
+        frame("SEND", {"destination": "/queue/probe"}, b"probe")
+        until("MESSAGE")
+        samples.append((t0, time.time() - t0))
+        time.sleep(0.02)
+    sock.close()
+
+
+def p99(samples: list[tuple[float, float]], start: float, end: float) -> tuple[float, int]:
+    during = sorted(lat for t, lat in samples if start <= t <= end)
+    if not during:
+        return float("nan"), 0
+    return during[min(len(during) - 1, int(len(during) * 0.99))] * 1000, len(during)
+
+
+# -- attackers --------------------------------------------------------------------------------
+class Stomp:
+    """A raw STOMP connection from the attacker's address; counts the ERRORs it is sent."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.parser = FrameParser(version="1.2")
+        self.frames: asyncio.Queue[Frame] = asyncio.Queue()
+        self.errors: list[str] = []
+        self.closed = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._read())
+
+    source = "127.0.0.2"  # set per attack by the driver
+
+    @classmethod
+    async def open(cls, port: int, connect: bool = True, **headers: str) -> Stomp:
+        reader, writer = await asyncio.open_connection(HOST, port, local_addr=(cls.source, 0),
+                                                       limit=1 << 20)
+        s = cls(reader, writer)
+        if connect:
+            s.send("CONNECT", {**CONNECT, **headers})
+            await s.expect("CONNECTED")
+        return s
+
+    async def _read(self) -> None:
+        try:
+            while data := await self.reader.read(1 << 20):
+                for f in self.parser.feed(data):
+                    if f.command == "ERROR" and f.headers.get("receipt-id") != "sync":
+                        self.errors.append(f.headers.get("message", ""))
+                    else:
+                        self.frames.put_nowait(f)
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            self.closed.set()
+
+    def send(self, command: str, headers: dict[str, str], body: bytes = b"") -> None:
+        self.writer.write(encode_frame(Frame(command, headers, body), "1.2"))
+
+    async def expect(self, command: str, timeout: float = 60) -> Frame | None:
+        while True:
+            get = asyncio.ensure_future(self.frames.get())
+            done, _ = await asyncio.wait({get, asyncio.ensure_future(self.closed.wait())},
+                                         timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if get not in done:
+                get.cancel()
+                return None
+            f = get.result()
+            if f.command == command:
+                return f
+
+    async def sync(self, timeout: float = 300) -> None:
+        """Wait until the broker has handled everything sent so far: an UNSUBSCRIBE of nothing
+        is answered at once, in order, with an ERROR (and creates no destination)."""
+        await self.writer.drain()
+        self.send("UNSUBSCRIBE", {"id": "no-such-subscription", "receipt": "sync"})
+        await self.expect("ERROR", timeout)
+
+    async def close(self) -> None:
+        self.writer.close()
+        self._task.cancel()
+
+
+@dataclass
+class Outcome:
+    errors: list[str] = field(default_factory=list)
+    note: str = ""
+
+
+async def many_queues(port: int, n: int) -> Outcome:
+    s = await Stomp.open(port)
+    for i in range(n):
+        s.send("SEND", {"destination": f"/queue/flood.{i}"}, b"x")
+        if i % 1000 == 999:
+            await s.writer.drain()
+    await s.sync()
+    await s.close()
+    return Outcome(s.errors, f"{len(s.errors)} of {n} SENDs refused")
+
+
+async def sub_unsub(port: int, n: int) -> Outcome:
+    s = await Stomp.open(port)
+    for i in range(n):
+        s.send("SUBSCRIBE", {"destination": f"/queue/cycle.{i}", "id": "c"})
+        s.send("UNSUBSCRIBE", {"id": "c"})
+        if i % 1000 == 999:
+            await s.sync()
+    await s.sync()
+    await s.close()
+    return Outcome(s.errors, f"{len(s.errors)} of {n} cycles refused")
+
+
+async def heavy_headers(port: int, n: int) -> Outcome:
+    s = await Stomp.open(port)
+    headers = {f"h{i}": "v" * 8000 for i in range(900)}
+    for _ in range(n):
+        s.send("SEND", {"destination": "/queue/heavy", "persistent": "true", **headers}, b"x")
+        await s.writer.drain()
+    await s.sync()
+    await s.close()
+    return Outcome(s.errors, f"{n} messages of 7.2 MB headers queued")
+
+
+async def open_transactions(port: int, conns: int, txs: int) -> Outcome:
+    part = b"t" * (250 << 10)
+    clients = [await Stomp.open(port) for _ in range(conns)]
+    for c in clients:
+        for t in range(txs):
+            c.send("BEGIN", {"transaction": f"t{t}"})
+            c.send("SEND", {"destination": "/queue/tx", "transaction": f"t{t}"}, part)
+            await c.writer.drain()
+    for c in clients:
+        await c.sync()
+    errors = [e for c in clients for e in c.errors]
+    for c in clients:
+        await c.close()
+    return Outcome(errors, f"{conns} x {txs} open transactions of 250 KiB")
+
+
+async def wait_consumer(port: int, n: int) -> Outcome:
+    s = await Stomp.open(port)
+    for i in range(n):
+        s.send("SEND", {"destination": "/queue/nobody", "sluice-stream-query": f"s{i}",
+                        "sluice-stream-wait-consumer": "1e9"}, b"w" * 1000)
+        if i % 1000 == 999:
+            await s.writer.drain()
+    await s.sync()
+    await s.close()
+    return Outcome(s.errors, f"{len(s.errors)} of {n} waits refused")
+
+
+async def durable_hoard(port: int, subs: int, publishes: int) -> Outcome:
+    s = await Stomp.open(port, **{"client-id": "hoarder"})
+    for i in range(subs):
+        s.send("SUBSCRIBE", {"destination": "/topic/hoard", "id": str(i),
+                             "activemq.subscriptionName": f"d{i}"})
+        if i % 1000 == 999:
+            await s.sync()
+    await s.sync()
+    await s.close()
+    p = await Stomp.open(port)
+    for _ in range(publishes):
+        p.send("SEND", {"destination": "/topic/hoard", "persistent": "true"}, b"d" * 10_000)
+    await p.sync()
+    await p.close()
+    held = len(s.errors)
+    return Outcome(s.errors, f"{subs - held} durable subscriptions kept, {held} refused")
+
+
+async def idle_sockets(port: int, n: int) -> Outcome:
+    socks, errors = [], []
+    for _ in range(n):
+        try:
+            socks.append(await Stomp.open(port, connect=False))
+        except OSError as exc:
+            errors.append(str(exc))
+    await asyncio.sleep(1)
+    refused = [s for s in socks if s.errors]
+    errors += [e for s in socks for e in s.errors]
+    timeout = await asyncio.wait_for(socks[0].closed.wait(), 30) if socks else None
+    for s in socks:
+        await s.close()
+    return Outcome(errors, f"{len(refused)} of {n} refused at once; an idle one closed "
+                           f"{'' if timeout else 'not '}by the CONNECT timeout")
+
+
+async def websockets(url: str, n: int) -> Outcome:
+    import aiohttp
+
+    errors: list[str] = []
+    conns = []
+    connector = aiohttp.TCPConnector(limit=0, local_addr=(Stomp.source, 0))
+    async with aiohttp.ClientSession(connector=connector) as http:
+        for _ in range(n):
+            ws = await http.ws_connect(f"{url}/stomp", protocols=("v12.stomp",))
+            conns.append(ws)
+        for ws in conns[-5:]:
+            try:
+                msg = await ws.receive(timeout=2)
+            except TimeoutError:
+                continue  # admitted: it waits for a CONNECT
+            if isinstance(msg.data, str) and msg.data.startswith("ERROR"):
+                errors.append(FrameParser().feed(msg.data.encode())[0].headers["message"])
+        for ws in conns:
+            await ws.close()
+    return Outcome(errors, f"{n} WebSocket upgrades")
+
+
+async def oversized(port: int) -> Outcome:
+    s = await Stomp.open(port)
+    s.send("SEND", {"destination": "/queue/big"}, b"x" * (100 * MiB))
+    try:
+        await s.writer.drain()
+        note = "the whole 100 MiB frame was sent without a reset"
+    except (ConnectionError, OSError) as exc:
+        note = f"sending failed: {exc!r}"
+    await asyncio.wait_for(s.closed.wait(), 30)
+    await s.close()
+    return Outcome(s.errors, note)
+
+
+# -- driver -----------------------------------------------------------------------------------
+def attacks(b: Broker, scale: float) -> dict[str, Callable[[], Awaitable[Outcome]]]:
+    def n(x: int) -> int:
+        return max(1, int(x * scale))
+
+    return {
+        "queues": lambda: many_queues(b.port, n(100_000)),
+        "sub-unsub": lambda: sub_unsub(b.port, n(50_000)),
+        "headers": lambda: heavy_headers(b.port, n(150)),
+        "transactions": lambda: open_transactions(b.port, n(20), 100),
+        "wait-consumer": lambda: wait_consumer(b.port, n(300_000)),
+        "durable": lambda: durable_hoard(b.port, n(20_000), 20),
+        "idle-sockets": lambda: idle_sockets(b.port, n(10_100)),
+        "websockets": lambda: websockets(b.ws, n(11_000)),
+        "oversized": lambda: oversized(b.port),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--only", nargs="*")
+    args = ap.parse_args()
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    with tempfile.TemporaryDirectory() as tmp:
+        b = Broker.start(Path(tmp))
+        stop = mp.Event()
+        here, there = mp.Pipe()
+        prober = mp.Process(target=probe, args=(b.port, there, stop), daemon=True)
+        prober.start()
+        time.sleep(2)
+        rows = []
+        try:
+            for index, (name, run) in enumerate(attacks(b, args.scale).items()):
+                if args.only and name not in args.only:
+                    continue
+                Stomp.source = f"127.0.0.{10 + index}"  # each attack is another client
+                before = b.rss()
+                start = time.time()
+                with RssPeak(b) as peak:
+                    outcome = asyncio.run(run())
+                    time.sleep(2)
+                end = time.time()
+                scrape = b.scrape_seconds()
+                rows.append((name, before, peak.peak, b.rss(), start, end, scrape, outcome))
+                print(f"{name}: done in {end - start:.1f} s", flush=True)
+        finally:
+            stop.set()
+            samples = here.recv() if here.poll(30) else []
+            prober.join(10)
+            b.proc.terminate()
+            b.proc.wait(30)
+    print(f"\nmemory_limit {LIMIT // MiB} MiB, allowed RSS {(LIMIT + SLACK) // MiB} MiB "
+          f"(+{SLACK // MiB} MiB slack), scale {args.scale}")
+    print("| attack | RSS before | peak | after | within | probe p99 (n) | /metrics | ERROR "
+          "| note |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, before, top, after, start, end, scrape, outcome in rows:
+        lat, count = p99(samples, start, end)
+        first = outcome.errors[0] if outcome.errors else "-"
+        print(f"| {name} | {before / MiB:.0f} MiB | {top / MiB:.0f} MiB | {after / MiB:.0f} MiB "
+              f"| {'yes' if top <= LIMIT + SLACK else 'NO'} | {lat:.1f} ms ({count}) "
+              f"| {scrape:.2f} s | {first} | {outcome.note} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""Operators see every [limits] cap against what is used of it, in the JSON overview and in
+/metrics, and the memory limit shown is the one the broker enforces (not physical RAM)."""
+
+from __future__ import annotations
+
+from console_client import ConsoleClient
+from test_metrics import scrape, value
+
+from sluice_testing import RawStomp
+
+CONFIG = """
+[limits]
+memory-limit = "256 MiB"
+max-connections = 50
+max-connections-per-address = 7
+max-destinations = 40
+max-destinations-per-user = 30
+connect-timeout = 4.5
+"""
+
+
+def test_the_overview_and_metrics_show_the_configured_memory_limit(broker_factory) -> None:
+    broker = broker_factory(config_text=CONFIG)
+    memory = ConsoleClient(broker.console_url).get("/api/overview")["memory"]
+    assert memory["limit_bytes"] == 256 << 20 and memory["limit_source"] == "config"
+    families = scrape(broker.console_url)
+    assert value(families["sluice_memory_limit_bytes"], source="config") == 256 << 20
+
+
+def test_the_default_memory_limit_is_shown_as_derived(broker_factory) -> None:
+    broker = broker_factory()
+    memory = ConsoleClient(broker.console_url).get("/api/overview")["memory"]
+    assert memory["limit_source"] == "derived"
+    assert 64 << 20 <= memory["limit_bytes"] <= 2 << 30  # 1/8 of RAM, clamped (core/flow.py)
+
+
+def test_connection_and_destination_caps_are_shown_with_their_use(broker_factory) -> None:
+    broker = broker_factory(config_text=CONFIG)
+    conns = [RawStomp(broker.host, broker.port) for _ in range(3)]
+    for c in conns:
+        c.connect()
+    for i in range(4):
+        conns[0].send("SEND", {"destination": f"/queue/v{i}", "receipt": str(i)}, b"x")
+        assert conns[0].recv().command == "RECEIPT"
+    limits = ConsoleClient(broker.console_url).get("/api/overview")["limits"]
+    assert limits["connections"]["limit"] == 50
+    assert limits["connections"]["used"] >= 3
+    assert limits["connections_per_address"] == {"used": limits["connections"]["used"],
+                                                 "limit": 7}
+    assert limits["destinations"] == {"used": 4, "limit": 40}
+    assert limits["destinations_per_user"] == {"used": 4, "limit": 30}
+    assert limits["connect_timeout_s"] == 4.5
+    families = scrape(broker.console_url)
+    assert value(families["sluice_limit"], limit="max_connections_per_address") == 7
+    assert value(families["sluice_limit"], limit="max_destinations") == 40
+    assert value(families["sluice_limit_used"], limit="max_destinations") == 4
+    assert value(families["sluice_limit_used"], limit="max_destinations_per_user") == 4
+    assert value(families["sluice_limit_used"], limit="max_connections") >= 3
+    for c in conns:
+        c.close()
+
+
+def test_metrics_keep_per_destination_series_bounded(broker_factory) -> None:
+    """Beyond 500 destinations the shallowest are summed under (other): scrapes stay cheap."""
+    broker = broker_factory()
+    conn = RawStomp(broker.host, broker.port)
+    conn.connect()
+    for i in range(520):
+        for _ in range(2 if i < 500 else 1):  # 500 queues 2 deep, 20 queues 1 deep
+            conn.send("SEND", {"destination": f"/queue/many.{i}"}, b"x")
+    conn.send("SEND", {"destination": "/queue/many.0", "receipt": "last"}, b"x")
+    assert conn.recv().headers["receipt-id"] == "last"
+    families = scrape(broker.console_url)
+    depth = families["sluice_destination_depth"]
+    assert len(depth.samples) == 501
+    assert value(depth, kind="queue", name="many.0") == 3
+    assert value(depth, kind="queue", name="(other)") == 20
+    assert value(families["sluice_destination_enqueued"], "_total", kind="queue",
+                 name="(other)") == 20
+    conn.close()

@@ -1,0 +1,371 @@
+"""Spec: hostile clients meet a named limit in an ERROR, and a bystander keeps being served.
+
+Each case replays one attack from issue #16 at a small scale against a real broker whose
+`[limits]` are set low; bench/hostile.py replays them at full scale with RSS and latency
+figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import socket
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from e2e.stomp_helpers import connect as stomp_connect
+from sluicemq.client import Client
+from sluicemq.errors import ClientError
+from sluicemq.protocol.codec import FrameParser, encode_frame
+from sluicemq.protocol.frames import Frame
+
+CONNECT = {"accept-version": "1.2", "host": "h", "heart-beat": "0,0"}
+
+
+class Raw:
+    """A bare STOMP 1.2 socket, optionally from another loopback address (another client)."""
+
+    def __init__(self, b: Any, source: str | None = None) -> None:
+        self.sock = socket.socket()
+        if source is not None:
+            self.sock.bind((source, 0))
+        self.sock.settimeout(10)
+        self.sock.connect((b.host, b.port))
+        self.parser = FrameParser(version="1.2")
+        self.frames: list[Frame] = []
+
+    def send(self, command: str, headers: dict[str, str] | None = None,
+             body: bytes = b"") -> None:
+        self.sock.sendall(encode_frame(Frame(command, headers or {}, body), "1.2"))
+
+    def recv(self, timeout: float = 10) -> Frame:
+        deadline = time.monotonic() + timeout
+        while not self.frames:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            data = self.sock.recv(1 << 20)
+            if not data:
+                raise ConnectionError("closed by broker")
+            self.frames.extend(self.parser.feed(data))
+        return self.frames.pop(0)
+
+    def connect(self) -> Frame:
+        self.send("CONNECT", CONNECT)
+        return self.recv()
+
+    def closed_by_broker(self, timeout: float = 10) -> bool:
+        """True once the broker has closed (EOF, not a reset) within ``timeout``."""
+        self.sock.settimeout(timeout)
+        while True:
+            data = self.sock.recv(1 << 16)
+            if not data:
+                return True
+
+
+def overview(b: Any) -> dict[str, Any]:
+    """The console's /api/overview (limits, memory) as JSON."""
+    with urllib.request.urlopen(f"{b.console_url}/api/overview", timeout=10) as resp:
+        return json.load(resp)  # type: ignore[no-any-return]
+
+
+def bystander_works(b: Any, queue: str = "/queue/bystander") -> None:
+    """Another client connects, sends and receives as if nothing happened."""
+    with Client(b.url, timeout=10) as c:
+        sub = c.subscribe(queue)
+        c.send(queue, b"still served")
+        got = sub.get(10)
+        assert got is not None and got.body == b"still served"
+
+
+# -- connections ---------------------------------------------------------------------------
+def test_a_socket_that_never_sends_connect_is_closed_after_the_connect_timeout(
+        broker_factory: Any) -> None:
+    """Silent sockets and CONNECTs dribbled in slowly are told why, then closed."""
+    b = broker_factory(config_text="[limits]\nconnect-timeout = 1.0\n")
+    silent = Raw(b)
+    partial = Raw(b)
+    partial.sock.sendall(b"CONNECT\naccept-version:1.2\n")  # and never the rest
+    for r in (silent, partial):
+        reply = r.recv(5)
+        assert reply.command == "ERROR"
+        assert reply.headers["message"] == "no CONNECT within 1 s (connect_timeout)"
+        assert r.closed_by_broker()
+    connected = Raw(b)
+    assert connected.connect().command == "CONNECTED"
+    connected.send("SEND", {"destination": "/queue/t", "receipt": "r"}, b"x")
+    assert connected.recv(5).headers["receipt-id"] == "r"  # a connected client is not timed
+
+
+def test_one_address_cannot_take_every_connection(broker_factory: Any) -> None:
+    """Past max_connections_per_address that address is refused; other addresses are not."""
+    b = broker_factory(config_text="[limits]\nmax-connections = 20\n"
+                                   "max-connections-per-address = 3\n")
+    held = [Raw(b, source="127.0.0.2") for _ in range(3)]  # idle: no CONNECT needed
+    refused = Raw(b, source="127.0.0.2")
+    reply = refused.recv()
+    assert reply.command == "ERROR"
+    assert reply.headers["message"] == ("too many connections from 127.0.0.2 (limit 3, "
+                                        "max_connections_per_address)")
+    assert refused.closed_by_broker()
+    bystander_works(b)
+    held.pop().sock.close()
+    deadline = time.monotonic() + 10
+    while Raw(b, source="127.0.0.2").connect().command != "CONNECTED":  # once the close is seen
+        assert time.monotonic() < deadline, "the freed slot never came back"
+
+
+def test_websocket_connections_count_against_max_connections(broker_factory: Any) -> None:
+    """WebSockets and TCP share one cap, so neither can exhaust the other's descriptors."""
+    b = broker_factory(config_text="[limits]\nmax-connections = 3\n")
+
+    async def scenario() -> tuple[str, str]:
+        async with aiohttp.ClientSession() as http:
+            held = [await http.ws_connect(f"{b.ws_url}/stomp", protocols=("v12.stomp",))
+                    for _ in range(3)]
+            extra = await http.ws_connect(f"{b.ws_url}/stomp", protocols=("v12.stomp",))
+            msg = await extra.receive(timeout=10)
+            ws_refusal = FrameParser().feed(msg.data.encode())[0].headers["message"]
+            tcp_refusal = await asyncio.to_thread(lambda: Raw(b).recv().headers["message"])
+            for ws in (*held, extra):
+                await ws.close()
+            return ws_refusal, tcp_refusal
+
+    ws_refusal, tcp_refusal = asyncio.run(scenario())
+    assert ws_refusal == "too many connections (limit 3, max_connections)"
+    assert tcp_refusal == "too many connections (limit 3, max_connections)"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the WebSockets' slots are given back when they close
+        try:
+            bystander_works(b)
+            break
+        except Exception:
+            time.sleep(0.1)
+    bystander_works(b)
+
+
+# -- frames --------------------------------------------------------------------------------
+def test_a_frame_refused_for_size_is_answered_before_the_close_without_a_reset(
+        broker_factory: Any) -> None:
+    """The client keeps sending its too-large frame: it gets no reset and reads the ERROR."""
+    b = broker_factory(config_text="[limits]\nmax-frame-bytes = 1048576\n")
+    r = Raw(b)
+    assert r.connect().command == "CONNECTED"
+    big = encode_frame(Frame("SEND", {"destination": "/queue/big"}, b"x" * (8 << 20)), "1.2")
+    r.sock.settimeout(30)
+    r.sock.sendall(big)  # would fail with a reset or broken pipe if the broker just closed
+    reply = r.recv()
+    assert reply.command == "ERROR"
+    assert "max_frame_bytes=1048576" in reply.headers["message"]
+    assert r.closed_by_broker()
+    bystander_works(b)
+
+
+def test_stomp_py_reads_the_error_for_a_frame_too_large(broker_factory: Any) -> None:
+    """What most applications use: stomp.py's send succeeds and its listener gets the ERROR."""
+    b = broker_factory(config_text="[limits]\nmax-frame-bytes = 1048576\n")
+    conn, seen = stomp_connect(b)
+    try:
+        conn.send("/queue/big", b"y" * (4 << 20))
+        error = seen.errors.get(timeout=10)
+        assert "max_frame_bytes=1048576" in error.headers["message"]
+    finally:
+        with contextlib.suppress(Exception):  # the broker closed it: that is the point
+            conn.disconnect()
+    bystander_works(b)
+
+
+# -- memory --------------------------------------------------------------------------------
+def test_header_bytes_count_against_the_memory_limit(broker_factory: Any) -> None:
+    """Messages whose weight is in their headers fill the memory limit as bodies would."""
+    b = broker_factory(config_text='[limits]\nmemory-limit = "2 MiB"\n'
+                                   '[[policy]]\nqueue = "heavy"\ncursor = "vm"\n'
+                                   'fail-if-no-space = true\n')
+    r = Raw(b)
+    assert r.connect().command == "CONNECTED"
+    headers = {f"h{i}": "v" * 8000 for i in range(12)}  # ~96 KB of headers, a 1-byte body
+    refused = None
+    for i in range(40):  # at 1 KiB a message 2 MiB would hold 2000 of them
+        r.send("SEND", {"destination": "/queue/heavy", "receipt": str(i), **headers}, b"x")
+        reply = r.recv()
+        if reply.command == "ERROR":
+            refused = reply
+            break
+    assert refused is not None, "40 messages of ~96 KB headers fitted in 2 MiB"
+    assert refused.headers["message"] == ("/queue/heavy cannot take the message: memory limit "
+                                          "reached (2097152 bytes)")
+    assert int(refused.headers["receipt-id"]) < 30
+    bystander_works(b)
+
+
+# -- destinations --------------------------------------------------------------------------
+DESTINATION_CAPS = """
+[limits]
+max-destinations = 5
+max-destinations-per-user = 3
+idle-destination-seconds = 3600
+"""
+
+
+def test_one_client_cannot_create_more_than_its_share_of_destinations(
+        broker_factory: Any) -> None:
+    """Anonymous clients are counted per address; the broker-wide cap holds for everyone."""
+    b = broker_factory(config_text=DESTINATION_CAPS)
+    hostile = Raw(b, source="127.0.0.2")
+    assert hostile.connect().command == "CONNECTED"
+    for i in range(4):
+        hostile.send("SEND", {"destination": f"/queue/spam.{i}", "receipt": str(i)}, b"x")
+    assert [hostile.recv().command for _ in range(4)] == ["RECEIPT"] * 3 + ["ERROR"]
+    hostile.send("SEND", {"destination": "/queue/spam.9", "receipt": "again"}, b"x")
+    refusal = hostile.recv()
+    assert refusal.headers["message"] == (
+        "cannot create /queue/spam.9: address 127.0.0.2 created too many destinations "
+        "(limit 3, max_destinations_per_user)")
+    hostile.send("SEND", {"destination": "/queue/spam.0", "receipt": "old"}, b"x")
+    assert hostile.recv().headers["receipt-id"] == "old"  # existing ones stay usable
+    bystander_works(b, "/queue/mine")  # another address; emptied again, so reclaimable
+    with Client(b.url, timeout=10) as c:
+        c.send("/queue/mine.2", b"the 5th")
+        c.send("/queue/mine.3", b"fits: the idle, empty /queue/mine is reclaimed for it")
+        with pytest.raises(ClientError, match=r"too many destinations \(limit 5, "
+                                              r"max_destinations\)"):
+            c.send("/queue/mine.4", b"a 6th holding messages")
+
+
+def test_empty_destinations_nobody_uses_are_reclaimed(broker_factory: Any) -> None:
+    """SUBSCRIBE + UNSUBSCRIBE cycles leave nothing behind: at the cap idle ones go first."""
+    b = broker_factory(config_text=DESTINATION_CAPS)
+    r = Raw(b)
+    assert r.connect().command == "CONNECTED"
+    for i in range(50):
+        r.send("SUBSCRIBE", {"destination": f"/queue/cycle.{i}", "id": "s", "receipt": "s"})
+        assert r.recv().command == "RECEIPT"
+        r.send("UNSUBSCRIBE", {"id": "s", "receipt": "u"})
+        assert r.recv().command == "RECEIPT"
+    r.send("SEND", {"destination": "/queue/cycle.keep", "receipt": "k"}, b"kept")
+    assert r.recv().headers["receipt-id"] == "k"
+    bystander_works(b)
+    with Client(b.url, timeout=10) as c:  # a queue with messages was never reclaimed
+        got = c.subscribe("/queue/cycle.keep").get(10)
+        assert got is not None and got.body == b"kept"
+
+
+# -- transactions --------------------------------------------------------------------------
+def test_open_transactions_are_capped_in_bytes_and_kept_out_of_ram(broker_factory: Any) -> None:
+    """A connection's open transactions hold at most max_transaction_bytes, and beyond 1 MiB
+    of them in memory the largest move to temporary files."""
+    b = broker_factory(config_text='[limits]\nmax-transaction-bytes = "2.5 MiB"\n')
+    r = Raw(b)
+    assert r.connect().command == "CONNECTED"
+    part = b"t" * (200 << 10)  # under the spool's own 256 KiB threshold: stays in RAM alone
+    for i in range(10):
+        r.send("BEGIN", {"transaction": f"t{i}"})
+        r.send("SEND", {"destination": "/queue/tx", "transaction": f"t{i}",
+                        "receipt": f"s{i}"}, part)
+        assert r.recv().headers["receipt-id"] == f"s{i}"
+    spool_dir = str(b.data_dir.resolve() / "tmp")
+    spilled = [p for p in Path(f"/proc/{b.pid}/fd").iterdir()
+               if os.readlink(p).startswith(spool_dir)]  # unlinked spool files
+    assert len(spilled) >= 4  # of 10 x 200 KiB: RAM keeps 1 MiB plus the part just added
+    r.send("BEGIN", {"transaction": "big"})
+    r.send("SEND", {"destination": "/queue/tx", "transaction": "big", "receipt": "over"},
+           b"o" * (1 << 20))
+    refused = r.recv()
+    assert refused.command == "ERROR" and refused.headers["receipt-id"] == "over"
+    assert re.fullmatch(r"open transactions on this connection would hold 3\d{6} bytes "
+                        r"\(limit 2621440, max_transaction_bytes\)", refused.headers["message"])
+    r.send("COMMIT", {"transaction": "t0", "receipt": "c0"})
+    assert r.recv().headers["receipt-id"] == "c0"  # the connection and its work go on
+    with Client(b.url, timeout=10) as c:
+        got = c.subscribe("/queue/tx").get(10)
+        assert got is not None and got.body == part
+    bystander_works(b)
+
+
+# -- waits for a consumer ------------------------------------------------------------------
+def wait_query(r: Raw, receipt: str, seconds: str = "1e9") -> None:
+    r.send("SEND", {"destination": "/queue/nobody", "sluice-stream-query": f"s-{receipt}",
+                    "sluice-stream-wait-consumer": seconds, "receipt": receipt})
+
+
+def test_waits_for_a_consumer_are_bounded_in_number_and_time(broker_factory: Any) -> None:
+    """A connection may keep max_consumer_waits waiting, each at most the configured time."""
+    b = broker_factory(config_text="[limits]\nmax-consumer-waits = 3\n"
+                                   "max-consumer-wait-seconds = 1.0\n")
+    r = Raw(b)
+    assert r.connect().command == "CONNECTED"
+    for i in range(4):
+        wait_query(r, str(i))
+    refused = r.recv()
+    assert refused.command == "ERROR" and refused.headers["receipt-id"] == "3"
+    assert refused.headers["message"] == ("too many SENDs waiting for a consumer on this "
+                                          "connection (limit 3, max_consumer_waits)")
+    answered = [r.recv(5) for _ in range(3)]  # after 1 s, not 1e9 s: nobody subscribed
+    assert sorted(f.headers["receipt-id"] for f in answered) == ["0", "1", "2"]
+    assert all(f.headers["sluice-stream-consumers"] == "0" for f in answered)
+    wait_query(r, "nan", "nan")
+    assert "not a number" in r.recv().headers["message"]
+    bystander_works(b)
+
+
+def test_a_connection_that_leaves_takes_its_waits_with_it(broker_factory: Any) -> None:
+    b = broker_factory(config_text="[limits]\nmax-consumer-wait-seconds = 3600\n")
+    r = Raw(b)
+    assert r.connect().command == "CONNECTED"
+    for i in range(50):
+        wait_query(r, str(i))
+    r.send("SEND", {"destination": "/queue/x", "receipt": "sync"}, b"")
+    assert r.recv().headers["receipt-id"] == "sync"  # the 50 waits are registered
+    assert overview(b)["limits"]["consumer_waits"] == 50
+    r.sock.close()
+    deadline = time.monotonic() + 10
+    while overview(b)["limits"]["consumer_waits"]:
+        assert time.monotonic() < deadline, "the waits outlived their connection"
+    bystander_works(b)
+
+
+# -- durable subscriptions -----------------------------------------------------------------
+def test_durable_subscriptions_per_client_id_are_capped(broker_factory: Any) -> None:
+    b = broker_factory(config_text="[limits]\nmax-durable-subscriptions = 3\n")
+    r = Raw(b)
+    r.send("CONNECT", {**CONNECT, "client-id": "hoarder"})
+    assert r.recv().command == "CONNECTED"
+    for i in range(4):
+        r.send("SUBSCRIBE", {"destination": "/topic/news", "id": str(i), "receipt": str(i),
+                             "activemq.subscriptionName": f"d{i}"})
+    replies = {f.headers["receipt-id"]: f for f in (r.recv() for _ in range(4))}
+    assert [replies[str(i)].command for i in range(4)] == ["RECEIPT"] * 3 + ["ERROR"]
+    assert replies["3"].headers["message"] == (
+        "client-id 'hoarder' has too many durable subscriptions (limit 3, "
+        "max_durable_subscriptions)")
+    bystander_works(b)
+
+
+def test_a_durable_backlog_does_not_stall_other_clients_non_persistent_sends(
+        broker_factory: Any) -> None:
+    """Durable subscriptions nobody reads fill the memory budget; other producers' messages
+    page to temp files instead of waiting for room that never comes."""
+    b = broker_factory(config_text='[limits]\nmemory-limit = "1 MiB"\n')
+    r = Raw(b)
+    r.send("CONNECT", {**CONNECT, "client-id": "idle"})
+    assert r.recv().command == "CONNECTED"
+    for i in range(50):
+        r.send("SUBSCRIBE", {"destination": "/topic/feed", "id": str(i), "receipt": str(i),
+                             "activemq.subscriptionName": f"d{i}"})
+        assert r.recv().command == "RECEIPT"
+    r.send("DISCONNECT", {"receipt": "bye"})
+    assert r.recv().headers["receipt-id"] == "bye"
+    with Client(b.url, timeout=20) as c:
+        for _ in range(20):
+            c.send("/topic/feed", b"p" * 20_000)  # 50 x 20 x 20 KB: far past 1 MiB
+        sub = c.subscribe("/queue/other")
+        for i in range(200):
+            c.send("/queue/other", str(i).encode(), persistent=False)
+        got = [sub.get(10) for _ in range(200)]
+        assert [m.body for m in got if m is not None] == [str(i).encode() for i in range(200)]
