@@ -489,3 +489,11 @@ def test_token_soup_compiles_or_raises_and_then_never_fails(
     except SelectorError:
         return
     assert selector.matches(headers) in (True, False)
+
+
+def test_integer_literals_beyond_a_double_read_as_infinite_not_as_a_crash() -> None:
+    """Found by bench/fuzz_selectors.py: a 300-digit hex literal overflowed float()."""
+    huge = "0X" + "F" * 300
+    assert compile_selector(f"n < {huge}").matches({"n": "5"})
+    assert not compile_selector(f"n > {huge}").matches({"n": "5"})
+    assert compile_selector(f"n < 0{'7' * 400}").matches({"n": "5"})
