@@ -138,6 +138,14 @@ class JournalSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class HaSettings:
+    """`[ha]`: brokers sharing one data directory; the lock holder serves, the others wait."""
+
+    lock_retry: float = 0.5  # seconds between a standby's attempts to take the lock
+    standby_health: bool = False  # a standby answers /api/health on the console port
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerConfig:
     """Everything `sluice broker` needs; built from CLI flags over an optional TOML file."""
 
@@ -152,6 +160,7 @@ class BrokerConfig:
     policies: tuple[PolicyEntry, ...] = ()
     security: SecuritySettings = field(default_factory=SecuritySettings)
     tls: TlsSettings = field(default_factory=TlsSettings)
+    ha: HaSettings = field(default_factory=HaSettings)
 
     def policy_for(self, kind: str, name: str) -> Policy:
         """The default policy with every matching `[[policy]]` entry applied in file order."""
@@ -200,6 +209,10 @@ def _from_toml(data: dict[str, Any]) -> BrokerConfig:
         kwargs["limits"] = _section(Limits, data["limits"], "limits")
     if "journal" in data:
         kwargs["journal"] = _section(JournalSettings, data["journal"], "journal")
+    if "ha" in data:
+        kwargs["ha"] = _section(HaSettings, data["ha"], "ha")
+        if kwargs["ha"].lock_retry <= 0:
+            raise ValueError("[ha] lock_retry must be > 0 seconds")
     if "defaults" in data:
         kwargs["policy"] = _section(Policy, data["defaults"], "defaults")
     entries = []
