@@ -10,18 +10,28 @@ full socket can never stop us from reading what the broker sends.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import queue
 import select
 import socket
 import ssl
 import threading
+import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
 from sluicemq.client import files
+from sluicemq.client.failover import (
+    FailoverCallback,
+    FailoverEvent,
+    PendingSend,
+    TransactionRolledBack,
+    dial,
+)
 from sluicemq.client.files import Progress
 from sluicemq.client.inbox import Ended, take
 from sluicemq.client.machine import (
@@ -44,11 +54,12 @@ from sluicemq.client.streams import (
     StreamSubscription,
     StreamWriter,
 )
-from sluicemq.client.url import parse_url, tls_context
+from sluicemq.client.url import Address, format_address, parse_brokers
 from sluicemq.config import DEFAULT_URL
 from sluicemq.errors import ClientError, SluiceError
 
 READ_CHUNK = 1 << 20
+log = logging.getLogger("sluicemq.client")
 
 
 class Subscription:
@@ -66,11 +77,16 @@ class Subscription:
 
         Raises ClientError for a broker ERROR no call claimed (once) or a dead connection.
         """
-        try:
-            item = self._queue.get(timeout=timeout)
-        except queue.Empty:
-            return None
-        return take(item, self._queue.put, Message)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else max(deadline - time.monotonic(), 0)
+            try:
+                item = self._queue.get(timeout=remaining)
+            except queue.Empty:
+                return None
+            message = take(item, self._queue.put, Message)
+            if message is None or not self.client._stale(message):
+                return message
 
     def __iter__(self) -> Iterator[Message]:
         while (message := self.get()) is not None:
@@ -103,10 +119,17 @@ class Transaction(CommitScope):
 
     def __init__(self, client: Client) -> None:
         self.client = client
-        out = client._call(lambda m: m.begin())
+        self.finished = False
+
+        def begin(m: ClientMachine) -> Outgoing:
+            out = m.begin()
+            assert out.ident is not None
+            client._open_tx.add(out.ident)  # under the state lock, like the failover's view
+            return out
+
+        out = client._call(begin)
         assert out.ident is not None
         self.id = out.ident
-        self.finished = False
 
     def send(self, destination: str, body: bytes | str = b"",
              headers: dict[str, str] | None = None, *, persistent: bool = True,
@@ -122,16 +145,37 @@ class Transaction(CommitScope):
         message.nack(self.id)
 
     def commit(self) -> None:
-        self._finish(lambda m: m.commit(self.id))
+        """COMMIT; raises TransactionRolledBack if a failover lost the transaction (retry)."""
+        self._finish(lambda m: m.commit(self.id), committing=True)
 
     def abort(self) -> None:
-        self._finish(lambda m: m.abort(self.id))
+        """ABORT; after a failover there is nothing left to abort, so it just ends."""
+        self._finish(lambda m: m.abort(self.id), committing=False)
 
-    def _finish(self, build: Callable[[ClientMachine], Outgoing]) -> None:
+    def _finish(self, build: Callable[[ClientMachine], Outgoing], *, committing: bool) -> None:
         if self.finished:
             raise ClientError(f"transaction {self.id} already finished")
         self.finished = True
-        self.client._call(build)
+        client = self.client
+        if self.id in client._lost_tx:
+            client._lost_tx.discard(self.id)
+            if committing:
+                raise TransactionRolledBack(self.id)
+            return
+
+        def finish(m: ClientMachine) -> Outgoing:
+            client._open_tx.discard(self.id)
+            return build(m)
+
+        try:
+            client._call(finish)
+        except ClientError as exc:
+            if committing and client._brokers.failover is not None and client.is_open \
+                    and not exc.headers:
+                raise TransactionRolledBack(self.id, " (its COMMIT was in flight: it may "
+                                                     "have committed; numbered sends are "
+                                                     "dropped if stored)") from exc
+            raise
 
 
 class Client:
@@ -154,44 +198,76 @@ class Client:
         ssl_context: ssl.SSLContext | None = None,
         producer_id: str | None = None,
         producer_seq: int | None = None,
+        on_failover: FailoverCallback | None = None,
     ) -> None:
-        scheme, address, port = parse_url(url)
+        self._brokers = parse_brokers(url)
+        failover = self._brokers.failover
+        if failover is not None and producer_id is None:
+            # Numbered sends are what make a resend after a failover safe (duplicates dropped).
+            producer_id = f"sluice-{uuid.uuid4().hex}"
         self.url = url
         self.timeout = timeout
         # With a producer id every SEND is numbered for the broker's duplicate detection
         # (client/producer.py); producer_seq is the first number (default: clock in µs).
         self.producer = ProducerNumbers(producer_id, producer_seq) if producer_id else None
-        self._machine = ClientMachine(host=host or address, login=login, passcode=passcode,
+        self.on_failover = on_failover
+        self._ssl_context = ssl_context
+        first = self._brokers.addresses[0]
+        self._machine = ClientMachine(host=host or first[1], login=login, passcode=passcode,
                                       client_id=client_id, heartbeat=heartbeat, version=version)
+        self._host_given = host is not None
         self._state = threading.Lock()
         self._write = threading.Lock()
         self._receipts: dict[str, Future[dict[str, str]]] = {}
         self._receipt_waiters = ReceiptWaiters(self._wake_ranges)
         self._subscriptions: dict[str, Subscription] = {}
-        self._connected: Future[Connected] = Future()
         self._failure: ClientError | None = None
         self._closing = False
-        try:
-            self._sock = socket.create_connection((address, port), timeout=timeout)
-            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if scheme == "stomps":
-                self._sock = tls_context(ssl_context).wrap_socket(self._sock,
-                                                                  server_hostname=address)
-            self._sock.settimeout(None)
-            self._sock.sendall(self._machine.connect())
-        except OSError as exc:
-            raise ClientError(f"cannot connect to {address}:{port}: {exc}") from exc
+        self._up = threading.Event()  # cleared while failing over: new frames wait
+        self._epoch = 0  # bumped by every failover; messages of older epochs cannot be acked
+        self._inflight: dict[str, PendingSend] = {}  # receipt id -> unconfirmed SEND
+        self._sub_receipts: dict[str, str] = {}  # receipt id -> subscription id, in flight
+        self._open_tx: set[str] = set()
+        self._lost_tx: set[str] = set()
+        self._closed = threading.Event()  # cuts a failover's back-off short on disconnect
+        self._sock, self.connected, self.address = self._connect_first()
+        self._up.set()
         self._reader = threading.Thread(target=self._read_loop, name="sluice-client-reader",
                                         daemon=True)
         self._reader.start()
-        try:
-            self.connected = self._connected.result(timeout)
-        except FutureTimeout:
-            self._fail(ClientError(f"no CONNECTED from {address}:{port} within {timeout}s"))
-            raise self._failure from None  # type: ignore[misc]
-        except ClientError:
-            self._close_socket()
-            raise
+
+    def _connect_first(self) -> tuple[socket.socket, Connected, str]:
+        """Connect to the first broker that answers; a plain URL gets exactly one attempt,
+        a failover URL tries every address, backing off, until ``timeout``."""
+        options = self._brokers.failover
+        deadline = time.monotonic() + self.timeout
+        attempt = 0
+        while True:
+            for address in self._brokers.ordered():
+                remaining = deadline - time.monotonic()
+                machine = self._machine if attempt == 0 else self._machine.successor()
+                try:
+                    sock, connected = dial(address, self._with_host(machine, address),
+                                           max(remaining, 0.001), self._ssl_context)
+                except ClientError as exc:
+                    error = exc
+                    if options is None:
+                        raise
+                    attempt += 1
+                    self._machine = machine
+                    continue
+                self._machine = machine
+                return sock, connected, format_address(address)
+            limit = options.startupMaxReconnectAttempts if options is not None else 0
+            if 0 <= limit < attempt or time.monotonic() >= deadline:
+                raise error
+            time.sleep(min(options.backoff(attempt), max(deadline - time.monotonic(), 0)))
+
+    def _with_host(self, machine: ClientMachine, address: Address) -> ClientMachine:
+        """The CONNECT's host header names the broker dialled, unless the caller chose one."""
+        if not self._host_given:
+            machine.host = address[1]
+        return machine
 
     # ---------------------------------------------------------------- public API
 
@@ -231,20 +307,24 @@ class Client:
 
         `producer_seq` resends under an earlier number (needs `producer_id` on the client)."""
         tx = transaction_id(transaction)
+        self._check_transaction(tx)
         numbers = self.producer
         if numbers is None and producer_seq is not None:
             raise ValueError("producer_seq needs a client made with producer_id")
         seq: list[int] = []
+        track: list[PendingSend] = []
 
         def build(m: ClientMachine) -> Outgoing:
             extra = dict(headers or {})
             if numbers is not None:  # numbered under the state lock: wire order = number order
                 seq.append(numbers.stamp(extra, producer_seq))
+            if receipt and tx is None:  # what a failover re-sends if no receipt came
+                track.append(PendingSend(destination, body, extra, persistent))
             return m.send(destination, body, extra, persistent=persistent, receipt=receipt,
                           transaction=tx)
 
         try:
-            _, receipt_handle = self._submit(build)
+            _, receipt_handle = self._submit(build, track)
         except ClientError as exc:
             if not seq:
                 raise
@@ -266,6 +346,8 @@ class Client:
             assert out.ident is not None
             sub = Subscription(self, out.ident, destination)
             self._subscriptions[out.ident] = sub  # registered before any MESSAGE can arrive
+            if out.receipt is not None:  # a failover before the receipt replays it
+                self._sub_receipts[out.receipt] = out.ident
             holder.append(sub)
             return out
 
@@ -371,8 +453,9 @@ class Client:
         """Polite close: DISCONNECT, wait for its receipt, then close the socket."""
         if self._closing:
             return
+        self._closed.set()
         try:
-            if self._failure is None:
+            if self._failure is None and self._up.is_set():
                 self._closing = True
                 self._call(lambda m: m.disconnect())
         except ClientError:
@@ -398,31 +481,69 @@ class Client:
         receipt.result()
         return out
 
-    def _submit(self, build: Callable[[ClientMachine], Outgoing]) -> tuple[Outgoing, Receipt]:
+    def _submit(self, build: Callable[[ClientMachine], Outgoing],
+                track: list[PendingSend] | None = None) -> tuple[Outgoing, Receipt]:
         """Build a frame under the state lock, register its receipt waiter, then write it.
 
         Registration precedes the write so the reader can never see a receipt nobody awaits.
+        While a failover is under way the call waits for the new connection; a receipted SEND
+        that ``track`` describes is kept until confirmed, to be re-sent after a failover.
         """
         future: Future[dict[str, str]] = Future()
-        with self._write:
-            with self._state:
-                if self._failure is not None:
-                    raise self._failure
-                out = build(self._machine)
-                if out.receipt is not None:
-                    self._receipts[out.receipt] = future
-                else:
-                    future.set_result({})
-            if out.data:
-                try:
-                    self._sock.sendall(out.data)
-                except OSError as exc:
-                    self._fail(ClientError(f"connection lost while sending: {exc}"))
-                    raise self._failure from exc  # type: ignore[misc]
-        return out, Receipt(future, self.timeout, self._receipt_waiters)
+        while True:
+            self._wait_up()
+            with self._write:
+                with self._state:
+                    if self._failure is not None:
+                        raise self._failure
+                    if not self._up.is_set():
+                        continue  # the connection was lost meanwhile: wait for the next one
+                    out = build(self._machine)
+                    if out.receipt is not None:
+                        self._receipts[out.receipt] = future
+                        if track and self._brokers.failover is not None:
+                            track[0].future = future
+                            self._inflight[out.receipt] = track[0]
+                    else:
+                        future.set_result({})
+                    sock = self._sock
+                if out.data:
+                    try:
+                        sock.sendall(out.data)
+                    except OSError as exc:
+                        if self._brokers.failover is None:
+                            self._fail(ClientError(f"connection lost while sending: {exc}"))
+                            raise self._failure from exc  # type: ignore[misc]
+                        # The reader fails over; a tracked SEND is re-sent, others fail there.
+            return out, Receipt(future, self.timeout, self._receipt_waiters)
+
+    def _wait_up(self) -> None:
+        """Wait (up to the client timeout) while a failover is under way."""
+        if self._up.is_set() or self._failure is not None:
+            return
+        if not self._up.wait(self.timeout) and self._failure is None:
+            raise ClientError(f"no broker reachable within {self.timeout}s after a failover")
+
+    def _stale(self, message: Message) -> bool:
+        """Delivered before a failover on a subscription the broker redelivers after it."""
+        return message.epoch != self._epoch and message.ack_mode != "auto"
+
+    def _check_transaction(self, tx: str | None) -> None:
+        """A transaction lost to a failover refuses every further use."""
+        if tx is not None and tx in self._lost_tx:
+            raise TransactionRolledBack(tx)
 
     def _acknowledge(self, command: str, message: _Received, tx: str | None,
                      receipt: bool = False, *, wait: bool = True) -> Receipt:
+        self._check_transaction(tx)
+        epoch = getattr(message, "epoch", self._epoch)
+        if epoch != self._epoch and message.ack_mode != "auto":
+            if receipt:
+                raise ClientError(f"message {message.message_id} came before a failover; the "
+                                  "broker redelivers it, so this acknowledgement is void")
+            done: Future[dict[str, str]] = Future()
+            done.set_result({})
+            return Receipt(done, self.timeout)
         act = ClientMachine.ack if command == "ACK" else ClientMachine.nack
         _, waiter = self._submit(lambda m: act(m, message.ack_id, message.subscription,
                                                transaction=tx, receipt=receipt))
@@ -435,26 +556,113 @@ class Client:
             self._subscriptions.pop(sub_id, None)
 
     def _read_loop(self) -> None:
-        poller = select.poll()
-        poller.register(self._sock, select.POLLIN)
-        try:
-            while True:
-                wait = self._beat()
-                timeout_ms = None if wait is None else max(1, int(wait * 1000) + 1)
-                buffered = isinstance(self._sock, ssl.SSLSocket) and self._sock.pending()
-                if not buffered and not poller.poll(timeout_ms):  # TLS may hold decrypted bytes
+        """Read until the connection ends; with a failover URL, move on to the next broker."""
+        while True:
+            try:
+                self._pump(self._sock)
+            except (OSError, SluiceError) as exc:
+                error = exc if isinstance(exc, ClientError) else ClientError(str(exc))
+                if not self._fail_over(error):
+                    self._fail(error)
+                    return
+
+    def _fail_over(self, error: ClientError) -> bool:
+        """Connect to the next broker that answers and replay onto it: subscriptions, then
+        every unconfirmed SEND in its original order. False: no failover URL, closing, or
+        ``maxReconnectAttempts`` spent."""
+        options = self._brokers.failover
+        lost_at = time.monotonic()
+        with self._state:
+            if options is None or self._closing or self._failure is not None:
+                return False
+            self._up.clear()
+            old = self._machine
+            old.connection_lost()
+            receipts, self._receipts = self._receipts, {}
+            sub_waiters = {self._sub_receipts.pop(r): f for r, f in list(receipts.items())
+                           if r in self._sub_receipts}
+            lost = [f for r, f in receipts.items()
+                    if r not in self._inflight and f not in sub_waiters.values()]
+            rolled_back = tuple(sorted(self._open_tx))
+            self._lost_tx |= self._open_tx
+            self._open_tx.clear()
+            old_sock, from_url = self._sock, self.address
+        log.warning("connection to %s lost (%s); failing over", from_url, error)
+        for future in lost:
+            _resolve(future, ClientError(f"connection to {from_url} lost before the broker "
+                                         f"confirmed this frame: {error}"))
+        with contextlib.suppress(OSError):
+            old_sock.close()
+        attempts = 0
+        while not self._closing:
+            for address in self._brokers.ordered():
+                machine = self._with_host(old.successor(), address)
+                attempts += 1
+                try:
+                    sock, connected = dial(address, machine, self.timeout, self._ssl_context)
+                except ClientError as exc:
+                    log.info("failover attempt %d to %s failed: %s", attempts,
+                             format_address(address), exc)
+                    if 0 <= options.maxReconnectAttempts <= attempts:
+                        return False
                     continue
-                data = self._sock.recv(READ_CHUNK)
-                if not data:
-                    raise self._machine.closed_by_peer()
-                with self._state:
-                    events = self._machine.receive_data(data)
-                    actions = [self._route(event) for event in events]
-                for action in actions:
-                    action()
-        except (OSError, SluiceError) as exc:
-            error = exc if isinstance(exc, ClientError) else ClientError(str(exc))
-            self._fail(error)
+                resent, resubscribed = self._replay(sock, machine, old, sub_waiters)
+                self.connected, self.address = connected, format_address(address)
+                event = FailoverEvent(from_url, self.address, time.monotonic() - lost_at,
+                                      attempts, resent, resubscribed, rolled_back)
+                log.warning("failed over from %s to %s in %.3fs (%d attempts, %d sends "
+                            "re-sent, %d subscriptions replayed)", from_url, self.address,
+                            event.downtime, attempts, resent, resubscribed)
+                self._up.set()
+                if self.on_failover is not None:
+                    self.on_failover(event)
+                return True
+            self._closed.wait(options.backoff(attempts))
+        return False
+
+    def _replay(self, sock: socket.socket, machine: ClientMachine, old: ClientMachine,
+                sub_waiters: dict[str, Future[dict[str, str]]]) -> tuple[int, int]:
+        """Install the new connection and write the replayed frames before anything new."""
+        with self._write:
+            with self._state:
+                self._sock, self._machine = sock, machine
+                self._epoch += 1
+                data: list[bytes] = []
+                for sub in old.subscriptions.values():
+                    out = machine.resubscribe(sub)
+                    assert out.receipt is not None
+                    self._receipts[out.receipt] = sub_waiters.get(sub.id) or Future()
+                    self._sub_receipts[out.receipt] = sub.id
+                    data.append(out.data)
+                inflight, self._inflight = self._inflight, {}
+                for pending in inflight.values():
+                    out = machine.send(pending.destination, pending.body, pending.headers,
+                                       persistent=pending.persistent)
+                    assert out.receipt is not None
+                    self._receipts[out.receipt] = pending.future  # type: ignore[assignment]
+                    self._inflight[out.receipt] = pending
+                    data.append(out.data)
+            with contextlib.suppress(OSError):  # if this broker died too, the reader sees it
+                sock.sendall(b"".join(data))
+        return len(inflight), len(old.subscriptions)
+
+    def _pump(self, sock: socket.socket) -> None:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        while True:
+            wait = self._beat()
+            timeout_ms = None if wait is None else max(1, int(wait * 1000) + 1)
+            buffered = isinstance(sock, ssl.SSLSocket) and sock.pending()
+            if not buffered and not poller.poll(timeout_ms):  # TLS may hold decrypted bytes
+                continue
+            data = sock.recv(READ_CHUNK)
+            if not data:
+                raise self._machine.closed_by_peer()
+            with self._state:
+                events = self._machine.receive_data(data)
+                actions = [self._route(event) for event in events]
+            for action in actions:
+                action()
 
     def _beat(self, *, check_dead: bool = True) -> float | None:
         """Send a heart-beat if one is due (skipped while another thread writes, which proves
@@ -496,20 +704,25 @@ class Client:
             if sub is None:
                 return _nothing
             message = Message(event.frame, event.subscription, event.ack_id, event.ack_mode,
-                              self._acknowledge)
+                              self._acknowledge, self._epoch)
             return lambda: sub._deliver(message)
         if isinstance(event, ReceiptReceived):
+            self._inflight.pop(event.receipt_id, None)
+            self._sub_receipts.pop(event.receipt_id, None)
             future = self._receipts.pop(event.receipt_id, None)
             headers = event.headers
             return _nothing if future is None else lambda: _resolve(future, headers)
         if isinstance(event, ErrorReceived):
             error = event.error
             if event.receipt_id is not None:
+                self._inflight.pop(event.receipt_id, None)
+                sub_id = self._sub_receipts.pop(event.receipt_id, None)
                 future = self._receipts.pop(event.receipt_id, None)
+                if future is None and sub_id in self._subscriptions:  # a replayed SUBSCRIBE
+                    sub = self._subscriptions[sub_id]
+                    return lambda: sub._deliver(error)
                 if future is not None:
                     return lambda: _resolve(future, error)
-            if not self._connected.done():
-                return lambda: self._fail(error)  # refused at CONNECT
             subs = list(self._subscriptions.values())
 
             def tell_subscribers() -> None:
@@ -517,8 +730,7 @@ class Client:
                     sub._deliver(error)
 
             return tell_subscribers
-        connected = event
-        return lambda: _resolve(self._connected, connected)
+        return _nothing  # CONNECTED is read by dial() before this thread starts
 
     def _fail(self, error: ClientError) -> None:
         """The connection is over: every waiter and every subscription learns why."""
@@ -530,7 +742,9 @@ class Client:
             self._machine.connection_lost()
             waiters = list(self._receipts.values())
             self._receipts.clear()
-        for future in [*waiters, self._connected]:
+            self._inflight.clear()
+            self._up.set()  # wake callers waiting for a failover: they see the failure
+        for future in waiters:
             _resolve(future, self._failure)
         self._end_subscriptions(Ended(None if clean else error))
         self._close_socket()
