@@ -62,12 +62,14 @@ async def wait_for_lock(state: HaState, retry: float, stopped: asyncio.Event) ->
             await asyncio.wait_for(stopped.wait(), retry)
         if stopped.is_set():
             return False
-        if state.lock.try_acquire():
-            waited = time.time() - state.since
-            state.role, state.since = "master", time.time()
-            print(f"sluice: lock taken after {waited:.3f}s standing by; taking over as master",
-                  flush=True)
-            return True
+        if not state.lock.try_acquire():
+            log.debug("lock still held; retrying in %ss", retry)
+            continue
+        waited = time.time() - state.since
+        state.role, state.since = "master", time.time()
+        print(f"sluice: lock taken after {waited:.3f}s standing by; taking over as master",
+              flush=True)
+        return True
     return False
 
 

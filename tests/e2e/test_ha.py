@@ -1,0 +1,172 @@
+"""Shared-storage master/standby: brokers on one data directory, one serves at a time.
+
+The first broker takes the data directory's lock and serves; every other one stands by without
+touching the journal or listening, and the first standby to get the lock after the master dies
+(kill -9 included) or stops recovers the journal and serves the same messages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import socket
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from sluice_testing import BrokerProcess
+from sluicemq import Client
+
+STANDBY_RE = re.compile(r"sluice: standby: .* is held by pid (\d+)")
+RETRY_RE = re.compile(r"lock still held; retrying")
+TAKEOVER_RE = re.compile(r"taking over as master")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Cluster:
+    """Broker processes on one data directory, each on fixed ports known in advance."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.brokers: list[BrokerProcess] = []
+
+    def master(self, *args: str) -> BrokerProcess:
+        b = self._make(*args)
+        b.start()
+        return b
+
+    def standby(self, *args: str) -> BrokerProcess:
+        b = self._make("--lock-retry", "0.05", "--log-level", "debug", *args)
+        b.start(ready=STANDBY_RE)
+        return b
+
+    def _make(self, *args: str) -> BrokerProcess:
+        b = BrokerProcess(self.data_dir, list(args))
+        b.port, b.console_port, b.ws_port = free_port(), free_port(), "off"
+        self.brokers.append(b)
+        return b
+
+    def close(self) -> None:
+        for b in self.brokers:
+            if b.proc is not None:
+                b.kill()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    c = Cluster(tmp_path / "shared")
+    yield c
+    c.close()
+
+
+def wait_lines(broker: BrokerProcess, pattern: re.Pattern[str], count: int,
+               timeout: float = 20.0) -> None:
+    """Wait until the broker's output has ``count`` lines matching ``pattern``."""
+    deadline = time.monotonic() + timeout
+    while sum(1 for line in list(broker.output) if pattern.search(line)) < count:
+        if time.monotonic() > deadline or (broker.proc and broker.proc.poll() is not None):
+            raise AssertionError(f"no {count} lines like {pattern.pattern!r}:\n" + broker.log())
+        broker.listening.wait(0.02)  # woken early by nothing else; just paces the re-check
+
+
+def first_listening(*brokers: BrokerProcess, timeout: float = 30.0) -> BrokerProcess:
+    """The broker that printed its `listening on` line first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for b in brokers:
+            if b.listening.wait(0.02):
+                return b
+    raise AssertionError("no standby took over:\n" + "".join(b.log() for b in brokers))
+
+
+def journal_fingerprint(data_dir: Path) -> dict[str, str]:
+    """Name -> SHA-256 of every file in the data directory (lock file included)."""
+    return {str(p.relative_to(data_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(data_dir.rglob("*")) if p.is_file()}
+
+
+def health(b: BrokerProcess) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{b.console_port}/api/health",
+                                timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def refuses(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def test_standby_writes_nothing_and_listens_on_nothing_while_the_master_lives(cluster) -> None:
+    master = cluster.master()
+    with Client(master.url) as c:
+        for i in range(20):
+            c.send("/queue/ha", f"m{i}")
+    before = journal_fingerprint(cluster.data_dir)
+    standby = cluster.standby()
+    assert int(STANDBY_RE.search(standby.log()).group(1)) == master.pid  # type: ignore[union-attr]
+    wait_lines(standby, RETRY_RE, 10)  # ten attempts on the lock, all refused
+    assert journal_fingerprint(cluster.data_dir) == before
+    assert refuses(standby.port) and refuses(standby.console_port)
+    h = health(master)
+    assert h["role"] == "master" and h["lock"]["pid"] == master.pid
+    assert "taking over" not in standby.log()
+
+
+def test_standby_answers_health_only_when_asked(cluster) -> None:
+    master = cluster.master()
+    standby = cluster.standby("--standby-health")
+    h = health(standby)
+    assert h["role"] == "standby" and h["lock"]["pid"] == master.pid
+    assert not h["lock"]["held_by_me"]
+    assert refuses(standby.port)
+
+
+def test_kill_9_of_the_master_hands_the_journal_to_the_standby(cluster) -> None:
+    master = cluster.master()
+    standby = cluster.standby()
+    with Client(master.url) as c:
+        for i in range(50):
+            c.send("/queue/ha", f"m{i}")  # each receipted: durable
+    master.kill()
+    standby.wait_listening()
+    assert health(standby)["role"] == "master"
+    assert health(standby)["lock"]["pid"] == standby.pid
+    with Client(standby.url) as c, c.subscribe("/queue/ha", ack="client-individual") as sub:
+        got = []
+        for _ in range(50):
+            msg = sub.get(timeout=10)
+            assert msg is not None
+            got.append(msg.text())
+            msg.ack(receipt=True)
+    assert got == [f"m{i}" for i in range(50)]  # all of them, in order
+
+
+def test_two_standbys_never_both_take_over_and_a_clean_stop_hands_over(cluster) -> None:
+    master = cluster.master()
+    first, second = cluster.standby(), cluster.standby()
+    with Client(master.url) as c:
+        c.send("/queue/ha", "before")
+    master.kill()
+    winner = first_listening(first, second)
+    loser = second if winner is first else first
+    mark = sum(1 for line in list(loser.output) if RETRY_RE.search(line))
+    wait_lines(loser, RETRY_RE, mark + 10)  # ten more refused attempts after the takeover
+    assert not loser.listening.is_set() and refuses(loser.port)
+    assert "taking over" not in loser.log()
+    with Client(winner.url) as c:
+        c.send("/queue/ha", "after")
+    assert winner.stop() == 0  # clean stop: the lock goes at once
+    loser.wait_listening()
+    with Client(loser.url) as c, c.subscribe("/queue/ha") as sub:
+        assert [sub.get(timeout=10).text() for _ in range(2)] == ["before", "after"]
