@@ -5,38 +5,34 @@ machine and the waiter tables and is only ever held briefly; `_write` serialises
 frames onto the socket. The reader thread never waits for `_write` (heart-beats are skipped
 while another thread is writing, which already proves liveness), so a producer blocked on a
 full socket can never stop us from reading what the broker sends.
+
+With a `failover:(...)` URL a lost connection is not the end: the reader thread connects to the
+next broker and replays onto it (client/sync_failover.py) while new calls wait for it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
-import queue
 import select
 import socket
 import ssl
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
-from sluicemq.client import files
+from sluicemq.client import files, sync_failover
 from sluicemq.client.failover import (
     FailoverCallback,
-    FailoverEvent,
     PendingSend,
     TransactionRolledBack,
-    dial,
 )
 from sluicemq.client.files import Progress
-from sluicemq.client.inbox import Ended, take
+from sluicemq.client.inbox import Ended
 from sluicemq.client.machine import (
     ClientMachine,
-    Connected,
     ErrorReceived,
     Event,
     MessageReceived,
@@ -46,7 +42,6 @@ from sluicemq.client.machine import (
 from sluicemq.client.message import Message, TransactionRef, _Received, transaction_id
 from sluicemq.client.producer import ProducerNumbers
 from sluicemq.client.ranges import RangeHead, RangeRead, open_range, range_headers
-from sluicemq.client.scope import CommitScope
 from sluicemq.client.staging import StagedPart, abort_stage, publish_stage
 from sluicemq.client.streams import (
     DEFAULT_CHUNK_SIZE,
@@ -54,128 +49,20 @@ from sluicemq.client.streams import (
     StreamSubscription,
     StreamWriter,
 )
-from sluicemq.client.url import Address, format_address, parse_brokers
+from sluicemq.client.sync_handles import (
+    Receipt,
+    ReceiptWaiters,
+    Subscription,
+    Transaction,
+    _nothing,
+    _numbered,
+    _resolve,
+)
+from sluicemq.client.url import parse_brokers
 from sluicemq.config import DEFAULT_URL
 from sluicemq.errors import ClientError, SluiceError
 
 READ_CHUNK = 1 << 20
-log = logging.getLogger("sluicemq.client")
-
-
-class Subscription:
-    """Messages of one SUBSCRIBE, queued by the reader thread; iterate or `get()` them."""
-
-    def __init__(self, client: Client, sub_id: str, destination: str) -> None:
-        self.client = client
-        self.id = sub_id
-        self.destination = destination
-        self.active = True
-        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
-
-    def get(self, timeout: float | None = None) -> Message | None:
-        """The next message, or None on timeout or once the subscription has ended.
-
-        Raises ClientError for a broker ERROR no call claimed (once) or a dead connection.
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            remaining = None if deadline is None else max(deadline - time.monotonic(), 0)
-            try:
-                item = self._queue.get(timeout=remaining)
-            except queue.Empty:
-                return None
-            message = take(item, self._queue.put, Message)
-            if message is None or not self.client._stale(message):
-                return message
-
-    def __iter__(self) -> Iterator[Message]:
-        while (message := self.get()) is not None:
-            yield message
-
-    def unsubscribe(self, durable: bool = False) -> None:
-        """Stop deliveries; `durable` also deletes a durable subscription on the broker."""
-        if not self.active:
-            return
-        self.active = False
-        try:
-            self.client._call(lambda m: m.unsubscribe(self.id, durable=durable))
-        finally:
-            self.client._forget(self.id)
-            self._queue.put(Ended())
-
-    def _deliver(self, item: object) -> None:
-        self._queue.put(item)
-
-    def __enter__(self) -> Subscription:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.active and self.client.is_open:
-            self.unsubscribe()
-
-
-class Transaction(CommitScope):
-    """A STOMP transaction: begun on creation, committed on a clean `with` exit, else aborted."""
-
-    def __init__(self, client: Client) -> None:
-        self.client = client
-        self.finished = False
-
-        def begin(m: ClientMachine) -> Outgoing:
-            out = m.begin()
-            assert out.ident is not None
-            client._open_tx.add(out.ident)  # under the state lock, like the failover's view
-            return out
-
-        out = client._call(begin)
-        assert out.ident is not None
-        self.id = out.ident
-
-    def send(self, destination: str, body: bytes | str = b"",
-             headers: dict[str, str] | None = None, *, persistent: bool = True,
-             receipt: bool = False) -> None:
-        """Send inside the transaction; no receipt by default since COMMIT's receipt covers it."""
-        self.client.send(destination, body, headers, persistent=persistent, receipt=receipt,
-                         transaction=self.id)
-
-    def ack(self, message: Message) -> None:
-        message.ack(self.id)
-
-    def nack(self, message: Message) -> None:
-        message.nack(self.id)
-
-    def commit(self) -> None:
-        """COMMIT; raises TransactionRolledBack if a failover lost the transaction (retry)."""
-        self._finish(lambda m: m.commit(self.id), committing=True)
-
-    def abort(self) -> None:
-        """ABORT; after a failover there is nothing left to abort, so it just ends."""
-        self._finish(lambda m: m.abort(self.id), committing=False)
-
-    def _finish(self, build: Callable[[ClientMachine], Outgoing], *, committing: bool) -> None:
-        if self.finished:
-            raise ClientError(f"transaction {self.id} already finished")
-        self.finished = True
-        client = self.client
-        if self.id in client._lost_tx:
-            client._lost_tx.discard(self.id)
-            if committing:
-                raise TransactionRolledBack(self.id)
-            return
-
-        def finish(m: ClientMachine) -> Outgoing:
-            client._open_tx.discard(self.id)
-            return build(m)
-
-        try:
-            client._call(finish)
-        except ClientError as exc:
-            if committing and client._brokers.failover is not None and client.is_open \
-                    and not exc.headers:
-                raise TransactionRolledBack(self.id, " (its COMMIT was in flight: it may "
-                                                     "have committed; numbered sends are "
-                                                     "dropped if stored)") from exc
-            raise
 
 
 class Client:
@@ -230,44 +117,11 @@ class Client:
         self._open_tx: set[str] = set()
         self._lost_tx: set[str] = set()
         self._closed = threading.Event()  # cuts a failover's back-off short on disconnect
-        self._sock, self.connected, self.address = self._connect_first()
+        self._sock, self.connected, self.address = sync_failover.connect_first(self)
         self._up.set()
         self._reader = threading.Thread(target=self._read_loop, name="sluice-client-reader",
                                         daemon=True)
         self._reader.start()
-
-    def _connect_first(self) -> tuple[socket.socket, Connected, str]:
-        """Connect to the first broker that answers; a plain URL gets exactly one attempt,
-        a failover URL tries every address, backing off, until ``timeout``."""
-        options = self._brokers.failover
-        deadline = time.monotonic() + self.timeout
-        attempt = 0
-        while True:
-            for address in self._brokers.ordered():
-                remaining = deadline - time.monotonic()
-                machine = self._machine if attempt == 0 else self._machine.successor()
-                try:
-                    sock, connected = dial(address, self._with_host(machine, address),
-                                           max(remaining, 0.001), self._ssl_context)
-                except ClientError as exc:
-                    error = exc
-                    if options is None:
-                        raise
-                    attempt += 1
-                    self._machine = machine
-                    continue
-                self._machine = machine
-                return sock, connected, format_address(address)
-            limit = options.startupMaxReconnectAttempts if options is not None else 0
-            if 0 <= limit < attempt or time.monotonic() >= deadline:
-                raise error
-            time.sleep(min(options.backoff(attempt), max(deadline - time.monotonic(), 0)))
-
-    def _with_host(self, machine: ClientMachine, address: Address) -> ClientMachine:
-        """The CONNECT's host header names the broker dialled, unless the caller chose one."""
-        if not self._host_given:
-            machine.host = address[1]
-        return machine
 
     # ---------------------------------------------------------------- public API
 
@@ -562,89 +416,9 @@ class Client:
                 self._pump(self._sock)
             except (OSError, SluiceError) as exc:
                 error = exc if isinstance(exc, ClientError) else ClientError(str(exc))
-                if not self._fail_over(error):
+                if not sync_failover.fail_over(self, error):
                     self._fail(error)
                     return
-
-    def _fail_over(self, error: ClientError) -> bool:
-        """Connect to the next broker that answers and replay onto it: subscriptions, then
-        every unconfirmed SEND in its original order. False: no failover URL, closing, or
-        ``maxReconnectAttempts`` spent."""
-        options = self._brokers.failover
-        lost_at = time.monotonic()
-        with self._state:
-            if options is None or self._closing or self._failure is not None:
-                return False
-            self._up.clear()
-            old = self._machine
-            old.connection_lost()
-            receipts, self._receipts = self._receipts, {}
-            sub_waiters = {self._sub_receipts.pop(r): f for r, f in list(receipts.items())
-                           if r in self._sub_receipts}
-            lost = [f for r, f in receipts.items()
-                    if r not in self._inflight and f not in sub_waiters.values()]
-            rolled_back = tuple(sorted(self._open_tx))
-            self._lost_tx |= self._open_tx
-            self._open_tx.clear()
-            old_sock, from_url = self._sock, self.address
-        log.warning("connection to %s lost (%s); failing over", from_url, error)
-        for future in lost:
-            _resolve(future, ClientError(f"connection to {from_url} lost before the broker "
-                                         f"confirmed this frame: {error}"))
-        with contextlib.suppress(OSError):
-            old_sock.close()
-        attempts = 0
-        while not self._closing:
-            for address in self._brokers.ordered():
-                machine = self._with_host(old.successor(), address)
-                attempts += 1
-                try:
-                    sock, connected = dial(address, machine, self.timeout, self._ssl_context)
-                except ClientError as exc:
-                    log.info("failover attempt %d to %s failed: %s", attempts,
-                             format_address(address), exc)
-                    if 0 <= options.maxReconnectAttempts <= attempts:
-                        return False
-                    continue
-                resent, resubscribed = self._replay(sock, machine, old, sub_waiters)
-                self.connected, self.address = connected, format_address(address)
-                event = FailoverEvent(from_url, self.address, time.monotonic() - lost_at,
-                                      attempts, resent, resubscribed, rolled_back)
-                log.warning("failed over from %s to %s in %.3fs (%d attempts, %d sends "
-                            "re-sent, %d subscriptions replayed)", from_url, self.address,
-                            event.downtime, attempts, resent, resubscribed)
-                self._up.set()
-                if self.on_failover is not None:
-                    self.on_failover(event)
-                return True
-            self._closed.wait(options.backoff(attempts))
-        return False
-
-    def _replay(self, sock: socket.socket, machine: ClientMachine, old: ClientMachine,
-                sub_waiters: dict[str, Future[dict[str, str]]]) -> tuple[int, int]:
-        """Install the new connection and write the replayed frames before anything new."""
-        with self._write:
-            with self._state:
-                self._sock, self._machine = sock, machine
-                self._epoch += 1
-                data: list[bytes] = []
-                for sub in old.subscriptions.values():
-                    out = machine.resubscribe(sub)
-                    assert out.receipt is not None
-                    self._receipts[out.receipt] = sub_waiters.get(sub.id) or Future()
-                    self._sub_receipts[out.receipt] = sub.id
-                    data.append(out.data)
-                inflight, self._inflight = self._inflight, {}
-                for pending in inflight.values():
-                    out = machine.send(pending.destination, pending.body, pending.headers,
-                                       persistent=pending.persistent)
-                    assert out.receipt is not None
-                    self._receipts[out.receipt] = pending.future  # type: ignore[assignment]
-                    self._inflight[out.receipt] = pending
-                    data.append(out.data)
-            with contextlib.suppress(OSError):  # if this broker died too, the reader sees it
-                sock.sendall(b"".join(data))
-        return len(inflight), len(old.subscriptions)
 
     def _pump(self, sock: socket.socket) -> None:
         poller = select.poll()
@@ -764,84 +538,3 @@ class Client:
             self._sock.close()
 
 
-class Receipt:
-    """Handle of a frame in flight; `result()` waits for its receipt (client timeout by default)
-    and raises ClientError if the broker refused it or the connection died first."""
-
-    def __init__(self, future: Future[dict[str, str]], timeout: float,
-                 waiters: ReceiptWaiters | None = None) -> None:
-        self._future = future
-        self._timeout = timeout
-        self._waiters = waiters
-        self.producer_seq: int | None = None  # the number a numbered SEND went out with
-
-    @property
-    def duplicate(self) -> bool:
-        """The broker had this producer number stored already and dropped this copy."""
-        return self.result().get("sluice-duplicate") == "true"
-
-    def done(self) -> bool:
-        return self._future.done()
-
-    def when_confirmed(self, callback: Callable[[], None]) -> None:
-        """Call back (on the reader thread, or now) once the broker confirmed; never on error."""
-        def check(future: Future[dict[str, str]]) -> None:
-            if not future.cancelled() and future.exception() is None:
-                callback()
-
-        self._future.add_done_callback(check)
-
-    def result(self, timeout: float | None = None) -> dict[str, str]:
-        """The RECEIPT's headers (empty when the frame asked for no receipt)."""
-        waiters = self._waiters if not self._future.done() else None
-        if waiters is not None:
-            waiters.enter()
-        try:
-            return self._future.result(self._timeout if timeout is None else timeout)
-        except FutureTimeout:
-            raise ClientError("no receipt from the broker in time") from None
-        finally:
-            if waiters is not None:
-                waiters.leave()
-
-    wait = result
-
-
-class ReceiptWaiters:
-    """How many threads wait for a receipt. While any does, the reader thread must keep
-    reading (its receipt may sit behind range-read messages), so range readers do not make
-    it wait for their callers."""
-
-    def __init__(self, on_enter: Callable[[], None]) -> None:
-        self._lock = threading.Lock()
-        self._on_enter = on_enter
-        self.count = 0
-
-    def enter(self) -> None:
-        with self._lock:
-            self.count += 1
-        self._on_enter()
-
-    def leave(self) -> None:
-        with self._lock:
-            self.count -= 1
-
-
-def _nothing() -> None:
-    return None
-
-
-def _numbered(exc: ClientError, producer_seq: int) -> ClientError:
-    """A copy of ``exc`` that tells which number the failed SEND had (to resend under it)."""
-    failed = ClientError(str(exc), exc.headers, exc.body)
-    failed.producer_seq = producer_seq  # type: ignore[attr-defined]
-    return failed
-
-
-def _resolve(future: Future, outcome: object) -> None:
-    if future.done():
-        return
-    if isinstance(outcome, BaseException):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
