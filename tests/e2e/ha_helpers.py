@@ -23,8 +23,9 @@ def free_port() -> int:
 class Cluster:
     """Broker processes on one data directory, each on fixed ports known in advance."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, config_text: str | None = None) -> None:
         self.data_dir = data_dir
+        self.config_text = config_text
         self.brokers: list[BrokerProcess] = []
 
     def master(self, *args: str) -> BrokerProcess:
@@ -38,7 +39,7 @@ class Cluster:
         return b
 
     def _make(self, *args: str) -> BrokerProcess:
-        b = BrokerProcess(self.data_dir, list(args))
+        b = BrokerProcess(self.data_dir, list(args), self.config_text)
         b.port, b.console_port, b.ws_port = free_port(), free_port(), "off"
         self.brokers.append(b)
         return b

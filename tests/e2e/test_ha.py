@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -47,7 +49,18 @@ def refuses(port: int) -> bool:
     return False
 
 
-def test_standby_writes_nothing_and_listens_on_nothing_while_the_master_lives(cluster) -> None:
+def test_standby_writes_nothing_and_listens_on_nothing_while_the_master_lives(
+        tmp_path: Path) -> None:
+    """With segment preallocation off an idle master writes nothing either, so any change to
+    the data directory would be the standby's."""
+    cluster = Cluster(tmp_path / "shared", "[journal]\npreallocate = false\n")
+    try:
+        standby_writes_nothing(cluster)
+    finally:
+        cluster.close()
+
+
+def standby_writes_nothing(cluster: Cluster) -> None:
     master = cluster.master()
     with Client(master.url) as c:
         for i in range(20):
@@ -110,3 +123,28 @@ def test_two_standbys_never_both_take_over_and_a_clean_stop_hands_over(cluster) 
     loser.wait_listening()
     with Client(loser.url) as c, c.subscribe("/queue/ha") as sub:
         assert [sub.get(timeout=10).text() for _ in range(2)] == ["before", "after"]
+
+
+def test_admin_status_names_the_role_and_the_lock_holder(cluster) -> None:
+    master = cluster.master()
+    out = subprocess.run([sys.executable, "-m", "sluicemq", "admin", "--console-url",
+                          f"http://127.0.0.1:{master.console_port}", "status"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "role       master" in out
+    assert f"lock held  pid {master.pid} on {socket.gethostname()}" in out
+
+
+def test_cli_publish_and_consume_take_a_failover_url(cluster) -> None:
+    """Every `sluice` command that takes --url builds a Client, so failover URLs work there."""
+    master = cluster.master()
+    standby = cluster.standby()
+    url = f"failover:({master.url},{standby.url})?randomize=false&maxReconnectDelay=200"
+    master.kill()
+    standby.wait_listening()
+    subprocess.run([sys.executable, "-m", "sluicemq", "publish", "--url", url, "--to",
+                    "/queue/cli", "--persistent", "via failover"], check=True, timeout=60,
+                   capture_output=True)
+    out = subprocess.run([sys.executable, "-m", "sluicemq", "consume", "--url", url, "--from",
+                          "/queue/cli", "--count", "1"], check=True, timeout=60,
+                         capture_output=True, text=True).stdout
+    assert "via failover" in out
