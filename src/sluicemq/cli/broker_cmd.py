@@ -63,6 +63,9 @@ class PortOrOff(click.ParamType):
 @click.option("--lock-retry", type=click.FloatRange(min=0.01), default=None,
               help="Seconds between a standby's attempts to take the data directory's lock "
                    "[default: 0.5].")
+@click.option("--ha-lock", type=click.Choice(["kernel", "lease"]), default=None,
+              help="How brokers sharing --data-dir decide who serves: an fcntl lock (local "
+                   "disks, SAN, NFS v4) or a renewed lease with fencing [default: kernel].")
 @click.option("--standby-health/--no-standby-health", default=None,
               help="While standing by, answer /api/health (role: standby) on the console port.")
 @click.option("--log-level", default="info", show_default=True,
@@ -71,7 +74,7 @@ def broker(host: str | None, port: int | None, console_port: int | None, ws_port
            data_dir: Path | None,
            config_file: Path | None, tls_port: int | None, tls_cert: Path | None,
            tls_key: Path | None, tls_ca: Path | None, lock_retry: float | None,
-           standby_health: bool | None, log_level: str) -> None:
+           ha_lock: str | None, standby_health: bool | None, log_level: str) -> None:
     """Run the SluiceMQ broker until SIGTERM or Ctrl-C.
 
     Several brokers may share one --data-dir: the first to take its lock serves, the others
@@ -88,8 +91,8 @@ def broker(host: str | None, port: int | None, console_port: int | None, ws_port
                                  ("ca", tls_ca)) if v is not None}
         if tls:
             config = replace(config, tls=replace(config.tls, **tls))
-        ha = {k: v for k, v in (("lock_retry", lock_retry), ("standby_health", standby_health))
-              if v is not None}
+        ha = {k: v for k, v in (("lock_retry", lock_retry), ("standby_health", standby_health),
+                                ("lock", ha_lock)) if v is not None}
         if ha:
             config = replace(config, ha=replace(config.ha, **ha))
     except (ValueError, TypeError, OSError) as exc:

@@ -50,8 +50,10 @@ class BrokerServer:
         data_dir = Path(self.config.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         js = self.config.journal
+        fence = getattr(self.ha.lock, "check", None) if self.ha is not None else None
         journal = Journal(data_dir / "journal", segment_bytes=js.segment_bytes,
-                          preallocate=js.preallocate, sync=js.sync)
+                          preallocate=js.preallocate, sync=js.sync, dir_lock=fence is None)
+        journal.fence = fence
         self.store = Store(journal, loop.call_soon)
         self.broker = Broker(self.config, self.store, loop.call_soon)
         t0 = time.monotonic()
@@ -205,7 +207,7 @@ def run(config: BrokerConfig) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):  # a standby stops cleanly too
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, stopped.set)
-        ha = data_lock(Path(config.data_dir))
+        ha = data_lock(Path(config.data_dir), config.ha)
         if not await _become_master(config, ha, stopped):
             print("sluice: stopped (standby)", flush=True)
             return

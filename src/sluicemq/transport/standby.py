@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sluicemq.config import HaSettings
+from sluicemq.storage.lease import LeaseLock
 from sluicemq.storage.lock import StoreLock
 
 log = logging.getLogger("sluicemq.ha")
@@ -25,7 +27,7 @@ log = logging.getLogger("sluicemq.ha")
 class HaState:
     """This process's role, since when, and the lock that decides it."""
 
-    lock: StoreLock
+    lock: StoreLock | LeaseLock
     role: str = "standby"  # standby -> master
     since: float = field(default_factory=time.time)
 
@@ -38,6 +40,7 @@ class HaState:
             "since": self.since,
             "data_dir": str(self.lock.path.parent),
             "lock": {"path": str(self.lock.path),
+                     "kind": "lease" if isinstance(self.lock, LeaseLock) else "kernel",
                      "held_by_me": self.lock.held,
                      "pid": holder.pid if holder else None,
                      "host": holder.host if holder else None,
@@ -102,6 +105,8 @@ class StandbyHealth:
             self._runner = None
 
 
-def data_lock(data_dir: Path) -> HaState:
-    """The standby state for a data directory (the lock is not tried yet)."""
+def data_lock(data_dir: Path, ha: HaSettings | None = None) -> HaState:
+    """The standby state for a data directory (the lock or lease is not tried yet)."""
+    if ha is not None and ha.lock == "lease":
+        return HaState(LeaseLock(data_dir, ha.lease_seconds, ha.lease_renew))
     return HaState(StoreLock(data_dir))
