@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sluicemq.spark.options import OptionError, SinkOptions, SourceOptions
+from sluicemq.spark.options import Connection, OptionError, SinkOptions, SourceOptions
 
 
 def test_defaults_read_a_queue_from_the_local_broker():
@@ -62,3 +62,10 @@ def test_every_batch_write_is_its_own_sink_unless_named():
     assert SinkOptions.parse({"sinkId": "nightly"}, streaming=False).sink_id == "nightly"
     with pytest.raises(OptionError, match="sinkId"):
         SinkOptions.parse({"sinkId": "bad name/with slash"}, streaming=False)
+
+
+def test_a_failover_url_is_accepted_and_a_bad_one_named() -> None:
+    url = "failover:(stomp://a:61613,stomp://b:61613)?randomize=false"
+    assert Connection.parse({"url": url}).url == url
+    with pytest.raises(OptionError, match="option url"):
+        Connection.parse({"url": "failover:(stomp://a)?nosuch=1"})

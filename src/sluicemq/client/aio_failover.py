@@ -12,7 +12,8 @@ import logging
 import ssl
 from typing import TYPE_CHECKING
 
-from sluicemq.client.failover import FailoverEvent
+from sluicemq.client.failover import FailoverEvent, drop_range_reads, range_read_lost
+from sluicemq.client.inbox import Ended
 from sluicemq.client.machine import ClientMachine, Connected, ErrorReceived
 from sluicemq.client.url import Address, format_address, tls_context
 from sluicemq.errors import ClientError, SluiceError
@@ -93,6 +94,11 @@ async def fail_over(client: AsyncClient, error: ClientError) -> bool:
     client._lost_tx |= client._open_tx
     client._open_tx.clear()
     from_url = client.address
+    for sid in drop_range_reads(old):
+        sub = client._subscriptions.pop(sid, None)
+        if sub is not None:
+            sub.active = False
+            sub._queue.put_nowait(Ended(range_read_lost(from_url)))
     log.warning("connection to %s lost (%s); failing over", from_url, error)
     for future in lost:
         if not future.done():

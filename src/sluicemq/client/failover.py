@@ -61,6 +61,22 @@ class FailoverEvent:
 FailoverCallback = Callable[[FailoverEvent], None]
 
 
+def drop_range_reads(machine: ClientMachine) -> list[str]:
+    """Remove the range reads and browses (``browser:true``) of a lost connection and return
+    their ids: replaying one would deliver its range again from the start, so it ends with an
+    error instead and its caller reads the range again (a Spark task is retried)."""
+    ids = [sid for sid, sub in machine.subscriptions.items()
+           if sub.headers.get("browser") == "true"]
+    for sid in ids:
+        del machine.subscriptions[sid]
+    return ids
+
+
+def range_read_lost(url: str) -> ClientError:
+    return ClientError(f"range read interrupted: the connection to {url} failed over; "
+                       "read the range again")
+
+
 def dial(address: Address, machine: ClientMachine, timeout: float,
          ssl_context: ssl.SSLContext | None = None) -> tuple[socket.socket, Connected]:
     """Open a socket, send CONNECT and read until CONNECTED (blocking, within ``timeout``).

@@ -15,7 +15,8 @@ import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-from sluicemq.client.failover import FailoverEvent, dial
+from sluicemq.client.failover import FailoverEvent, dial, drop_range_reads, range_read_lost
+from sluicemq.client.inbox import Ended
 from sluicemq.client.machine import ClientMachine, Connected
 from sluicemq.client.sync_handles import _resolve
 from sluicemq.client.url import Address, format_address
@@ -84,7 +85,12 @@ def fail_over(client: Client, error: ClientError) -> bool:
         client._lost_tx |= client._open_tx
         client._open_tx.clear()
         old_sock, from_url = client._sock, client.address
+        ranges = [client._subscriptions.pop(sid) for sid in drop_range_reads(old)
+                  if sid in client._subscriptions]
     log.warning("connection to %s lost (%s); failing over", from_url, error)
+    for sub in ranges:
+        sub.active = False
+        sub._deliver(Ended(range_read_lost(from_url)))
     for future in lost:
         _resolve(future, ClientError(f"connection to {from_url} lost before the broker "
                                      f"confirmed this frame: {error}"))
