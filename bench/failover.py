@@ -93,9 +93,9 @@ class Node:
                         return at
                 if self.proc is not None and self.proc.poll() is not None:
                     raise RuntimeError("broker exited:\n" + "".join(text for _, text in self.lines))
-                if not self._cond.wait(max(deadline - time.monotonic(), 0.001)) \
-                        and time.monotonic() > deadline:
+                if time.monotonic() > deadline:
                     raise RuntimeError(f"no line like {pattern.pattern!r}")
+                self._cond.wait(0.1)  # woken by each new line; re-checks the process too
 
     def found(self, pattern: re.Pattern[str]) -> re.Match[str] | None:
         with self._cond:
