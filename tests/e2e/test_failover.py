@@ -205,3 +205,16 @@ def test_a_range_read_cut_by_a_failover_fails_and_reads_whole_again(cluster) -> 
         assert seen == [f"r{i}" for i in range(len(seen))]  # in order up to the cut
         again = [m.text() for m in c.read_range("/queue/range")]
         assert again == [f"r{i}" for i in range(RANGE)]
+
+
+def test_a_client_gives_up_after_max_reconnect_attempts(cluster) -> None:
+    """With no broker left to fail over to, maxReconnectAttempts bounds the retrying: the
+    pending and later calls fail with the connection's error instead of waiting forever."""
+    master = cluster.master()
+    url = f"failover:({master.url})?maxReconnectAttempts=3&initialReconnectDelay=10"
+    with Client(url, timeout=30) as c:
+        c.send("/queue/alone", "stored")
+        master.kill()
+        with pytest.raises(ClientError):
+            c.send("/queue/alone", "nowhere to go")
+        assert not c.is_open

@@ -514,12 +514,14 @@ class Client:
             clean = self._closing
             self._failure = error if not clean else ClientError("client disconnected")
             self._machine.connection_lost()
-            waiters = list(self._receipts.values())
+            # Unconfirmed SENDs kept for a failover that did not happen fail with the rest.
+            waiters = [*self._receipts.values(),
+                       *(p.future for p in self._inflight.values() if p.future is not None)]
             self._receipts.clear()
             self._inflight.clear()
             self._up.set()  # wake callers waiting for a failover: they see the failure
         for future in waiters:
-            _resolve(future, self._failure)
+            _resolve(future, self._failure)  # type: ignore[arg-type]
         self._end_subscriptions(Ended(None if clean else error))
         self._close_socket()
 
