@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import re
 import socket
 import subprocess
@@ -156,6 +157,9 @@ def takeover(base: Path, backlog: int, lock_retry: float) -> dict[str, Any]:
     thread = threading.Thread(target=probe, daemon=True)
     thread.start()
     started.wait(30)
+    # The standby retries on a fixed grid that started when it printed its standby line; a
+    # random phase makes the lock wait typical (uniform in [0, lock_retry)) instead of fixed.
+    time.sleep(random.uniform(0, lock_retry))
     killed = time.perf_counter()
     master.kill()
     taken = standby.wait(TAKEN)
