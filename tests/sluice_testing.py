@@ -44,12 +44,14 @@ class BrokerProcess:
         self.ws_port: int | str = "auto"
         self.console_url: str | None = None
         self.ws_url: str | None = None
+        self.listening = threading.Event()
 
     @property
     def url(self) -> str:
         return f"stomp://{self.host}:{self.port}"
 
-    def start(self, timeout: float = 20.0) -> BrokerProcess:
+    def start(self, timeout: float = 20.0, ready: re.Pattern[str] | None = None) -> BrokerProcess:
+        """Start and wait for the `listening on` line (or for ``ready``, say a standby's)."""
         args = [sys.executable, "-m", "sluicemq", "broker", "--host", "127.0.0.1",
                 "--port", str(self.port), "--data-dir", str(self.data_dir), *self.extra_args]
         if self.config_path is not None:
@@ -62,6 +64,7 @@ class BrokerProcess:
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, env=env)
         found = threading.Event()
+        self.listening = threading.Event()
 
         def pump(proc: subprocess.Popen[str]) -> None:
             assert proc.stdout is not None
@@ -72,8 +75,10 @@ class BrokerProcess:
                 if m := WS_RE.search(line):
                     self.ws_url, self.ws_port = m.group(1), int(m.group(2))
                 m = LISTEN_RE.search(line)
-                if m and not found.is_set():
+                if m:
                     self.host, self.port = m.group(1), int(m.group(2))
+                    self.listening.set()
+                if m or (ready is not None and ready.search(line)):
                     found.set()
 
         threading.Thread(target=pump, args=(self.proc,), daemon=True).start()
@@ -113,6 +118,13 @@ class BrokerProcess:
 
     def log(self) -> str:
         return "".join(self.output)
+
+    def wait_listening(self, timeout: float = 30.0) -> None:
+        """Wait for the `listening on` line (a standby prints it once it took over)."""
+        deadline = time.monotonic() + timeout
+        while not self.listening.wait(0.05):
+            if self.proc is None or self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("broker is not listening:\n" + self.log())
 
 
 

@@ -151,6 +151,17 @@ class JournalSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class HaSettings:
+    """`[ha]`: brokers sharing one data directory; the lock holder serves, the others wait."""
+
+    lock_retry: float = 0.5  # seconds between a standby's attempts to take the lock
+    standby_health: bool = False  # a standby answers /api/health on the console port
+    lock: str = "kernel"  # kernel: fcntl lock on <data-dir>/lock | lease: <data-dir>/lease
+    lease_seconds: float = 10.0  # a lease not renewed for this long may be taken over
+    lease_renew: float = 2.0  # seconds between the master's renewals (< lease_seconds / 2)
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerConfig:
     """Everything `sluice broker` needs; built from CLI flags over an optional TOML file."""
 
@@ -165,6 +176,7 @@ class BrokerConfig:
     policies: tuple[PolicyEntry, ...] = ()
     security: SecuritySettings = field(default_factory=SecuritySettings)
     tls: TlsSettings = field(default_factory=TlsSettings)
+    ha: HaSettings = field(default_factory=HaSettings)
 
     def policy_for(self, kind: str, name: str) -> Policy:
         """The default policy with every matching `[[policy]]` entry applied in file order."""
@@ -213,6 +225,15 @@ def _from_toml(data: dict[str, Any]) -> BrokerConfig:
         kwargs["limits"] = _section(Limits, data["limits"], "limits")
     if "journal" in data:
         kwargs["journal"] = _section(JournalSettings, data["journal"], "journal")
+    if "ha" in data:
+        kwargs["ha"] = _section(HaSettings, data["ha"], "ha")
+        ha = kwargs["ha"]
+        if ha.lock_retry <= 0:
+            raise ValueError("[ha] lock_retry must be > 0 seconds")
+        if ha.lock not in ("kernel", "lease"):
+            raise ValueError('[ha] lock must be "kernel" or "lease"')
+        if not 0 < ha.lease_renew < ha.lease_seconds / 2:
+            raise ValueError("[ha] lease_renew must be > 0 and < lease_seconds / 2")
     if "defaults" in data:
         kwargs["policy"] = _section(Policy, data["defaults"], "defaults")
     entries = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sluicemq.spark.options import OptionError, SinkOptions, SourceOptions
+from sluicemq.spark.options import Connection, OptionError, SinkOptions, SourceOptions
 
 
 def test_defaults_read_a_queue_from_the_local_broker():
@@ -78,3 +78,10 @@ def test_options_spark_adds_and_the_coming_read_options_are_known():
     SourceOptions.parse({"destination": "/queue/a", "path": "/x", "headers": "map",
                          "headerColumns": "k", "streams.format": "csv", "bulk": "true"})
     SinkOptions.parse({"destination": "/queue/a", "checkpointlocation": "/ck"}, streaming=True)
+
+
+def test_a_failover_url_is_accepted_and_a_bad_one_named() -> None:
+    url = "failover:(stomp://a:61613,stomp://b:61613)?randomize=false"
+    assert Connection.parse({"url": url}).url == url
+    with pytest.raises(OptionError, match="option url"):
+        Connection.parse({"url": "failover:(stomp://a)?nosuch=1"})

@@ -252,9 +252,18 @@ async def close_connection(request: web.Request) -> web.Response:
     return reply(ops.close_connection(ctx.sessions(), request.match_info["id"]))
 
 
+async def get_health(request: web.Request) -> web.Response:
+    """Master or standby, since when, and who holds the data directory's lock."""
+    ha = _ctx(request).ha
+    if ha is None:  # a broker assembled without the lock (tests, embedding)
+        return reply({"status": "ok", "role": "master", "since": None, "lock": None})
+    return reply(ha.health())
+
+
 def add_routes(app: web.Application) -> None:
     dest = "/api/destinations/{kind:queue|topic}/{name}"
     queue = "/api/destinations/queue/{name}"
+    app.router.add_get("/api/health", get_health)
     app.router.add_get("/api/overview", get_overview)
     app.router.add_get("/api/rates", get_rates)
     app.router.add_get("/api/destinations", get_destinations)

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from sluicemq.core.broker import Broker
     from sluicemq.core.session import Session
     from sluicemq.storage.store import Store
+    from sluicemq.transport.standby import HaState
 
 
 class AdminContext:
@@ -30,6 +31,7 @@ class AdminContext:
         self.sampler = RateSampler()
         self.stream_rates = StreamRates()
         self.fsync = FsyncHistogram()
+        self.ha: HaState | None = None  # master/standby role (transport/standby.py)
 
     def connections(self) -> list[tuple[Session, str]]:
         """(session, transport name) for every connection that has a session."""

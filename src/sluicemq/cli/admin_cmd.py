@@ -1,4 +1,4 @@
-"""`sluice admin`: the console's JSON API from the shell (list, browse, purge, move, stats).
+"""`sluice admin`: the console's JSON API from the shell (list, browse, purge, move, stats, status).
 
 Every failure is one line on stderr and exit status 1: an unreachable console, an unknown
 destination, a refused action (the API's own error message is shown).
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -230,3 +231,20 @@ def stats(console: Console, as_json: bool) -> None:
     width = max(len(k) for k, _ in lines)
     for key, value in lines:
         click.echo(f"{key.ljust(width)}  {value}")
+
+
+@admin.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")
+@click.pass_obj
+def status(console: Console, as_json: bool) -> None:
+    """Master or standby, since when, and who holds the data directory's lock."""
+    h = console.call("GET", "/api/health")
+    if as_json:
+        _echo_json(h)
+        return
+    lock = h.get("lock") or {}
+    since = h.get("since")
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since)) if since else "n/a"
+    holder = (f"pid {lock['pid']} on {lock['host']}" if lock.get("pid") is not None
+              else "unknown")
+    click.echo(f"role       {h['role']}\nsince      {when}\nlock held  {holder}")

@@ -60,13 +60,26 @@ class PortOrOff(click.ParamType):
               default=None, help="PEM private key for the TLS listener.")
 @click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="CA bundle: ask for and verify client certificates (CN → user).")
+@click.option("--lock-retry", type=click.FloatRange(min=0.01), default=None,
+              help="Seconds between a standby's attempts to take the data directory's lock "
+                   "[default: 0.5].")
+@click.option("--ha-lock", type=click.Choice(["kernel", "lease"]), default=None,
+              help="How brokers sharing --data-dir decide who serves: an fcntl lock (local "
+                   "disks, SAN, NFS v4) or a renewed lease with fencing [default: kernel].")
+@click.option("--standby-health/--no-standby-health", default=None,
+              help="While standing by, answer /api/health (role: standby) on the console port.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 def broker(host: str | None, port: int | None, console_port: int | None, ws_port: int | None,
            data_dir: Path | None,
            config_file: Path | None, tls_port: int | None, tls_cert: Path | None,
-           tls_key: Path | None, tls_ca: Path | None, log_level: str) -> None:
-    """Run the SluiceMQ broker until SIGTERM or Ctrl-C."""
+           tls_key: Path | None, tls_ca: Path | None, lock_retry: float | None,
+           ha_lock: str | None, standby_health: bool | None, log_level: str) -> None:
+    """Run the SluiceMQ broker until SIGTERM or Ctrl-C.
+
+    Several brokers may share one --data-dir: the first to take its lock serves, the others
+    stand by and take over when it stops or dies.
+    """
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # -1: flag not given (the config file or the default decides); None: "off".
@@ -78,6 +91,10 @@ def broker(host: str | None, port: int | None, console_port: int | None, ws_port
                                  ("ca", tls_ca)) if v is not None}
         if tls:
             config = replace(config, tls=replace(config.tls, **tls))
+        ha = {k: v for k, v in (("lock_retry", lock_retry), ("standby_health", standby_health),
+                                ("lock", ha_lock)) if v is not None}
+        if ha:
+            config = replace(config, ha=replace(config.ha, **ha))
     except (ValueError, TypeError, OSError) as exc:
         raise click.ClickException(f"bad configuration: {exc}") from exc
     from sluicemq.transport.server import run

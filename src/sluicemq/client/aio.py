@@ -9,20 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import ssl
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import TracebackType
 
-from sluicemq.client import aio_streams
+from sluicemq.client import aio_failover, aio_streams
+from sluicemq.client.aio_failover import dial_async
+from sluicemq.client.aio_handles import AsyncSubscription, AsyncTransaction
 from sluicemq.client.aio_ranges import AsyncRangeRead, open_range
 from sluicemq.client.aio_streams import AsyncStreamSubscription, AsyncStreamWriter
+from sluicemq.client.failover import FailoverCallback, PendingSend, TransactionRolledBack
 from sluicemq.client.files import Progress
-from sluicemq.client.inbox import Ended, take
+from sluicemq.client.inbox import Ended
 from sluicemq.client.machine import (
     ClientMachine,
-    Connected,
     ErrorReceived,
     Event,
     MessageReceived,
@@ -30,132 +33,46 @@ from sluicemq.client.machine import (
     ReceiptReceived,
 )
 from sluicemq.client.message import AsyncMessage, TransactionRef, _Received, transaction_id
+from sluicemq.client.producer import ProducerNumbers
 from sluicemq.client.ranges import RangeHead, range_headers
 from sluicemq.client.streams import DEFAULT_CHUNK_SIZE, DEFAULT_WINDOW
-from sluicemq.client.url import parse_url, tls_context
+from sluicemq.client.url import BrokerList, format_address, parse_brokers
 from sluicemq.config import DEFAULT_URL
 from sluicemq.errors import ClientError, SluiceError
 
 READ_CHUNK = 1 << 20
 
 
-class AsyncSubscription:
-    """Messages of one SUBSCRIBE; `async for` them or `await get()`."""
-
-    def __init__(self, client: AsyncClient, sub_id: str, destination: str) -> None:
-        self.client = client
-        self.id = sub_id
-        self.destination = destination
-        self.active = True
-        self._queue: asyncio.Queue[object] = asyncio.Queue()
-
-    async def get(self, timeout: float | None = None) -> AsyncMessage | None:
-        """The next message, or None on timeout or once the subscription has ended.
-
-        Raises ClientError for a broker ERROR no call claimed (once) or a dead connection.
-        """
-        try:
-            item = await asyncio.wait_for(self._queue.get(), timeout)
-        except TimeoutError:
-            return None
-        return take(item, self._queue.put_nowait, AsyncMessage)
-
-    def __aiter__(self) -> AsyncSubscription:
-        return self
-
-    async def __anext__(self) -> AsyncMessage:
-        message = await self.get()
-        if message is None:
-            raise StopAsyncIteration
-        return message
-
-    async def unsubscribe(self, durable: bool = False) -> None:
-        """Stop deliveries; `durable` also deletes a durable subscription on the broker."""
-        if not self.active:
-            return
-        self.active = False
-        try:
-            await self.client._call(lambda m: m.unsubscribe(self.id, durable=durable))
-        finally:
-            self.client._subscriptions.pop(self.id, None)
-            self._queue.put_nowait(Ended())
-
-    async def __aenter__(self) -> AsyncSubscription:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self.active and self.client.is_open:
-            await self.unsubscribe()
-
-
-class AsyncTransaction:
-    """A STOMP transaction, begun by `async with` (or `begin()`); commit on a clean exit."""
-
-    def __init__(self, client: AsyncClient) -> None:
-        self.client = client
-        self.id = ""
-        self.finished = False
-
-    async def begin(self) -> AsyncTransaction:
-        out = await self.client._call(lambda m: m.begin())
-        assert out.ident is not None
-        self.id = out.ident
-        return self
-
-    async def send(self, destination: str, body: bytes | str = b"",
-                   headers: dict[str, str] | None = None, *, persistent: bool = True,
-                   receipt: bool = False) -> None:
-        """Send inside the transaction; no receipt by default since COMMIT's receipt covers it."""
-        await self.client.send(destination, body, headers, persistent=persistent,
-                               receipt=receipt, transaction=self.id)
-
-    async def ack(self, message: AsyncMessage) -> None:
-        await message.ack(self.id)
-
-    async def nack(self, message: AsyncMessage) -> None:
-        await message.nack(self.id)
-
-    async def commit(self) -> None:
-        await self._finish(lambda m: m.commit(self.id))
-
-    async def abort(self) -> None:
-        await self._finish(lambda m: m.abort(self.id))
-
-    async def _finish(self, build: Callable[[ClientMachine], Outgoing]) -> None:
-        if not self.id:
-            raise ClientError("transaction was never begun")
-        if self.finished:
-            raise ClientError(f"transaction {self.id} already finished")
-        self.finished = True
-        await self.client._call(build)
-
-    async def __aenter__(self) -> AsyncTransaction:
-        return await self.begin()
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        if self.finished:
-            return
-        if exc_type is None:
-            await self.commit()
-        else:
-            with contextlib.suppress(ClientError):  # never mask the error that got us here
-                await self.abort()
-
-
 class AsyncClient:
     """An asyncio STOMP client; create it with `await AsyncClient.connect(url, ...)`."""
 
     def __init__(self, machine: ClientMachine, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, timeout: float) -> None:
+                 writer: asyncio.StreamWriter, timeout: float, *,
+                 brokers: BrokerList | None = None, address: str = "",
+                 producer: ProducerNumbers | None = None,
+                 on_failover: FailoverCallback | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.timeout = timeout
         self._machine = machine
         self._reader = reader
         self._writer = writer
+        self._brokers = brokers or BrokerList(())
+        self.address = address  # the broker this connection is to
+        self.producer = producer
+        self.on_failover = on_failover
+        self._ssl_context = ssl_context
         self._receipts: dict[str, asyncio.Future[dict[str, str]]] = {}
         self._subscriptions: dict[str, AsyncSubscription] = {}
-        self._connected: asyncio.Future[Connected] = asyncio.get_running_loop().create_future()
+        self._up = asyncio.Event()  # cleared while failing over: new frames wait
+        self._up.set()
+        self._epoch = 0
+        self._inflight: dict[str, PendingSend] = {}  # receipt id -> unconfirmed SEND
+        self._queued = itertools.count(1)  # keys of sends made while failing over
+        self._sub_receipts: dict[str, str] = {}
+        self._open_tx: set[str] = set()
+        self._lost_tx: set[str] = set()
         self._failure: ClientError | None = None
+        self._host_given = False  # the CONNECT host header follows the broker dialled
         self._closing = False
         self._tasks: list[asyncio.Task[None]] = []
         self._settling = 0  # tasks waiting for a receipt: the socket must then be read
@@ -175,31 +92,52 @@ class AsyncClient:
         timeout: float = 30.0,
         host: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        producer_id: str | None = None,
+        producer_seq: int | None = None,
+        on_failover: FailoverCallback | None = None,
     ) -> AsyncClient:
-        """Open the socket (TLS for stomps://), exchange CONNECT/CONNECTED, return the client."""
-        scheme, address, port = parse_url(url)
-        tls = tls_context(ssl_context) if scheme == "stomps" else None
-        machine = ClientMachine(host=host or address, login=login, passcode=passcode,
+        """Open the socket (TLS for stomps://), exchange CONNECT/CONNECTED, return the client.
+
+        A ``failover:(...)`` URL tries each broker (backing off, until ``timeout``) and keeps
+        doing so whenever the connection is lost (see the README's High availability)."""
+        brokers = parse_brokers(url)
+        options = brokers.failover
+        if options is not None and producer_id is None:
+            producer_id = f"sluice-{uuid.uuid4().hex}"  # what makes re-sending safe
+        producer = ProducerNumbers(producer_id, producer_seq) if producer_id else None
+        first = brokers.addresses[0]
+        machine = ClientMachine(host=host or first[1], login=login, passcode=passcode,
                                 client_id=client_id, heartbeat=heartbeat, version=version)
-        try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(address, port, limit=READ_CHUNK, ssl=tls,
-                                        server_hostname=address if tls else None), timeout)
-        except (OSError, TimeoutError) as exc:
-            raise ClientError(f"cannot connect to {address}:{port}: {exc or 'timed out'}") from exc
-        client = cls(machine, reader, writer, timeout)
-        writer.write(machine.connect())
-        client._tasks.append(asyncio.create_task(client._read_loop()))
-        try:
-            client.connected = await asyncio.wait_for(asyncio.shield(client._connected), timeout)
-        except TimeoutError:
-            client._fail(ClientError(f"no CONNECTED from {address}:{port} within {timeout}s"))
-            raise client._failure from None  # type: ignore[misc]
-        except ClientError:
-            client._writer.close()
-            raise
-        client._tasks.append(asyncio.create_task(client._heartbeat_loop()))
-        return client
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        attempt = 0
+        while True:
+            for address in brokers.ordered():
+                if attempt:
+                    machine = machine.successor()
+                if host is None:
+                    machine.host = address[1]
+                attempt += 1
+                try:
+                    reader, writer, connected = await dial_async(
+                        address, machine, max(deadline - loop.time(), 0.001), ssl_context)
+                except ClientError as exc:
+                    error = exc
+                    if options is None:
+                        raise
+                    continue
+                client = cls(machine, reader, writer, timeout, brokers=brokers,
+                             address=format_address(address), producer=producer,
+                             on_failover=on_failover, ssl_context=ssl_context)
+                client._host_given = host is not None
+                client.connected = connected
+                client._tasks.append(asyncio.create_task(client._read_loop()))
+                client._tasks.append(asyncio.create_task(client._heartbeat_loop()))
+                return client
+            limit = options.startupMaxReconnectAttempts if options is not None else 0
+            if 0 <= limit < attempt or loop.time() >= deadline:
+                raise error
+            await asyncio.sleep(min(options.backoff(attempt), max(deadline - loop.time(), 0)))
 
     # ---------------------------------------------------------------- public API
 
@@ -216,9 +154,10 @@ class AsyncClient:
                    headers: dict[str, str] | None = None, *, persistent: bool = True,
                    receipt: bool = True, transaction: TransactionRef | None = None) -> None:
         """Send; with `receipt` (the default) returns only once the broker has stored it."""
-        tx = transaction_id(transaction)
-        await self._call(lambda m: m.send(destination, body, headers, persistent=persistent,
-                                          receipt=receipt, transaction=tx))
+        await self._wait_up()
+        future = self.send_async(destination, body, headers, persistent=persistent,
+                                 receipt=receipt, transaction=transaction)
+        await self._settle(future)
 
     def send_async(self, destination: str, body: bytes | str = b"",
                    headers: dict[str, str] | None = None, *, persistent: bool = True,
@@ -230,30 +169,50 @@ class AsyncClient:
         producing large volumes so memory stays bounded.
         """
         tx = transaction_id(transaction)
-        _, future = self._submit(lambda m: m.send(destination, body, headers,
-                                                  persistent=persistent, receipt=receipt,
-                                                  transaction=tx))
+        self._check_transaction(tx)
+        extra = dict(headers or {})
+        if self.producer is not None:
+            self.producer.stamp(extra)
+        pending = PendingSend(destination, body, extra, persistent) \
+            if receipt and tx is None and self._brokers.failover is not None else None
+        if pending is not None and not self._up.is_set():  # failing over: goes out on replay
+            future = asyncio.get_running_loop().create_future()
+            pending.future = future
+            self._inflight[f"queued-{next(self._queued)}"] = pending
+            return future
+        out, future = self._submit(lambda m: m.send(destination, body, extra,
+                                                    persistent=persistent, receipt=receipt,
+                                                    transaction=tx))
+        if pending is not None and out.receipt is not None:
+            pending.future = future
+            self._inflight[out.receipt] = pending
         return future
 
     async def drain(self) -> None:
         """Wait until the socket buffer has room again."""
+        if not self._up.is_set():
+            return  # failing over: what is queued goes out on the new connection
         try:
             await self._writer.drain()
         except OSError as exc:
-            self._fail(ClientError(f"connection lost while sending: {exc}"))
-            raise self._failure from exc  # type: ignore[misc]
+            if self._brokers.failover is None:
+                self._fail(ClientError(f"connection lost while sending: {exc}"))
+                raise self._failure from exc  # type: ignore[misc]
 
     async def subscribe(self, destination: str, *, ack: str = "auto",
                         prefetch: int | None = None, selector: str | None = None,
                         headers: dict[str, str] | None = None, durable_name: str | None = None,
                         exclusive: bool = False, id: str | None = None) -> AsyncSubscription:
         """Subscribe and wait for the receipt, so the subscription is live on return."""
+        await self._wait_up()
         out, future = self._submit(lambda m: m.subscribe(
             destination, ack=ack, prefetch=prefetch, selector=selector, headers=headers,
             durable_name=durable_name, exclusive=exclusive, id=id))
         assert out.ident is not None
         sub = AsyncSubscription(self, out.ident, destination)
         self._subscriptions[out.ident] = sub  # before the reader can run: no MESSAGE is lost
+        if out.receipt is not None:  # a failover before the receipt replays it
+            self._sub_receipts[out.receipt] = out.ident
         try:
             await self._settle(future)
         except ClientError:
@@ -337,7 +296,7 @@ class AsyncClient:
             return
         self._closing = True
         try:
-            if self._failure is None:
+            if self._failure is None and self._up.is_set():
                 await self._call(lambda m: m.disconnect())
         except ClientError:
             pass
@@ -373,6 +332,7 @@ class AsyncClient:
         return out, future
 
     async def _call(self, build: Callable[[ClientMachine], Outgoing]) -> Outgoing:
+        await self._wait_up()
         out, future = self._submit(build)
         await self._settle(future)
         return out
@@ -392,6 +352,13 @@ class AsyncClient:
 
     async def _acknowledge(self, command: str, message: _Received, tx: str | None,
                            receipt: bool = False) -> None:
+        self._check_transaction(tx)
+        if getattr(message, "epoch", self._epoch) != self._epoch and message.ack_mode != "auto":
+            if receipt:
+                raise ClientError(f"message {message.message_id} came before a failover; the "
+                                  "broker redelivers it, so this acknowledgement is void")
+            return
+        await self._wait_up()
         act = ClientMachine.ack if command == "ACK" else ClientMachine.nack
         _, future = self._submit(lambda m: act(m, message.ack_id, message.subscription,
                                                transaction=tx, receipt=receipt))
@@ -401,16 +368,20 @@ class AsyncClient:
             await self.drain()
 
     async def _read_loop(self) -> None:
-        try:
-            while True:
-                await self._ranges_caught_up()
-                data = await self._reader.read(READ_CHUNK)
-                if not data:
-                    raise self._machine.closed_by_peer()
-                for event in self._machine.receive_data(data):
-                    self._route(event)
-        except (OSError, SluiceError) as exc:
-            self._fail(exc if isinstance(exc, ClientError) else ClientError(str(exc)))
+        while True:
+            try:
+                while True:
+                    await self._ranges_caught_up()
+                    data = await self._reader.read(READ_CHUNK)
+                    if not data:
+                        raise self._machine.closed_by_peer()
+                    for event in self._machine.receive_data(data):
+                        self._route(event)
+            except (OSError, SluiceError) as exc:
+                error = exc if isinstance(exc, ClientError) else ClientError(str(exc))
+                if not await aio_failover.fail_over(self, error):
+                    self._fail(error)
+                    return
 
     async def _heartbeat_loop(self) -> None:
         while self._failure is None:
@@ -433,6 +404,24 @@ class AsyncClient:
             await self._room.wait()
         self._paused = False
 
+    async def _wait_up(self) -> None:
+        """Wait (up to the client timeout) while a failover is under way."""
+        if self._up.is_set():
+            return
+        try:
+            await asyncio.wait_for(self._up.wait(), self.timeout)
+        except TimeoutError:
+            raise ClientError(f"no broker reachable within {self.timeout}s after a failover") \
+                from None
+
+    def _stale(self, message: AsyncMessage) -> bool:
+        """Delivered before a failover on a subscription the broker redelivers after it."""
+        return message.epoch != self._epoch and message.ack_mode != "auto"
+
+    def _check_transaction(self, tx: str | None) -> None:
+        if tx is not None and tx in self._lost_tx:
+            raise TransactionRolledBack(tx)
+
     def _room_for_ranges(self) -> None:
         self._room.set()
 
@@ -442,19 +431,22 @@ class AsyncClient:
             if sub is not None:
                 sub._queue.put_nowait(AsyncMessage(event.frame, event.subscription,
                                                    event.ack_id, event.ack_mode,
-                                                   self._acknowledge))
+                                                   self._acknowledge, self._epoch))
         elif isinstance(event, ReceiptReceived):
+            self._inflight.pop(event.receipt_id, None)
+            self._sub_receipts.pop(event.receipt_id, None)
             _resolve(self._receipts.pop(event.receipt_id, None), event.headers)
         elif isinstance(event, ErrorReceived):
-            if event.receipt_id is not None and event.receipt_id in self._receipts:
-                _resolve(self._receipts.pop(event.receipt_id), event.error)
-            elif not self._connected.done():
-                self._fail(event.error)  # refused at CONNECT
+            rid = event.receipt_id
+            self._inflight.pop(rid or "", None)
+            sub_id = self._sub_receipts.pop(rid or "", None)
+            if rid is not None and rid in self._receipts:
+                _resolve(self._receipts.pop(rid), event.error)
+            elif sub_id in self._subscriptions:  # a replayed SUBSCRIBE was refused
+                self._subscriptions[sub_id]._queue.put_nowait(event.error)
             else:
                 for sub in self._subscriptions.values():
                     sub._queue.put_nowait(event.error)
-        else:
-            _resolve(self._connected, event)
 
     def _fail(self, error: ClientError) -> None:
         """The connection is over: every waiter and every subscription learns why."""
@@ -463,9 +455,12 @@ class AsyncClient:
         clean = self._closing
         self._failure = ClientError("client disconnected") if clean else error
         self._machine.connection_lost()
-        for future in [*self._receipts.values(), self._connected]:
-            _resolve(future, self._failure)
+        for future in [*self._receipts.values(),
+                       *(p.future for p in self._inflight.values() if p.future is not None)]:
+            _resolve(future, self._failure)  # type: ignore[arg-type]
         self._receipts.clear()
+        self._inflight.clear()
+        self._up.set()  # callers waiting for a failover see the failure
         for sub in self._subscriptions.values():
             sub.active = False
             sub._queue.put_nowait(Ended(None if clean else error))

@@ -96,6 +96,7 @@ class SubscriptionState:
     destination: str
     ack_mode: str
     durable_name: str | None
+    headers: dict[str, str] = field(default_factory=dict)  # the SUBSCRIBE, to replay it
 
 
 class ClientMachine:
@@ -121,6 +122,9 @@ class ClientMachine:
         if min(heartbeat) < 0:
             raise ValueError("heart-beat intervals must be >= 0")
         limits = limits or Limits()
+        self._settings = {"host": host, "login": login, "passcode": passcode,
+                          "client_id": client_id, "heartbeat": heartbeat, "version": version,
+                          "limits": limits, "clock": clock}
         self.host = host
         self.login = login
         self.passcode = passcode
@@ -218,9 +222,25 @@ class ClientMachine:
             out["activemq.subscriptionName"] = durable_name
         if exclusive:
             out["activemq.exclusive"] = "true"
-        self.subscriptions[sub_id] = SubscriptionState(sub_id, destination, ack, durable_name)
+        self.subscriptions[sub_id] = SubscriptionState(sub_id, destination, ack, durable_name,
+                                                       dict(out))
         result = self._outgoing(Frame("SUBSCRIBE", out), receipt)
         return Outgoing(result.data, result.receipt, sub_id)
+
+    def successor(self) -> ClientMachine:
+        """A fresh machine for a new connection after a failover: same settings, and receipt
+        ids that continue ours so an id is never reused within one client."""
+        machine = ClientMachine(**self._settings)  # type: ignore[arg-type]
+        machine._ids = self._ids
+        return machine
+
+    def resubscribe(self, sub: SubscriptionState) -> Outgoing:
+        """Replay a subscription of a previous connection: same id, ack mode, selector and
+        durable name, with a receipt."""
+        self._require_connected()
+        self.subscriptions[sub.id] = sub
+        result = self._outgoing(Frame("SUBSCRIBE", dict(sub.headers)), True)
+        return Outgoing(result.data, result.receipt, sub.id)
 
     def unsubscribe(self, sub_id: str, *, durable: bool = False, receipt: bool = True) -> Outgoing:
         """An UNSUBSCRIBE; `durable` also asks the broker to forget a durable subscription."""

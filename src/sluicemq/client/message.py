@@ -74,12 +74,13 @@ AsyncAcker = Callable[[str, "_Received", str | None, bool], Awaitable[None]]
 class Message(_Received):
     """A message from the blocking `Client`; ack/nack write the frame before returning."""
 
-    __slots__ = ("_acker",)
+    __slots__ = ("_acker", "epoch")
 
     def __init__(self, frame: Frame, subscription: str, ack_id: str, ack_mode: str,
-                 acker: Acker) -> None:
+                 acker: Acker, epoch: int = 0) -> None:
         super().__init__(frame, subscription, ack_id, ack_mode)
         self._acker = acker
+        self.epoch = epoch  # which connection delivered it (a failover starts a new one)
 
     def ack(self, transaction: TransactionRef | None = None, *, receipt: bool = False) -> None:
         """Acknowledge (a no-op on `auto` subscriptions, where the broker already did).
@@ -96,12 +97,13 @@ class Message(_Received):
 class AsyncMessage(_Received):
     """A message from `AsyncClient`; ack/nack are awaited."""
 
-    __slots__ = ("_acker",)
+    __slots__ = ("_acker", "epoch")
 
     def __init__(self, frame: Frame, subscription: str, ack_id: str, ack_mode: str,
-                 acker: AsyncAcker) -> None:
+                 acker: AsyncAcker, epoch: int = 0) -> None:
         super().__init__(frame, subscription, ack_id, ack_mode)
         self._acker = acker
+        self.epoch = epoch  # which connection delivered it (a failover starts a new one)
 
     async def ack(self, transaction: TransactionRef | None = None, *,
                   receipt: bool = False) -> None:

@@ -5,28 +5,34 @@ machine and the waiter tables and is only ever held briefly; `_write` serialises
 frames onto the socket. The reader thread never waits for `_write` (heart-beats are skipped
 while another thread is writing, which already proves liveness), so a producer blocked on a
 full socket can never stop us from reading what the broker sends.
+
+With a `failover:(...)` URL a lost connection is not the end: the reader thread connects to the
+next broker and replays onto it (client/sync_failover.py) while new calls wait for it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import select
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Iterator, Mapping
+import uuid
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
-from sluicemq.client import files
+from sluicemq.client import files, sync_failover
+from sluicemq.client.failover import (
+    FailoverCallback,
+    PendingSend,
+    TransactionRolledBack,
+)
 from sluicemq.client.files import Progress
-from sluicemq.client.inbox import Ended, take
+from sluicemq.client.inbox import Ended
 from sluicemq.client.machine import (
     ClientMachine,
-    Connected,
     ErrorReceived,
     Event,
     MessageReceived,
@@ -36,7 +42,6 @@ from sluicemq.client.machine import (
 from sluicemq.client.message import Message, TransactionRef, _Received, transaction_id
 from sluicemq.client.producer import ProducerNumbers
 from sluicemq.client.ranges import RangeHead, RangeRead, open_range, range_headers
-from sluicemq.client.scope import CommitScope
 from sluicemq.client.staging import PublishResult, StagedPart, abort_stage, publish_stage
 from sluicemq.client.streams import (
     DEFAULT_CHUNK_SIZE,
@@ -44,94 +49,20 @@ from sluicemq.client.streams import (
     StreamSubscription,
     StreamWriter,
 )
-from sluicemq.client.url import parse_url, tls_context
+from sluicemq.client.sync_handles import (
+    Receipt,
+    ReceiptWaiters,
+    Subscription,
+    Transaction,
+    _nothing,
+    _numbered,
+    _resolve,
+)
+from sluicemq.client.url import parse_brokers
 from sluicemq.config import DEFAULT_URL
 from sluicemq.errors import ClientError, SluiceError
 
 READ_CHUNK = 1 << 20
-
-
-class Subscription:
-    """Messages of one SUBSCRIBE, queued by the reader thread; iterate or `get()` them."""
-
-    def __init__(self, client: Client, sub_id: str, destination: str) -> None:
-        self.client = client
-        self.id = sub_id
-        self.destination = destination
-        self.active = True
-        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
-
-    def get(self, timeout: float | None = None) -> Message | None:
-        """The next message, or None on timeout or once the subscription has ended.
-
-        Raises ClientError for a broker ERROR no call claimed (once) or a dead connection.
-        """
-        try:
-            item = self._queue.get(timeout=timeout)
-        except queue.Empty:
-            return None
-        return take(item, self._queue.put, Message)
-
-    def __iter__(self) -> Iterator[Message]:
-        while (message := self.get()) is not None:
-            yield message
-
-    def unsubscribe(self, durable: bool = False) -> None:
-        """Stop deliveries; `durable` also deletes a durable subscription on the broker."""
-        if not self.active:
-            return
-        self.active = False
-        try:
-            self.client._call(lambda m: m.unsubscribe(self.id, durable=durable))
-        finally:
-            self.client._forget(self.id)
-            self._queue.put(Ended())
-
-    def _deliver(self, item: object) -> None:
-        self._queue.put(item)
-
-    def __enter__(self) -> Subscription:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.active and self.client.is_open:
-            self.unsubscribe()
-
-
-class Transaction(CommitScope):
-    """A STOMP transaction: begun on creation, committed on a clean `with` exit, else aborted."""
-
-    def __init__(self, client: Client) -> None:
-        self.client = client
-        out = client._call(lambda m: m.begin())
-        assert out.ident is not None
-        self.id = out.ident
-        self.finished = False
-
-    def send(self, destination: str, body: bytes | str = b"",
-             headers: dict[str, str] | None = None, *, persistent: bool = True,
-             receipt: bool = False) -> None:
-        """Send inside the transaction; no receipt by default since COMMIT's receipt covers it."""
-        self.client.send(destination, body, headers, persistent=persistent, receipt=receipt,
-                         transaction=self.id)
-
-    def ack(self, message: Message) -> None:
-        message.ack(self.id)
-
-    def nack(self, message: Message) -> None:
-        message.nack(self.id)
-
-    def commit(self) -> None:
-        self._finish(lambda m: m.commit(self.id))
-
-    def abort(self) -> None:
-        self._finish(lambda m: m.abort(self.id))
-
-    def _finish(self, build: Callable[[ClientMachine], Outgoing]) -> None:
-        if self.finished:
-            raise ClientError(f"transaction {self.id} already finished")
-        self.finished = True
-        self.client._call(build)
 
 
 class Client:
@@ -154,44 +85,43 @@ class Client:
         ssl_context: ssl.SSLContext | None = None,
         producer_id: str | None = None,
         producer_seq: int | None = None,
+        on_failover: FailoverCallback | None = None,
     ) -> None:
-        scheme, address, port = parse_url(url)
+        self._brokers = parse_brokers(url)
+        failover = self._brokers.failover
+        if failover is not None and producer_id is None:
+            # Numbered sends are what make a resend after a failover safe (duplicates dropped).
+            producer_id = f"sluice-{uuid.uuid4().hex}"
         self.url = url
         self.timeout = timeout
         # With a producer id every SEND is numbered for the broker's duplicate detection
         # (client/producer.py); producer_seq is the first number (default: clock in µs).
         self.producer = ProducerNumbers(producer_id, producer_seq) if producer_id else None
-        self._machine = ClientMachine(host=host or address, login=login, passcode=passcode,
+        self.on_failover = on_failover
+        self._ssl_context = ssl_context
+        first = self._brokers.addresses[0]
+        self._machine = ClientMachine(host=host or first[1], login=login, passcode=passcode,
                                       client_id=client_id, heartbeat=heartbeat, version=version)
+        self._host_given = host is not None
         self._state = threading.Lock()
         self._write = threading.Lock()
         self._receipts: dict[str, Future[dict[str, str]]] = {}
         self._receipt_waiters = ReceiptWaiters(self._wake_ranges)
         self._subscriptions: dict[str, Subscription] = {}
-        self._connected: Future[Connected] = Future()
         self._failure: ClientError | None = None
         self._closing = False
-        try:
-            self._sock = socket.create_connection((address, port), timeout=timeout)
-            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if scheme == "stomps":
-                self._sock = tls_context(ssl_context).wrap_socket(self._sock,
-                                                                  server_hostname=address)
-            self._sock.settimeout(None)
-            self._sock.sendall(self._machine.connect())
-        except OSError as exc:
-            raise ClientError(f"cannot connect to {address}:{port}: {exc}") from exc
+        self._up = threading.Event()  # cleared while failing over: new frames wait
+        self._epoch = 0  # bumped by every failover; messages of older epochs cannot be acked
+        self._inflight: dict[str, PendingSend] = {}  # receipt id -> unconfirmed SEND
+        self._sub_receipts: dict[str, str] = {}  # receipt id -> subscription id, in flight
+        self._open_tx: set[str] = set()
+        self._lost_tx: set[str] = set()
+        self._closed = threading.Event()  # cuts a failover's back-off short on disconnect
+        self._sock, self.connected, self.address = sync_failover.connect_first(self)
+        self._up.set()
         self._reader = threading.Thread(target=self._read_loop, name="sluice-client-reader",
                                         daemon=True)
         self._reader.start()
-        try:
-            self.connected = self._connected.result(timeout)
-        except FutureTimeout:
-            self._fail(ClientError(f"no CONNECTED from {address}:{port} within {timeout}s"))
-            raise self._failure from None  # type: ignore[misc]
-        except ClientError:
-            self._close_socket()
-            raise
 
     # ---------------------------------------------------------------- public API
 
@@ -231,20 +161,24 @@ class Client:
 
         `producer_seq` resends under an earlier number (needs `producer_id` on the client)."""
         tx = transaction_id(transaction)
+        self._check_transaction(tx)
         numbers = self.producer
         if numbers is None and producer_seq is not None:
             raise ValueError("producer_seq needs a client made with producer_id")
         seq: list[int] = []
+        track: list[PendingSend] = []
 
         def build(m: ClientMachine) -> Outgoing:
             extra = dict(headers or {})
             if numbers is not None:  # numbered under the state lock: wire order = number order
                 seq.append(numbers.stamp(extra, producer_seq))
+            if receipt and tx is None:  # what a failover re-sends if no receipt came
+                track.append(PendingSend(destination, body, extra, persistent))
             return m.send(destination, body, extra, persistent=persistent, receipt=receipt,
                           transaction=tx)
 
         try:
-            _, receipt_handle = self._submit(build)
+            _, receipt_handle = self._submit(build, track)
         except ClientError as exc:
             if not seq:
                 raise
@@ -266,6 +200,8 @@ class Client:
             assert out.ident is not None
             sub = Subscription(self, out.ident, destination)
             self._subscriptions[out.ident] = sub  # registered before any MESSAGE can arrive
+            if out.receipt is not None:  # a failover before the receipt replays it
+                self._sub_receipts[out.receipt] = out.ident
             holder.append(sub)
             return out
 
@@ -378,8 +314,9 @@ class Client:
         """Polite close: DISCONNECT, wait for its receipt, then close the socket."""
         if self._closing:
             return
+        self._closed.set()
         try:
-            if self._failure is None:
+            if self._failure is None and self._up.is_set():
                 self._closing = True
                 self._call(lambda m: m.disconnect())
         except ClientError:
@@ -405,31 +342,69 @@ class Client:
         receipt.result()
         return out
 
-    def _submit(self, build: Callable[[ClientMachine], Outgoing]) -> tuple[Outgoing, Receipt]:
+    def _submit(self, build: Callable[[ClientMachine], Outgoing],
+                track: list[PendingSend] | None = None) -> tuple[Outgoing, Receipt]:
         """Build a frame under the state lock, register its receipt waiter, then write it.
 
         Registration precedes the write so the reader can never see a receipt nobody awaits.
+        While a failover is under way the call waits for the new connection; a receipted SEND
+        that ``track`` describes is kept until confirmed, to be re-sent after a failover.
         """
         future: Future[dict[str, str]] = Future()
-        with self._write:
-            with self._state:
-                if self._failure is not None:
-                    raise self._failure
-                out = build(self._machine)
-                if out.receipt is not None:
-                    self._receipts[out.receipt] = future
-                else:
-                    future.set_result({})
-            if out.data:
-                try:
-                    self._sock.sendall(out.data)
-                except OSError as exc:
-                    self._fail(ClientError(f"connection lost while sending: {exc}"))
-                    raise self._failure from exc  # type: ignore[misc]
-        return out, Receipt(future, self.timeout, self._receipt_waiters)
+        while True:
+            self._wait_up()
+            with self._write:
+                with self._state:
+                    if self._failure is not None:
+                        raise self._failure
+                    if not self._up.is_set():
+                        continue  # the connection was lost meanwhile: wait for the next one
+                    out = build(self._machine)
+                    if out.receipt is not None:
+                        self._receipts[out.receipt] = future
+                        if track and self._brokers.failover is not None:
+                            track[0].future = future
+                            self._inflight[out.receipt] = track[0]
+                    else:
+                        future.set_result({})
+                    sock = self._sock
+                if out.data:
+                    try:
+                        sock.sendall(out.data)
+                    except OSError as exc:
+                        if self._brokers.failover is None:
+                            self._fail(ClientError(f"connection lost while sending: {exc}"))
+                            raise self._failure from exc  # type: ignore[misc]
+                        # The reader fails over; a tracked SEND is re-sent, others fail there.
+            return out, Receipt(future, self.timeout, self._receipt_waiters)
+
+    def _wait_up(self) -> None:
+        """Wait (up to the client timeout) while a failover is under way."""
+        if self._up.is_set() or self._failure is not None:
+            return
+        if not self._up.wait(self.timeout) and self._failure is None:
+            raise ClientError(f"no broker reachable within {self.timeout}s after a failover")
+
+    def _stale(self, message: Message) -> bool:
+        """Delivered before a failover on a subscription the broker redelivers after it."""
+        return message.epoch != self._epoch and message.ack_mode != "auto"
+
+    def _check_transaction(self, tx: str | None) -> None:
+        """A transaction lost to a failover refuses every further use."""
+        if tx is not None and tx in self._lost_tx:
+            raise TransactionRolledBack(tx)
 
     def _acknowledge(self, command: str, message: _Received, tx: str | None,
                      receipt: bool = False, *, wait: bool = True) -> Receipt:
+        self._check_transaction(tx)
+        epoch = getattr(message, "epoch", self._epoch)
+        if epoch != self._epoch and message.ack_mode != "auto":
+            if receipt:
+                raise ClientError(f"message {message.message_id} came before a failover; the "
+                                  "broker redelivers it, so this acknowledgement is void")
+            done: Future[dict[str, str]] = Future()
+            done.set_result({})
+            return Receipt(done, self.timeout)
         act = ClientMachine.ack if command == "ACK" else ClientMachine.nack
         _, waiter = self._submit(lambda m: act(m, message.ack_id, message.subscription,
                                                transaction=tx, receipt=receipt))
@@ -442,26 +417,33 @@ class Client:
             self._subscriptions.pop(sub_id, None)
 
     def _read_loop(self) -> None:
+        """Read until the connection ends; with a failover URL, move on to the next broker."""
+        while True:
+            try:
+                self._pump(self._sock)
+            except (OSError, SluiceError) as exc:
+                error = exc if isinstance(exc, ClientError) else ClientError(str(exc))
+                if not sync_failover.fail_over(self, error):
+                    self._fail(error)
+                    return
+
+    def _pump(self, sock: socket.socket) -> None:
         poller = select.poll()
-        poller.register(self._sock, select.POLLIN)
-        try:
-            while True:
-                wait = self._beat()
-                timeout_ms = None if wait is None else max(1, int(wait * 1000) + 1)
-                buffered = isinstance(self._sock, ssl.SSLSocket) and self._sock.pending()
-                if not buffered and not poller.poll(timeout_ms):  # TLS may hold decrypted bytes
-                    continue
-                data = self._sock.recv(READ_CHUNK)
-                if not data:
-                    raise self._machine.closed_by_peer()
-                with self._state:
-                    events = self._machine.receive_data(data)
-                    actions = [self._route(event) for event in events]
-                for action in actions:
-                    action()
-        except (OSError, SluiceError) as exc:
-            error = exc if isinstance(exc, ClientError) else ClientError(str(exc))
-            self._fail(error)
+        poller.register(sock, select.POLLIN)
+        while True:
+            wait = self._beat()
+            timeout_ms = None if wait is None else max(1, int(wait * 1000) + 1)
+            buffered = isinstance(sock, ssl.SSLSocket) and sock.pending()
+            if not buffered and not poller.poll(timeout_ms):  # TLS may hold decrypted bytes
+                continue
+            data = sock.recv(READ_CHUNK)
+            if not data:
+                raise self._machine.closed_by_peer()
+            with self._state:
+                events = self._machine.receive_data(data)
+                actions = [self._route(event) for event in events]
+            for action in actions:
+                action()
 
     def _beat(self, *, check_dead: bool = True) -> float | None:
         """Send a heart-beat if one is due (skipped while another thread writes, which proves
@@ -503,20 +485,25 @@ class Client:
             if sub is None:
                 return _nothing
             message = Message(event.frame, event.subscription, event.ack_id, event.ack_mode,
-                              self._acknowledge)
+                              self._acknowledge, self._epoch)
             return lambda: sub._deliver(message)
         if isinstance(event, ReceiptReceived):
+            self._inflight.pop(event.receipt_id, None)
+            self._sub_receipts.pop(event.receipt_id, None)
             future = self._receipts.pop(event.receipt_id, None)
             headers = event.headers
             return _nothing if future is None else lambda: _resolve(future, headers)
         if isinstance(event, ErrorReceived):
             error = event.error
             if event.receipt_id is not None:
+                self._inflight.pop(event.receipt_id, None)
+                sub_id = self._sub_receipts.pop(event.receipt_id, None)
                 future = self._receipts.pop(event.receipt_id, None)
+                if future is None and sub_id in self._subscriptions:  # a replayed SUBSCRIBE
+                    sub = self._subscriptions[sub_id]
+                    return lambda: sub._deliver(error)
                 if future is not None:
                     return lambda: _resolve(future, error)
-            if not self._connected.done():
-                return lambda: self._fail(error)  # refused at CONNECT
             subs = list(self._subscriptions.values())
 
             def tell_subscribers() -> None:
@@ -524,8 +511,7 @@ class Client:
                     sub._deliver(error)
 
             return tell_subscribers
-        connected = event
-        return lambda: _resolve(self._connected, connected)
+        return _nothing  # CONNECTED is read by dial() before this thread starts
 
     def _fail(self, error: ClientError) -> None:
         """The connection is over: every waiter and every subscription learns why."""
@@ -535,10 +521,14 @@ class Client:
             clean = self._closing
             self._failure = error if not clean else ClientError("client disconnected")
             self._machine.connection_lost()
-            waiters = list(self._receipts.values())
+            # Unconfirmed SENDs kept for a failover that did not happen fail with the rest.
+            waiters = [*self._receipts.values(),
+                       *(p.future for p in self._inflight.values() if p.future is not None)]
             self._receipts.clear()
-        for future in [*waiters, self._connected]:
-            _resolve(future, self._failure)
+            self._inflight.clear()
+            self._up.set()  # wake callers waiting for a failover: they see the failure
+        for future in waiters:
+            _resolve(future, self._failure)  # type: ignore[arg-type]
         self._end_subscriptions(Ended(None if clean else error))
         self._close_socket()
 
@@ -557,84 +547,3 @@ class Client:
             self._sock.close()
 
 
-class Receipt:
-    """Handle of a frame in flight; `result()` waits for its receipt (client timeout by default)
-    and raises ClientError if the broker refused it or the connection died first."""
-
-    def __init__(self, future: Future[dict[str, str]], timeout: float,
-                 waiters: ReceiptWaiters | None = None) -> None:
-        self._future = future
-        self._timeout = timeout
-        self._waiters = waiters
-        self.producer_seq: int | None = None  # the number a numbered SEND went out with
-
-    @property
-    def duplicate(self) -> bool:
-        """The broker had this producer number stored already and dropped this copy."""
-        return self.result().get("sluice-duplicate") == "true"
-
-    def done(self) -> bool:
-        return self._future.done()
-
-    def when_confirmed(self, callback: Callable[[], None]) -> None:
-        """Call back (on the reader thread, or now) once the broker confirmed; never on error."""
-        def check(future: Future[dict[str, str]]) -> None:
-            if not future.cancelled() and future.exception() is None:
-                callback()
-
-        self._future.add_done_callback(check)
-
-    def result(self, timeout: float | None = None) -> dict[str, str]:
-        """The RECEIPT's headers (empty when the frame asked for no receipt)."""
-        waiters = self._waiters if not self._future.done() else None
-        if waiters is not None:
-            waiters.enter()
-        try:
-            return self._future.result(self._timeout if timeout is None else timeout)
-        except FutureTimeout:
-            raise ClientError("no receipt from the broker in time") from None
-        finally:
-            if waiters is not None:
-                waiters.leave()
-
-    wait = result
-
-
-class ReceiptWaiters:
-    """How many threads wait for a receipt. While any does, the reader thread must keep
-    reading (its receipt may sit behind range-read messages), so range readers do not make
-    it wait for their callers."""
-
-    def __init__(self, on_enter: Callable[[], None]) -> None:
-        self._lock = threading.Lock()
-        self._on_enter = on_enter
-        self.count = 0
-
-    def enter(self) -> None:
-        with self._lock:
-            self.count += 1
-        self._on_enter()
-
-    def leave(self) -> None:
-        with self._lock:
-            self.count -= 1
-
-
-def _nothing() -> None:
-    return None
-
-
-def _numbered(exc: ClientError, producer_seq: int) -> ClientError:
-    """A copy of ``exc`` that tells which number the failed SEND had (to resend under it)."""
-    failed = ClientError(str(exc), exc.headers, exc.body)
-    failed.producer_seq = producer_seq  # type: ignore[attr-defined]
-    return failed
-
-
-def _resolve(future: Future, outcome: object) -> None:
-    if future.done():
-        return
-    if isinstance(outcome, BaseException):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)

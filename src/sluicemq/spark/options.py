@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from sluicemq.client.url import DEFAULT_PORT, parse_url
+from sluicemq.client.url import DEFAULT_PORT, parse_brokers
 from sluicemq.spark.schema import Shape, parse_shape
 
 DEFAULT_URL = f"stomp://127.0.0.1:{DEFAULT_PORT}"
@@ -98,7 +98,7 @@ class Connection:
     def parse(cls, opts: dict[str, str], *, client_id: str | None = None) -> Connection:
         url = opts.get("url", DEFAULT_URL)
         try:
-            parse_url(url)
+            parse_brokers(url)  # a failover:(...) URL too; tasks then connect through it
         except ValueError as exc:
             raise OptionError(f"option url: {exc}") from None
         try:

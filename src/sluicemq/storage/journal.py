@@ -117,7 +117,10 @@ class Journal:
         segment_bytes: int = 64 << 20,
         preallocate: bool = True,
         sync: bool = True,
+        dir_lock: bool = True,
     ) -> None:
+        """``dir_lock=False`` skips the flock on the directory: a lease master (whose fencing
+        replaces it) must open the journal while a paused, fenced predecessor still holds it."""
         if segment_bytes <= HEADER_SIZE:
             raise ValueError("segment_bytes must exceed the record header size")
         self.directory = Path(directory)
@@ -127,7 +130,7 @@ class Journal:
         self.sync = sync
         self.stats = JournalStats()
         self.report: RecoveryReport | None = None
-        self._dir_lock = _lock_directory(self.directory)
+        self._dir_lock = _lock_directory(self.directory) if dir_lock else -1
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._state = "new"
@@ -136,6 +139,9 @@ class Journal:
         self._writer_idle = False
         self._closing = False
         self.wake_on_append = True  # False: the caller ends each batch with kick() or commit_now()
+        # Called on the writing thread before anything is written or deleted; a lease master
+        # (storage/lease.py) ends the process there once its lease may have passed on.
+        self.fence: Callable[[], None] | None = None
         self._seq = 0
         self._durable = 0
         self._seg = 1
@@ -243,7 +249,8 @@ class Journal:
             if on_closed is not None:
                 on_closed()
         finally:
-            os.close(self._dir_lock)
+            if self._dir_lock >= 0:
+                os.close(self._dir_lock)
 
     # ---------------------------------------------------------------- loop-thread API
 
@@ -536,6 +543,8 @@ class Journal:
                 return
 
     def _commit(self, batch: list[_Entry]) -> None:
+        if self.fence is not None:
+            self.fence()
         try:
             if self._repair is not None:
                 self._truncate_back()
@@ -666,6 +675,8 @@ class Journal:
 
     def _delete(self, doomed: list[int]) -> None:
         """Unlink reclaimed segments in order; a failure keeps it and every later one queued."""
+        if self.fence is not None:
+            self.fence()
         self._undeleted.extend(doomed)
         removed = 0
         while self._undeleted:

@@ -17,6 +17,7 @@ from sluicemq.core.checkpoint import Checkpointer
 from sluicemq.core.recovery import save_snapshot
 from sluicemq.storage.journal import Journal
 from sluicemq.storage.store import Store
+from sluicemq.transport.standby import HaState, StandbyHealth, data_lock, wait_for_lock
 from sluicemq.transport.tcp import StompProtocol
 
 if TYPE_CHECKING:
@@ -30,15 +31,17 @@ M_MMAP_THRESHOLD = -3  # mallopt parameter (malloc.h)
 class BrokerServer:
     """Wires storage, core and transport together on one event loop."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, ha: HaState | None = None,
+                 stopped: asyncio.Event | None = None) -> None:
         self.config = config
+        self.ha = ha  # master/standby role shown by /api/health
         self.connections: set[StompProtocol] = set()
         self.broker: Broker | None = None
         self.store: Store | None = None
         self._servers: list[asyncio.AbstractServer] = []
         self.console: AdminConsole | None = None
         self.websocket: WebSocketServer | None = None
-        self._stopped = asyncio.Event()
+        self._stopped = stopped if stopped is not None else asyncio.Event()
         self._ticker: asyncio.Task[None] | None = None
         self.checkpointer: Checkpointer | None = None
 
@@ -47,8 +50,10 @@ class BrokerServer:
         data_dir = Path(self.config.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         js = self.config.journal
+        fence = getattr(self.ha.lock, "check", None) if self.ha is not None else None
         journal = Journal(data_dir / "journal", segment_bytes=js.segment_bytes,
-                          preallocate=js.preallocate, sync=js.sync)
+                          preallocate=js.preallocate, sync=js.sync, dir_lock=fence is None)
+        journal.fence = fence
         self.store = Store(journal, loop.call_soon)
         self.broker = Broker(self.config, self.store, loop.call_soon)
         t0 = time.monotonic()
@@ -125,6 +130,7 @@ class BrokerServer:
             ws = self.websocket
             ctx = AdminContext(self.broker, self.store,
                                lambda: [*self.connections, *(ws.connections if ws else ())])
+            ctx.ha = self.ha
             self.console = AdminConsole(ctx)
             c_host, c_port = await self.console.start(host, self.config.console_port)
             print(f"sluice: console on http://{c_host}:{c_port}", flush=True)
@@ -161,6 +167,28 @@ class BrokerServer:
         print("sluice: stopped", flush=True)
 
 
+async def _become_master(config: BrokerConfig, ha: HaState, stopped: asyncio.Event) -> bool:
+    """Stand by until the data directory's lock is ours; False if stopped first.
+
+    What the takeover will import (the console and WebSocket modules pull in aiohttp, ~0.3 s)
+    is imported before waiting, so that time is not part of the takeover.
+    """
+    import sluicemq.admin.console
+    import sluicemq.transport.tls
+    import sluicemq.transport.websocket  # noqa: F401
+    health: StandbyHealth | None = None
+    if config.ha.standby_health and config.console_port is not None \
+            and not ha.lock.try_acquire():
+        health = StandbyHealth(ha)
+        c_host, c_port = await health.start(config.host, config.console_port)
+        print(f"sluice: standby health on http://{c_host}:{c_port}/api/health", flush=True)
+    try:
+        return await wait_for_lock(ha, config.ha.lock_retry, stopped)
+    finally:
+        if health is not None:
+            await health.stop()
+
+
 def return_large_frees_to_the_os() -> None:
     """Make glibc hand large freed blocks back to the OS (a fixed 1 MiB mmap threshold).
 
@@ -181,9 +209,21 @@ def run(config: BrokerConfig) -> None:
         uvloop = None
 
     async def main() -> None:
-        server = BrokerServer(config)
-        await server.start()
-        await server.serve_until_stopped()
+        stopped = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):  # a standby stops cleanly too
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stopped.set)
+        ha = data_lock(Path(config.data_dir), config.ha)
+        if not await _become_master(config, ha, stopped):
+            print("sluice: stopped (standby)", flush=True)
+            return
+        try:
+            server = BrokerServer(config, ha, stopped)
+            await server.start()
+            await server.serve_until_stopped()
+        finally:
+            ha.lock.release()  # after the journal closed: a standby takes over at once
 
     if uvloop is not None:
         uvloop.run(main())

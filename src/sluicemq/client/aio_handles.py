@@ -1,0 +1,157 @@
+"""What the asyncio client hands out: subscriptions and transactions."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from sluicemq.client.failover import TransactionRolledBack
+from sluicemq.client.inbox import Ended, take
+from sluicemq.client.machine import ClientMachine, Outgoing
+from sluicemq.client.message import AsyncMessage
+from sluicemq.errors import ClientError
+
+if TYPE_CHECKING:
+    from sluicemq.client.aio import AsyncClient
+
+
+class AsyncSubscription:
+    """Messages of one SUBSCRIBE; `async for` them or `await get()`."""
+
+    def __init__(self, client: AsyncClient, sub_id: str, destination: str) -> None:
+        self.client = client
+        self.id = sub_id
+        self.destination = destination
+        self.active = True
+        self._queue: asyncio.Queue[object] = asyncio.Queue()
+
+    async def get(self, timeout: float | None = None) -> AsyncMessage | None:
+        """The next message, or None on timeout or once the subscription has ended.
+
+        Raises ClientError for a broker ERROR no call claimed (once) or a dead connection.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            remaining = None if deadline is None else max(deadline - loop.time(), 0)
+            try:
+                item = await asyncio.wait_for(self._queue.get(), remaining)
+            except TimeoutError:
+                return None
+            message = take(item, self._queue.put_nowait, AsyncMessage)
+            if message is None or not self.client._stale(message):
+                return message
+
+    def __aiter__(self) -> AsyncSubscription:
+        return self
+
+    async def __anext__(self) -> AsyncMessage:
+        message = await self.get()
+        if message is None:
+            raise StopAsyncIteration
+        return message
+
+    async def unsubscribe(self, durable: bool = False) -> None:
+        """Stop deliveries; `durable` also deletes a durable subscription on the broker."""
+        if not self.active:
+            return
+        self.active = False
+        try:
+            await self.client._call(lambda m: m.unsubscribe(self.id, durable=durable))
+        finally:
+            self.client._subscriptions.pop(self.id, None)
+            self._queue.put_nowait(Ended())
+
+    async def __aenter__(self) -> AsyncSubscription:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.active and self.client.is_open:
+            await self.unsubscribe()
+
+
+class AsyncTransaction:
+    """A STOMP transaction, begun by `async with` (or `begin()`); commit on a clean exit."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+        self.id = ""
+        self.finished = False
+
+    async def begin(self) -> AsyncTransaction:
+        client = self.client
+
+        def begin(m: ClientMachine) -> Outgoing:
+            out = m.begin()
+            assert out.ident is not None
+            client._open_tx.add(out.ident)
+            return out
+
+        out = await client._call(begin)
+        assert out.ident is not None
+        self.id = out.ident
+        return self
+
+    async def send(self, destination: str, body: bytes | str = b"",
+                   headers: dict[str, str] | None = None, *, persistent: bool = True,
+                   receipt: bool = False) -> None:
+        """Send inside the transaction; no receipt by default since COMMIT's receipt covers it."""
+        await self.client.send(destination, body, headers, persistent=persistent,
+                               receipt=receipt, transaction=self.id)
+
+    async def ack(self, message: AsyncMessage) -> None:
+        await message.ack(self.id)
+
+    async def nack(self, message: AsyncMessage) -> None:
+        await message.nack(self.id)
+
+    async def commit(self) -> None:
+        """COMMIT; raises TransactionRolledBack if a failover lost the transaction (retry)."""
+        await self._finish(lambda m: m.commit(self.id), committing=True)
+
+    async def abort(self) -> None:
+        """ABORT; after a failover there is nothing left to abort, so it just ends."""
+        await self._finish(lambda m: m.abort(self.id), committing=False)
+
+    async def _finish(self, build: Callable[[ClientMachine], Outgoing], *,
+                      committing: bool) -> None:
+        if not self.id:
+            raise ClientError("transaction was never begun")
+        if self.finished:
+            raise ClientError(f"transaction {self.id} already finished")
+        self.finished = True
+        client = self.client
+        if self.id in client._lost_tx:
+            client._lost_tx.discard(self.id)
+            if committing:
+                raise TransactionRolledBack(self.id)
+            return
+
+        def finish(m: ClientMachine) -> Outgoing:
+            client._open_tx.discard(self.id)
+            return build(m)
+
+        try:
+            await client._call(finish)
+        except ClientError as exc:
+            if committing and client._brokers.failover is not None and client.is_open \
+                    and not exc.headers:
+                raise TransactionRolledBack(self.id, " (its COMMIT was in flight: it may "
+                                                     "have committed)") from exc
+            raise
+
+    async def __aenter__(self) -> AsyncTransaction:
+        return await self.begin()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        if self.finished:
+            return
+        if exc_type is None:
+            await self.commit()
+        else:
+            with contextlib.suppress(ClientError):  # never mask the error that got us here
+                await self.abort()

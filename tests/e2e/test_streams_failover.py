@@ -1,0 +1,84 @@
+"""Large streams across a failover: `send_file` through a failover URL keeps going when the
+master is killed mid-file, re-sending only its unconfirmed window (not from chunk 0), and the
+file arrives whole (SHA-256 checked). `receive_file` should do the same; it does not yet."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from ha_helpers import Cluster
+
+from sluicemq import Client
+
+SIZE = 24 << 20
+CHUNK = 256 << 10
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    c = Cluster(tmp_path / "shared")
+    yield c
+    c.close()
+
+
+def failover_url(*brokers) -> str:
+    inner = ",".join(b.url for b in brokers)
+    return f"failover:({inner})?randomize=false&initialReconnectDelay=20&maxReconnectDelay=200"
+
+
+def sha(path: Path) -> bytes:
+    return hashlib.sha256(path.read_bytes()).digest()
+
+
+def kill_after(broker, threshold: int):
+    """A progress callback that kills the broker once ``threshold`` bytes went by."""
+    killed = threading.Event()
+
+    def progress(done: int, total: int | None) -> None:
+        if done >= threshold and not killed.is_set():
+            killed.set()
+            broker.kill()
+
+    return progress, killed
+
+
+def test_send_file_continues_on_the_new_master(cluster, tmp_path: Path) -> None:
+    master = cluster.master()
+    standby = cluster.standby()
+    src = tmp_path / "big.bin"
+    src.write_bytes(os.urandom(SIZE))
+    progress, killed = kill_after(master, SIZE // 3)
+    resent = []
+    with Client(failover_url(master, standby), timeout=60,
+                on_failover=lambda e: resent.append(e.resent)) as c:
+        c.send_file("/queue/files", src, chunk_size=CHUNK, progress=progress)
+    assert killed.is_set()
+    assert resent and resent[0] < SIZE // CHUNK // 3  # only the unconfirmed window, not all
+    out = tmp_path / "in"
+    out.mkdir()
+    with Client(standby.url, timeout=60) as c:
+        got = c.receive_file("/queue/files", out, timeout=60)
+    assert sha(got) == sha(src)
+
+
+@pytest.mark.xfail(reason="known gap: after the takeover the new master answers an ACK of a "
+                          "redelivered chunk with 'message … is not awaiting acknowledgement' "
+                          "(stream redelivery after recovery; not investigated yet)")
+def test_receive_file_continues_on_the_new_master(cluster, tmp_path: Path) -> None:
+    master = cluster.master()
+    standby = cluster.standby()
+    src = tmp_path / "big.bin"
+    src.write_bytes(os.urandom(SIZE))
+    with Client(master.url, timeout=60) as c:
+        c.send_file("/queue/files", src, chunk_size=CHUNK)
+    progress, killed = kill_after(master, SIZE // 3)
+    out = tmp_path / "in"
+    out.mkdir()
+    with Client(failover_url(master, standby), timeout=60) as c:
+        got = c.receive_file("/queue/files", out, timeout=60, progress=progress)
+    assert killed.is_set()
+    assert sha(got) == sha(src)
