@@ -223,3 +223,18 @@ def test_fifty_megabyte_transaction_keeps_rss_flat(tmp_path: Path) -> None:
             del payload
         assert replayed == 50
         assert peak < slack
+
+
+def test_a_spilled_spool_takes_batches_and_replays_them_between_appends(tmp_path: Path) -> None:
+    """add_many writes a batch in one go; replaying (COMMIT reads it back) does not disturb
+    where later appends go, and entries larger than a replay window come back whole."""
+    spool = TxSpool(tmp_path, "tx", memory_threshold=1024)
+    first = [os.urandom(100) for _ in range(50)]
+    spool.add_many(3, first)
+    assert spool.on_disk
+    assert list(spool) == [(3, p) for p in first]
+    big = os.urandom(3 << 20)  # beyond one 1 MiB replay window
+    spool.add(4, big)
+    spool.add_many(5, [b"x", b""])
+    assert list(spool) == [(3, p) for p in first] + [(4, big), (5, b"x"), (5, b"")]
+    assert len(spool) == 53 and spool.nbytes == 5000 + len(big) + 1

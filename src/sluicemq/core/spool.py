@@ -13,6 +13,7 @@ the same in memory and on disk, so an iterator started before a spill keeps work
 
 from __future__ import annotations
 
+import os
 import struct
 import tempfile
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ __all__ = ["DEFAULT_MEMORY_THRESHOLD", "TxSpool"]
 DEFAULT_MEMORY_THRESHOLD = 256 << 10
 
 _ENTRY = struct.Struct(">BQ")
+REPLAY_WINDOW = 1 << 20  # bytes of a spilled spool read at once when replaying it
 
 
 class TxSpool:
@@ -51,6 +53,7 @@ class TxSpool:
         self._end = 0
         self._memory: bytearray | None = bytearray()
         self._file: BinaryIO | None = None
+        self._appending = False  # the file's position is its end: appends need no seek
         self._closed = False
         self._broken: str | None = None
 
@@ -97,6 +100,23 @@ class TxSpool:
         self._count += 1
         self.nbytes += len(payload)
 
+    def add_many(self, kind: int, payloads: list[bytes]) -> None:
+        """``add`` of many operations of one kind, written together (a column batch)."""
+        self._check_usable()
+        if not 0 <= kind <= 0xFF:
+            raise ValueError(f"kind must be in 0..255, got {kind}")
+        pack = _ENTRY.pack
+        data = b"".join(b"".join((pack(kind, len(p)), p)) for p in payloads)
+        if self._memory is not None and self._end + len(data) > self.memory_threshold:
+            self._spill()
+        if self._memory is not None:
+            self._memory += data
+        else:
+            self._write_at(self._end, data)
+        self._end += len(data)
+        self._count += len(payloads)
+        self.nbytes += sum(map(len, payloads))
+
     def spill(self) -> None:
         """Move to the temporary file now (the connection holds too much in memory)."""
         self._check_usable()
@@ -114,14 +134,23 @@ class TxSpool:
             raise StorageError(message) from exc
         self._file = spill
         self._write_at(0, self._memory)
+        try:
+            spill.flush()  # the spilled entries leave the process now, not a buffer later
+        except OSError as exc:
+            self._broken = f"transaction spool write failed: {exc}"
+            raise StorageError(self._broken) from exc
         self._memory = None
 
     def _write_at(self, position: int, *parts: bytes | bytearray) -> None:
+        """Write at ``position``; appends at the end skip the seek (a seek flushes the file's
+        buffer, which made every spooled message a system call)."""
         assert self._file is not None
         try:
-            self._file.seek(position)
+            if not (self._appending and position == self._end):
+                self._file.seek(position)
             for part in parts:
                 self._file.write(part)
+            self._appending = position + sum(map(len, parts)) >= self._end
         except OSError as exc:
             self._broken = f"transaction spool write failed: {exc}"
             raise StorageError(self._broken) from exc
@@ -134,13 +163,52 @@ class TxSpool:
         return self._replay(self._count)
 
     def _replay(self, count: int) -> Iterator[tuple[int, bytes]]:
+        if self._file is not None:
+            yield from self._replay_file(count)
+            return
         position = 0
         for _ in range(count):
             self._check_usable()
             kind, payload, position = self._read_at(position)
             yield kind, payload
 
+    def _replay_file(self, count: int) -> Iterator[tuple[int, bytes]]:
+        """Spilled entries through windows of ``REPLAY_WINDOW`` bytes read with ``pread``: no
+        seek per entry, and the file's own position (where appends go) is left alone."""
+        assert self._file is not None
+        try:
+            self._file.flush()
+        except OSError as exc:
+            raise StorageError(f"transaction spool flush failed: {exc}") from exc
+        window, base, position = b"", 0, 0
+        for _ in range(count):
+            self._check_usable()
+            at = position - base
+            if at + _ENTRY.size > len(window):
+                window, base, at = self._window(position, _ENTRY.size), position, 0
+            kind, length = _ENTRY.unpack_from(window, at)
+            end = at + _ENTRY.size + length
+            if position + _ENTRY.size + length > self._end:
+                raise StorageError(f"transaction spool corrupt at {position}")
+            if end > len(window):
+                window, base = self._window(position, _ENTRY.size + length), position
+                at, end = 0, _ENTRY.size + length
+            yield kind, window[at + _ENTRY.size:end]
+            position += _ENTRY.size + length
+
+    def _window(self, position: int, need: int) -> bytes:
+        assert self._file is not None
+        size = max(need, REPLAY_WINDOW)
+        try:
+            data = os.pread(self._file.fileno(), min(size, self._end - position), position)
+        except OSError as exc:
+            raise StorageError(f"transaction spool read failed at {position}: {exc}") from exc
+        if len(data) < need:
+            raise StorageError(f"transaction spool truncated at {position}")
+        return data
+
     def _read_at(self, position: int) -> tuple[int, bytes, int]:
+        self._appending = False
         if self._memory is not None:
             kind, length = _ENTRY.unpack_from(self._memory, position)
             start = position + _ENTRY.size

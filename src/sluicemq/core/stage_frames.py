@@ -124,7 +124,9 @@ def _add_batch(spool: TxSpool, frame: Frame, key: str, common: dict[str, str],
     del common[FORMAT]
     try:
         batch = columns.decode(frame.body)
-        own = [json.loads(batch.headers_json(i)) for i in range(batch.count)]
+        offsets, base, raw = batch.header_offsets, batch.hdata_at, batch.body
+        own = [json.loads(bytes(raw[base + offsets[i]:base + offsets[i + 1]]))
+               for i in range(batch.count)]
     except ValueError as exc:
         raise ProtocolError(f"bad column batch: {exc}", fatal=False) from None
     for i, h in enumerate(own):
@@ -135,11 +137,13 @@ def _add_batch(spool: TxSpool, frame: Frame, key: str, common: dict[str, str],
     priority, expires = batch.priority, batch.expires
     if any(p > MAX_PRIORITY for p in priority):
         raise ProtocolError(f"bad column batch: a priority above {MAX_PRIORITY}", fatal=False)
+    payloads = []
     for i, (h, body) in enumerate(zip(own, batch.bodies(), strict=True)):
         headers = {**common, **{k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}}
         headers["persistent"] = "true"
-        spool.add(OP_SEND, records.encode_message(key, 0, now_ms, expires[i], priority[i],
-                                                  headers, body))
+        payloads.append(records.encode_message(key, 0, now_ms, expires[i], priority[i],
+                                               headers, body))
+    spool.add_many(OP_SEND, payloads)
     return batch.count
 
 
