@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing as mp
 import re
 import resource
@@ -73,6 +74,11 @@ class Broker:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
         return 0
+
+    def accounted(self) -> int:
+        """Bytes of queued messages the broker counts against memory_limit now."""
+        with urllib.request.urlopen(f"{self.console}/api/overview", timeout=60) as resp:
+            return int(json.load(resp)["flow"]["limits"]["memory"]["used"])
 
     def scrape_seconds(self) -> float:
         t0 = time.monotonic()
@@ -400,6 +406,7 @@ def main() -> None:
                     time.sleep(2)
                 end = time.time()
                 scrape = b.scrape_seconds()
+                outcome.note += f"; {b.accounted() / MiB:.0f} MiB counted against the limit"
                 rows.append((name, before, peak.peak, b.rss(), start, end, scrape, outcome))
                 print(f"{name}: done in {end - start:.1f} s", flush=True)
         finally:
