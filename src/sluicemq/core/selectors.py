@@ -35,6 +35,7 @@ Semantics, and where they follow ActiveMQ Classic rather than the letter of JMS:
 from __future__ import annotations
 
 import functools
+import math
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -87,8 +88,14 @@ _FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+
 
 
 def _exact(value: int) -> int | float:
-    """Keep integers within Java's long range; beyond it they degrade to approximate numbers."""
-    return value if _INT64_MIN <= value <= _INT64_MAX else float(value)
+    """Keep integers within Java's long range; beyond it they degrade to approximate numbers
+    (infinite past the float range: a 400-digit hex literal must not raise OverflowError)."""
+    if _INT64_MIN <= value <= _INT64_MAX:
+        return value
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def _parse_int(text: str) -> int | float:
