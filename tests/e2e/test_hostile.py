@@ -369,3 +369,19 @@ def test_a_durable_backlog_does_not_stall_other_clients_non_persistent_sends(
             c.send("/queue/other", str(i).encode(), persistent=False)
         got = [sub.get(10) for _ in range(200)]
         assert [m.body for m in got if m is not None] == [str(i).encode() for i in range(200)]
+
+
+def test_memory_counted_for_a_paged_backlog_returns_to_zero_when_drained(
+        broker_factory: Any) -> None:
+    """Persistent messages paged out before their record was durable stop counting once it
+    is; the account neither leaks nor counts them twice (which stalled producers for good)."""
+    b = broker_factory(config_text='[limits]\nmemory-limit = "256 KiB"\n')
+    with Client(b.url, timeout=20) as c:
+        for i in range(500):
+            c.send("/queue/backlog", f"{i:04d}".encode() * 256)  # persistent, 1 KiB
+        assert overview(b)["flow"]["limits"]["memory"]["used"] <= 256 << 10
+        sub = c.subscribe("/queue/backlog", prefetch=50)
+        got = [sub.get(10) for _ in range(500)]
+        assert [m.body[:4] for m in got if m is not None] == [f"{i:04d}".encode()
+                                                               for i in range(500)]
+    assert overview(b)["flow"]["limits"]["memory"]["used"] == 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sluicemq.core.message import Message
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from sluicemq.storage.tempstore import TempStore
 
 log = logging.getLogger("sluicemq.cursor")
+Settled = Callable[[Message], None]  # an object slot became a journal slot: memory freed
 
 
 class Pager:
@@ -38,13 +40,14 @@ class Pager:
         self.temp = temp
         self.spill_bytes = spill_bytes
         self._cache: tuple[Location, bytes] | None = None  # last transaction record read
-        self._unsettled: deque[tuple[SpillFifo, int, Message]] = deque()
+        self._unsettled: deque[tuple[SpillFifo, int, Message, Settled | None]] = deque()
         self.paged_in = 0
         self.paged_out = 0
 
-    def page_out(self, fifo: SpillFifo, msg: Message) -> bool:
+    def page_out(self, fifo: SpillFifo, msg: Message, settled: Settled | None = None) -> bool:
         """Append ``msg`` to ``fifo``: as a compact slot when its record is safe to point at.
-        False when it stays an object (its memory is still held)."""
+        False when it stays an object (its memory is still held); ``settled`` is told when
+        such an object becomes a slot after all (its record reached the disk)."""
         ticket = msg.ticket
         if msg.deliveries == 0 and msg.persistent and ticket is not None and msg.inner >= 0:
             loc = ticket.loc
@@ -55,7 +58,7 @@ class Pager:
                 return True
             if loc is not None:
                 pos = fifo.append_obj(msg)
-                self._unsettled.append((fifo, pos, msg))
+                self._unsettled.append((fifo, pos, msg, settled))
                 return False
         elif (msg.deliveries == 0 and not msg.persistent and self.temp is not None
               and msg.body is not None):
@@ -72,7 +75,7 @@ class Pager:
         """Journal records up to ``durable_seq`` are on disk: their waiting objects go compact."""
         q = self._unsettled
         while q and q[0][2].ticket.seq <= durable_seq:
-            fifo, pos, msg = q.popleft()
+            fifo, pos, msg, settled = q.popleft()
             loc = msg.ticket.loc
             if loc is None or fifo.objs.get(msg.mid) is not msg:
                 continue  # its batch failed (it stays an object), or it left the cursor
@@ -80,6 +83,8 @@ class Pager:
             if i >= 0 and fifo.src_at(i) == OBJ:
                 fifo.settle(i, JOURNAL, loc.segment, loc.offset, loc.length, msg.inner)
                 self.paged_out += 1
+                if settled is not None:
+                    settled(msg)
 
     def page_in(self, fifo: SpillFifo, slot: Slot, destination: str, priority: int,
                 *, consume: bool = True) -> Message:

@@ -78,6 +78,13 @@ class PendingList:
         if self.account is not None:
             self.account.used += cost
 
+    def _settled(self, msg: Message) -> None:
+        """A paged-out object became a journal slot (its record is durable): it is stored now,
+        no longer in memory. Without this it stayed counted, and was counted again when read
+        back, so the memory account only grew."""
+        self._unhold(msg)
+        self.stored_bytes += msg.size
+
     def _unhold(self, msg: Message) -> None:
         cost = footprint(msg)
         self.memory -= cost
@@ -102,7 +109,7 @@ class PendingList:
             self._in_head += 1
             self._hold(msg)
             return
-        if self.pager.page_out(lane.tail, msg):
+        if self.pager.page_out(lane.tail, msg, self._settled):
             self.stored_bytes += msg.size
         else:
             self._hold(msg)

@@ -546,7 +546,7 @@ class Session:
         limits = self.broker.config.limits
         if len(self.consumers) >= limits.max_subscriptions:
             raise ProtocolError(f"too many subscriptions on this connection (limit "
-                                f"{limits.max_subscriptions})", fatal=False)
+                                f"{limits.max_subscriptions}, max_subscriptions)", fatal=False)
         sub_id = h.get("id")
         if sub_id is None:
             if self.version != "1.0":
@@ -737,8 +737,8 @@ class Session:
             raise ProtocolError(f"transaction {txid!r} already open", fatal=False)
         limit = self.broker.config.limits.max_transactions
         if len(self.transactions) >= limit:
-            raise ProtocolError(f"too many open transactions on this connection (limit {limit})",
-                                fatal=False)
+            raise ProtocolError(f"too many open transactions on this connection (limit {limit}, "
+                                "max_transactions)", fatal=False)
         directory = Path(self.broker.config.data_dir) / "tmp"
         directory.mkdir(parents=True, exist_ok=True)
         self.transactions[txid] = stage_frames.open_spool(directory, txid, frame.headers)
