@@ -59,3 +59,17 @@ async def test_a_slow_async_reader_holds_the_socket_not_memory(broker_factory) -
         assert first.seq is not None and len(rest) == 599
         assert held <= MAX_BYTES + READ_CHUNK  # it stops between socket reads
         assert (await c.head("/queue/slow")).count == 600
+
+
+@async_test
+async def test_column_batches_are_read_as_the_per_message_form_is(broker) -> None:
+    async with await AsyncClient.connect(broker.url) as c:
+        await fill(c, "/queue/acols", 99, size=300)
+        async with await c.read_range("/queue/acols") as rng:
+            expect = [(m.seq, bytes(m.body)) async for m in rng]
+        async with await c.read_range("/queue/acols", batch_bytes=4096) as rng:
+            batches = [b async for b in rng.batches()]
+            head = rng.head
+        got = [(seq, b.body_of(i)) for b in batches for i, seq in enumerate(b.seq)]
+        assert got == expect and len(got) == 100
+        assert len(batches) > 1 and head is not None and head.count == 100

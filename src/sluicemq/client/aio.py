@@ -239,11 +239,13 @@ class AsyncClient:
     async def read_range(self, destination: str, start: int | None = None,
                          end: int | None = None, ledger: str | None = None,
                          subscription: str | None = None, client_id: str | None = None,
-                         max_messages: int | None = None,
-                         streams: bool = False) -> AsyncRangeRead:
+                         max_messages: int | None = None, streams: bool = False,
+                         batch_bytes: int | None = None) -> AsyncRangeRead:
+        """The retained messages of ``[start, end)`` in seq order (``async for``); with
+        ``batch_bytes``, column batches of about that size (iterate ``.batches()``)."""
         headers = range_headers(start=start, end=end, max_messages=max_messages,
                                 ledger=ledger, subscription=subscription, client_id=client_id,
-                                streams=streams)
+                                streams=streams, batch_bytes=batch_bytes)
         return await open_range(self, destination, headers)
 
     async def commit_upto(self, destination: str, upto: int, ledger: str,

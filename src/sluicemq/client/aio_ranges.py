@@ -9,6 +9,7 @@ be queued behind the read's messages.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from sluicemq.client.inbox import Ended
@@ -16,6 +17,7 @@ from sluicemq.client.machine import ClientMachine, Outgoing
 from sluicemq.client.message import AsyncMessage
 from sluicemq.client.ranges import MAX_BYTES, MAX_ITEMS, RangeHead, is_end, parse_end
 from sluicemq.errors import ClientError
+from sluicemq.protocol import columns
 
 if TYPE_CHECKING:
     from sluicemq.client.aio import AsyncClient
@@ -83,6 +85,16 @@ class AsyncRangeRead:
                 raise item.error or ClientError("the range read ended before its end frame")
             assert isinstance(item, ClientError)
             raise item
+
+    async def batches(self) -> AsyncIterator[columns.Columns]:
+        """The column batches of a read opened with ``batch_bytes`` (views into each frame's
+        body; ClientError for a frame that is not a well-formed batch)."""
+        async for msg in self:
+            try:
+                yield columns.decode(msg.body)
+            except ValueError as exc:
+                raise ClientError(f"range read of {self.destination}: {exc}",
+                                  dict(msg.headers)) from None
 
     def _end(self) -> None:
         self._closed = True
