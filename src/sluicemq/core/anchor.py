@@ -68,6 +68,15 @@ class Anchor:
             release_soon(self.store, [self.ticket])  # type: ignore[list-item]
             self.ticket = None
             return
+        self.move_if_oldest()
+
+    def move_if_oldest(self) -> None:
+        """Rewrite the anchor at the head of the log when its segment is the oldest one (it
+        is then what keeps that segment, and every empty one after it, on disk). Called by the
+        tick and after each reclaim (``Store.reclaim_watchers``)."""
+        loc = self.loc
+        if loc is None:
+            return
         live = self.store.journal.live_counts()
         if len(live) > 1 and loc.segment == live[0][0]:
             self.write()

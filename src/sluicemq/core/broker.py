@@ -97,6 +97,8 @@ class Broker:
         self.compactor = Compactor(store, self._compaction_holders, self._compaction_relocate)
         self.stager = Stager(self)  # staged publishing (docs/replay-protocol.md, section 3)
         self.producers = Producers(store, config.limits.dedup_window)  # section 4
+        store.reclaim_watchers += [self.stager.anchor.move_if_oldest,
+                                   self.producers.anchor.move_if_oldest]
         store.on_durable = self._on_durable
         store.on_failed = self._on_failed
 

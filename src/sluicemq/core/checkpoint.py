@@ -112,6 +112,14 @@ class Checkpointer:
         live = self.broker.store.journal.live_counts()
         return len(live) > 1 and live[0] == (self._pin.segment, 1)  # only the pin keeps it
 
+    def after_reclaim(self) -> None:
+        """Segments were deleted: if the snapshot's anchor pin is now all that keeps the
+        oldest one, take the next snapshot now rather than on the next tick."""
+        if self._pin is not None and not self._busy and not self._wait:
+            live = self.broker.store.journal.live_counts()
+            if len(live) > 1 and live[0] == (self._pin.segment, 1):
+                self.tick()
+
     def tick(self) -> None:
         """Once a second, from the broker's housekeeping."""
         if self.every <= 0 or self._busy or self._closed:

@@ -56,6 +56,11 @@ class Store:
                  *, inline_commit: bool = True) -> None:
         self.journal = journal
         self._schedule = schedule
+        # Called (on a later loop turn) when releases left the oldest segment with only a few
+        # records: holders of one pinned record (memo anchors, the snapshot pin) move it forward
+        # as soon as it is what keeps the oldest segment, so empty segments do not pile up
+        # behind it until a timer fires.
+        self.reclaim_watchers: list[Callable[[], None]] = []
         self._inline_commit = inline_commit
         self._turn_scheduled = False
         journal.wake_on_append = False  # one hand-off per loop turn, decided in _end_turn
@@ -204,7 +209,19 @@ class Store:
                 released = True
         if released:
             self.journal.reclaim()
+            if self.reclaim_watchers and self._oldest_nearly_free():
+                self._schedule(self._reclaimed)
         self.on_durable(seq)
+
+    def _oldest_nearly_free(self) -> bool:
+        """Is the oldest segment kept by no more records than there are watchers (each holds
+        one), while newer segments exist? Then one of them may be what keeps it."""
+        live = self.journal.live_counts()
+        return len(live) > 1 and live[0][1] <= len(self.reclaim_watchers)
+
+    def _reclaimed(self) -> None:
+        for watch in list(self.reclaim_watchers):
+            watch()
 
     def _failed(self, first: int, last: int, exc: BaseException) -> None:
         log.error("journal could not store records %d..%d: %s", first, last, exc)

@@ -71,6 +71,7 @@ class BrokerServer:
                                          loop.call_soon_threadsafe, replayed=counts["records"],
                                          backlog=counts["messages"],
                                          anchor=counts.get("anchor"))
+        self.store.reclaim_watchers.append(self.checkpointer.after_reclaim)
         await self._start_operations()
         self._ticker = loop.create_task(self._tick())
         await self._start_tls()
