@@ -131,12 +131,21 @@ class BrokerProcess:
 class RawStomp:
     """A bare STOMP connection for protocol-level tests: send bytes/frames, read frames."""
 
-    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
+    def __init__(self, host: str, port: int, timeout: float = 10.0, *,
+                 source: str | None = None, rcvbuf: int | None = None) -> None:
+        """``source``: connect from that loopback address (another client, as far as
+        per-address limits go); ``rcvbuf``: shrink the kernel receive buffer (a stuck reader)."""
         import socket
 
         from sluicemq.protocol.codec import FrameParser
 
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock = socket.socket()
+        if rcvbuf is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        if source is not None:
+            self.sock.bind((source, 0))
+        self.sock.settimeout(timeout)
+        self.sock.connect((host, port))
         self.parser = FrameParser(version="1.2")
         self.frames: list = []
         self.version = "1.2"

@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import re
-import socket
 import time
 import urllib.request
 from pathlib import Path
@@ -22,6 +21,7 @@ import aiohttp
 import pytest
 
 from e2e.stomp_helpers import connect as stomp_connect
+from sluice_testing import RawStomp
 from sluicemq.client import Client
 from sluicemq.errors import ClientError
 from sluicemq.protocol.codec import FrameParser, encode_frame
@@ -30,31 +30,11 @@ from sluicemq.protocol.frames import Frame
 CONNECT = {"accept-version": "1.2", "host": "h", "heart-beat": "0,0"}
 
 
-class Raw:
+class Raw(RawStomp):
     """A bare STOMP 1.2 socket, optionally from another loopback address (another client)."""
 
     def __init__(self, b: Any, source: str | None = None) -> None:
-        self.sock = socket.socket()
-        if source is not None:
-            self.sock.bind((source, 0))
-        self.sock.settimeout(10)
-        self.sock.connect((b.host, b.port))
-        self.parser = FrameParser(version="1.2")
-        self.frames: list[Frame] = []
-
-    def send(self, command: str, headers: dict[str, str] | None = None,
-             body: bytes = b"") -> None:
-        self.sock.sendall(encode_frame(Frame(command, headers or {}, body), "1.2"))
-
-    def recv(self, timeout: float = 10) -> Frame:
-        deadline = time.monotonic() + timeout
-        while not self.frames:
-            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-            data = self.sock.recv(1 << 20)
-            if not data:
-                raise ConnectionError("closed by broker")
-            self.frames.extend(self.parser.feed(data))
-        return self.frames.pop(0)
+        super().__init__(b.host, b.port, source=source)
 
     def connect(self) -> Frame:
         self.send("CONNECT", CONNECT)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from typing import Any
 
 import pytest
 
+from sluice_testing import RawStomp
 from sluicemq.client import Client
 from sluicemq.errors import ClientError
-from sluicemq.protocol.codec import FrameParser, encode_frame
 from sluicemq.protocol.frames import Frame
 
 LIMITS = """
@@ -30,31 +29,11 @@ def limited(broker_factory: Any) -> Any:
     return broker_factory(config_text=LIMITS)
 
 
-class Raw:
+class Raw(RawStomp):
     """A bare STOMP 1.2 socket; `rcvbuf` shrinks the kernel buffer to play a stuck reader."""
 
     def __init__(self, b: Any, rcvbuf: int | None = None) -> None:
-        self.sock = socket.socket()
-        if rcvbuf is not None:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        self.sock.settimeout(10)
-        self.sock.connect((b.host, b.port))
-        self.parser = FrameParser(version="1.2")
-        self.frames: list[Frame] = []
-
-    def send(self, command: str, headers: dict[str, str] | None = None,
-             body: bytes = b"") -> None:
-        self.sock.sendall(encode_frame(Frame(command, headers or {}, body), "1.2"))
-
-    def recv(self, timeout: float = 10) -> Frame:
-        deadline = time.monotonic() + timeout
-        while not self.frames:
-            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-            data = self.sock.recv(1 << 20)
-            if not data:
-                raise ConnectionError("closed by broker")
-            self.frames.extend(self.parser.feed(data))
-        return self.frames.pop(0)
+        super().__init__(b.host, b.port, rcvbuf=rcvbuf)
 
     def connect(self) -> Frame:
         self.send("CONNECT", {"accept-version": "1.2", "host": "h", "heart-beat": "0,0"})
