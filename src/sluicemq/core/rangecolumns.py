@@ -49,9 +49,10 @@ def fill(view: SeqView, fetcher: Fetcher, body_of: Callable[[Message], bytes | m
         return writer, start
     only = sources[0]
     if len(sources) == 1 and isinstance(only, tuple):
-        if _plain_run(writer, fetcher, only, max_bytes):
+        n = _cut(only[3][6], max_bytes)
+        if _plain_run(writer, fetcher, only, n):
             return writer, writer.last_seq + 1
-        seqs, items = _from_tail(fetcher, *only, max_bytes)
+        seqs, items = _from_tail(fetcher, *only, n)
     else:
         seqs, items = _merged(fetcher, sources, max_bytes, max_messages)
     locs: dict[tuple[int, int, int], int] = {}
@@ -82,11 +83,10 @@ def _cut(sizes: array, max_bytes: int) -> int:
 
 
 def _plain_run(writer: ColumnWriter, fetcher: Fetcher,
-               source: tuple[int, SpillFifo, int, Fields], max_bytes: int) -> bool:
+               source: tuple[int, SpillFifo, int, Fields], n: int) -> bool:
     """The common case of a backlog, done column-wise: paged-out slots of one run, each its
     own MSG record in the journal. False (nothing done) when the run has anything else."""
-    prio, _tail, _first, (mid, src, seg, off, length, inner, size) = source
-    n = _cut(size, max_bytes)
+    prio, _tail, _first, (mid, src, seg, off, length, inner, _size) = source
     if src[:n].tobytes().count(JOURNAL) != n or any(inner[:n]):
         return False
     payloads = fetcher.store.journal.read_many(list(zip(seg[:n], off[:n], length[:n],
@@ -98,10 +98,9 @@ def _plain_run(writer: ColumnWriter, fetcher: Fetcher,
 
 
 def _from_tail(fetcher: Fetcher, prio: int, tail: SpillFifo, first: int, cols: Fields,
-               max_bytes: int) -> tuple[list[int], list[Item]]:
-    """The usual case, one run of paged-out slots: cut by cumulative size, in C."""
-    mid, src, seg, off, length, inner, size = cols
-    n = _cut(size, max_bytes)
+               n: int) -> tuple[list[int], list[Item]]:
+    """The first ``n`` slots of one run (the caller cut them by cumulative size) as items."""
+    mid, src, seg, off, length, inner, _size = cols
     seqs = list(mid[:n])
     if src[:n].tobytes().count(JOURNAL) == n:
         return seqs, list(zip(seg[:n], off[:n], length[:n], inner[:n], repeat(prio, n),
