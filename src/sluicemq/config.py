@@ -38,7 +38,7 @@ class Limits:
     max_consumer_waits: int = 100  # sluice-stream-wait-consumer SENDs waiting per connection
     max_consumer_wait_seconds: float = 300.0  # the longest a wait-consumer SEND may wait
     slow_reader_seconds: float = 30.0  # output backed up this long with no drain: disconnect
-    # Memory and flow control (0: derived from the machine, see core/flow.py and the README).
+    # Memory and flow control (0: derived from the machine, see core/paging/flow.py and the README).
     # Sizes are bytes or strings such as "512 MiB".
     memory_limit: int | str = 0  # messages held in RAM, all destinations together
     store_limit: int | str = 0  # journal disk space; persistent producers wait beyond it

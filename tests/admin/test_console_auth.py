@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from console_client import ConsoleClient
 
 from sluicemq.cli.main import cli
-from sluicemq.core.security import hash_password
+from sluicemq.core.security.policy import hash_password
 
 CONFIG = f'''
 [security]

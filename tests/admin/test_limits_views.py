@@ -31,7 +31,7 @@ def test_the_default_memory_limit_is_shown_as_derived(broker_factory) -> None:
     broker = broker_factory()
     memory = ConsoleClient(broker.console_url).get("/api/overview")["memory"]
     assert memory["limit_source"] == "derived"
-    assert 64 << 20 <= memory["limit_bytes"] <= 2 << 30  # 1/8 of RAM, clamped (core/flow.py)
+    assert 64 << 20 <= memory["limit_bytes"] <= 2 << 30  # 1/8 of RAM, clamped (core/paging/flow.py)
 
 
 def test_connection_and_destination_caps_are_shown_with_their_use(broker_factory) -> None:

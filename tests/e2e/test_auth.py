@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from sluicemq.client import Client
-from sluicemq.core.security import hash_password
-from sluicemq.core.streams import OFFSET, SEQ, STREAM_ID
+from sluicemq.core.security.policy import hash_password
+from sluicemq.core.streams.chunks import OFFSET, SEQ, STREAM_ID
 from sluicemq.errors import ClientError
 from sluicemq.protocol.codec import FrameParser, encode_frame
 from sluicemq.protocol.frames import Frame

@@ -20,8 +20,8 @@ import aiohttp
 import pytest
 
 from sluicemq import Client, ClientError
-from sluicemq.core.security import hash_password
-from sluicemq.core.streams import FINAL, NAME, OFFSET, QUERY, SEQ, SIZE, STREAM_ID
+from sluicemq.core.security.policy import hash_password
+from sluicemq.core.streams.chunks import FINAL, NAME, OFFSET, QUERY, SEQ, SIZE, STREAM_ID
 from sluicemq.protocol.codec import FrameParser, encode_frame
 from sluicemq.protocol.frames import Frame
 

@@ -12,7 +12,7 @@ from stomp_helpers import connect
 
 from sluice_testing import RawStomp
 from sluicemq.client import Client
-from sluicemq.core.security import hash_password
+from sluicemq.core.security.policy import hash_password
 from sluicemq.errors import ClientError
 
 PAGED = """

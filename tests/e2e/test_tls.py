@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from sluicemq.client import AsyncClient, Client
-from sluicemq.core.security import hash_password
+from sluicemq.core.security.policy import hash_password
 from sluicemq.errors import ClientError
 from sluicemq.transport.tls import client_context
 

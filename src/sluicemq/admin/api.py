@@ -21,7 +21,7 @@ from sluicemq.admin.snapshot import NotFound
 
 if TYPE_CHECKING:
     from sluicemq.admin.context import AdminContext
-    from sluicemq.core.broker import Broker
+    from sluicemq.core.routing.broker import Broker
 
 CTX: web.AppKey[AdminContext] = web.AppKey("admin_context")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

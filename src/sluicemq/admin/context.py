@@ -10,8 +10,8 @@ from sluicemq.admin.metrics import FsyncHistogram
 from sluicemq.admin.sampler import RateSampler, StreamRates
 
 if TYPE_CHECKING:
-    from sluicemq.core.broker import Broker
-    from sluicemq.core.session import Session
+    from sluicemq.core.routing.broker import Broker
+    from sluicemq.core.sessions.session import Session
     from sluicemq.storage.store import Store
     from sluicemq.transport.standby import HaState
 

@@ -21,22 +21,22 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from sluicemq.admin.snapshot import DLQ_ORIGIN, NotFound, find_queue, find_topic
-from sluicemq.core.broker import TX_RECORD_BYTES
-from sluicemq.core.message import (
+from sluicemq.core.routing.broker import TX_RECORD_BYTES
+from sluicemq.core.routing.message import (
     ORIGINAL_ID,
     TRANSPORT_HEADERS,
     Message,
     parse_expires,
     parse_priority,
 )
-from sluicemq.core.names import QUEUE, TOPIC, parse_destination
+from sluicemq.core.routing.names import QUEUE, TOPIC, parse_destination
 from sluicemq.errors import ProtocolError
 from sluicemq.storage import records
 
 if TYPE_CHECKING:
-    from sluicemq.core.broker import Broker
-    from sluicemq.core.queue import Queue
-    from sluicemq.core.session import Session
+    from sluicemq.core.routing.broker import Broker
+    from sluicemq.core.routing.queue import Queue
+    from sluicemq.core.sessions.session import Session
 
 _txids = itertools.count(1)
 _BOOT = os.urandom(3).hex()

@@ -7,7 +7,7 @@ import resource
 from pathlib import Path
 from typing import Any
 
-from sluicemq.core.flow import parse_size
+from sluicemq.core.paging.flow import parse_size
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 

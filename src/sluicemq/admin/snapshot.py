@@ -13,17 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 from sluicemq import __version__
 from sluicemq.admin.process import broker_memory_limit, rss_bytes
-from sluicemq.core.flow import parse_size
-from sluicemq.core.names import QUEUE, TOPIC
+from sluicemq.core.paging.flow import parse_size
+from sluicemq.core.routing.names import QUEUE, TOPIC
 
 if TYPE_CHECKING:
     from sluicemq.admin.sampler import RateSampler, StreamRates
-    from sluicemq.core.broker import Broker
-    from sluicemq.core.consumer import Consumer
-    from sluicemq.core.message import Message
-    from sluicemq.core.queue import Queue
-    from sluicemq.core.session import Session
-    from sluicemq.core.topic import Topic
+    from sluicemq.core.routing.broker import Broker
+    from sluicemq.core.routing.consumer import Consumer
+    from sluicemq.core.routing.message import Message
+    from sluicemq.core.routing.queue import Queue
+    from sluicemq.core.routing.topic import Topic
+    from sluicemq.core.sessions.session import Session
     from sluicemq.storage.store import Store
 
 PREVIEW_BYTES = 1024

@@ -14,7 +14,7 @@ def passwd() -> None:
     On a terminal it asks twice without echo; piped, it reads the first line, so scripts can
     run `printf %s "$PW" | sluice passwd`. The password never appears in the process list.
     """
-    from sluicemq.core.security import hash_password
+    from sluicemq.core.security.policy import hash_password
 
     if sys.stdin.isatty():
         password = click.prompt("Password", hide_input=True, confirmation_prompt=True,

@@ -12,7 +12,7 @@ between (consumed) leaves an orphan copy, which is journaled as removed like any
 Why per holder: a topic record fanned out to several durable subscriptions is copied once per
 subscription still holding it, under that subscription's key, so replay cannot resurrect it for
 subscriptions that already consumed it. A copy keeps the message id: replay keeps the newest
-record of an id (see core/recovery.py). A durable subscription's SUB record is held like a
+record of an id (see persistence/recovery.py). A durable subscription's SUB record is held like a
 message and copied forward the same way (replay treats a repeated identical SUB as a no-op).
 
 The planner only acts when it can account for every live record of the segment (the holders

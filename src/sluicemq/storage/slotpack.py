@@ -1,6 +1,6 @@
 """The packed form of a run of paged-out slots, shared by the cursor and the index snapshot.
 
-Why here: a cursor keeps full blocks of slots zlib-packed in memory (``core/spill.py``) and an
+Why here: a cursor keeps full blocks of slots zlib-packed in memory (``paging/spill.py``) and an
 index snapshot stores those very bytes, not an unpacked copy, so a snapshot of ten million
 paged-out messages neither doubles the broker's memory while it is taken nor has to be packed
 again when it is loaded. Layout: the seven columns of a slot one after the other, native byte

@@ -15,7 +15,8 @@ scanned, which is always correct. Records the tail removes (acks, compaction) ma
 segments named in the snapshot go: the core drops those entries while replaying the tail.
 
 The storage layer does not interpret the queue keys, stream states or extra parts it carries;
-the core (``core/capture.py``, ``core/recovery.py``) captures and restores them. Layout (native
+the core (``core/persistence/capture.py``, ``core/persistence/recovery.py``) captures and
+restores them. Layout (native
 byte order arrays)::
 
     MAGIC | u32 version | u64 meta length | meta (JSON) | lanes ... | trailer
@@ -176,7 +177,7 @@ class IndexSnapshot:
 
     ``held``: messages kept outside the queues (chunks waiting for their stream to complete),
     as dicts; ``streams``: stream states; ``parts``: further state sections by name (see
-    ``core/parts.py``), opaque to storage.
+    ``core/persistence/parts.py``), opaque to storage.
     """
 
     position: Position

@@ -21,7 +21,7 @@ Owners were added later as optional trailing fields (a key ``owner`` in STAGE_PU
 without one are read as ownerless, so older data dirs replay unchanged. Tokens and owners are
 independent optional keys of STAGE_PUBLISH.
 * ``MEMO_PUBLISHED``, ``MEMO_PRODUCERS``: a whole table as of that point of the log
-  (``core/anchor.py``): the published batches, the producers' highest sequence numbers.
+  (``core/persistence/anchor.py``): the published batches, the producers' highest sequence numbers.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 from sluicemq.protocol.heartbeat import HeartbeatMonitor
 
 if TYPE_CHECKING:
-    from sluicemq.core.session import Session
+    from sluicemq.core.sessions.session import Session
 
 log = logging.getLogger("sluicemq.keepalive")
 

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluicemq.config import BrokerConfig
-from sluicemq.core.broker import Broker
-from sluicemq.core.checkpoint import Checkpointer
-from sluicemq.core.recovery import save_snapshot
+from sluicemq.core.persistence.checkpoint import Checkpointer
+from sluicemq.core.persistence.recovery import save_snapshot
+from sluicemq.core.routing.broker import Broker
 from sluicemq.storage.journal import Journal
 from sluicemq.storage.store import Store
 from sluicemq.transport.standby import HaState, StandbyHealth, data_lock, wait_for_lock
@@ -162,7 +162,7 @@ class BrokerServer:
             self.checkpointer.close()
         if self.store is not None:
             broker = self.broker
-            # The index snapshot lets the next start skip the journal scan (core/recovery.py).
+            # The index snapshot lets the next start skip the journal scan.
             pins = self.checkpointer.pins if self.checkpointer is not None else []
             self.store.close(on_closed=(lambda: save_snapshot(broker, pins)) if broker else None)
         print("sluice: stopped", flush=True)

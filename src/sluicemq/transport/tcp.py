@@ -18,13 +18,13 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from sluicemq.core.admission import connect_timeout_message
-from sluicemq.core.session import Session
+from sluicemq.core.limits.admission import connect_timeout_message
+from sluicemq.core.sessions.session import Session
 from sluicemq.transport.keepalive import Keepalive
 from sluicemq.transport.tls import peer_common_name
 
 if TYPE_CHECKING:
-    from sluicemq.core.broker import Broker
+    from sluicemq.core.routing.broker import Broker
 
 log = logging.getLogger("sluicemq.tcp")
 

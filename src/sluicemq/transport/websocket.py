@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING
 
 from aiohttp import WSMsgType, web
 
-from sluicemq.core.admission import connect_timeout_message
-from sluicemq.core.session import Session
+from sluicemq.core.limits.admission import connect_timeout_message
+from sluicemq.core.sessions.session import Session
 from sluicemq.protocol.codec import encode_frame
 from sluicemq.protocol.frames import Frame
 from sluicemq.transport.keepalive import Keepalive
 from sluicemq.transport.origin import cross_site, host_refused, is_loopback
 
 if TYPE_CHECKING:
-    from sluicemq.core.broker import Broker
+    from sluicemq.core.routing.broker import Broker
 
 log = logging.getLogger("sluicemq.websocket")
 

@@ -1,0 +1,404 @@
+"""Messages waiting for a consumer, highest JMS priority first, FIFO within a priority.
+
+This is the destination's cursor. Each of the ten priority lanes is an in-memory head (a deque
+of ``Message``) followed by a paged-out tail (``SpillFifo``: compact slots pointing at journal
+or temp records). Pushes go to the head while the head has room and the tail is empty, so a
+consumer that keeps up is served from memory and nothing is read back; once the window (per
+destination) or the broker-wide memory budget is full, pushes go to the tail, and the head is
+refilled from the tail in batches as consumers drain it. Without a pager (``cursor = "vm"``)
+everything stays in memory.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from sluicemq.core.paging.pager import Pager
+from sluicemq.core.paging.spill import JOURNAL, OBJ, Slot, SpillFifo
+from sluicemq.core.routing.message import MAX_PRIORITY, Message
+from sluicemq.errors import StorageError
+from sluicemq.storage import slotpack
+from sluicemq.storage.slotpack import Fields
+
+if TYPE_CHECKING:
+    from sluicemq.core.paging.flow import MemoryAccount
+    from sluicemq.storage.segment import Location
+    from sluicemq.storage.snapshot import PackedRun
+
+REFILL_BATCH = 256
+
+
+class _Lane:
+    __slots__ = ("head", "tail")
+
+    def __init__(self) -> None:
+        self.head: deque[Message] = deque()
+        self.tail = SpillFifo()
+
+
+class PendingList:
+    """Ten lanes, one per priority; cheap push, push-front (redelivery) and pop.
+
+    ``bytes`` is the body bytes held in memory; ``stored_bytes`` those of paged-out messages;
+    ``memory`` an estimate of the RAM the in-memory messages cost (what the limits measure).
+    """
+
+    __slots__ = ("_in_head", "_lanes", "_size", "account", "bytes", "destination", "memory",
+                 "pager", "stored_bytes", "window")
+
+    def __init__(self, pager: Pager | None = None, *, destination: str = "",
+                 window: int = 2000, account: MemoryAccount | None = None) -> None:
+        self._lanes = [_Lane() for _ in range(MAX_PRIORITY + 1)]
+        self._size = 0
+        self._in_head = 0
+        self.bytes = 0
+        self.stored_bytes = 0
+        self.memory = 0
+        self.pager = pager
+        self.destination = destination
+        self.window = window
+        self.account = account
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def paged(self) -> int:
+        """Messages currently in the tails (paged out or waiting to be)."""
+        return self._size - self._in_head
+
+    # -- accounting ----------------------------------------------------------------------------
+    def _hold(self, msg: Message) -> None:
+        cost = footprint(msg)
+        self.memory += cost
+        self.bytes += msg.size if msg.body is not None else 0
+        if self.account is not None:
+            self.account.used += cost
+
+    def _settled(self, msg: Message) -> None:
+        """A paged-out object became a journal slot (its record is durable): it is stored now,
+        no longer in memory. Without this it stayed counted, and was counted again when read
+        back, so the memory account only grew."""
+        self._unhold(msg)
+        self.stored_bytes += msg.size
+
+    def _unhold(self, msg: Message) -> None:
+        cost = footprint(msg)
+        self.memory -= cost
+        self.bytes -= msg.size if msg.body is not None else 0
+        if self.account is not None:
+            self.account.used -= cost
+
+    def _has_room(self, msg: Message) -> bool:
+        """May ``msg`` stay in memory? The per-destination window bounds persistent messages
+        (paging one out costs a journal read later); a non-persistent one stays while the
+        broker-wide memory budget allows, since paging it out means writing a temp file."""
+        if msg.persistent and self._in_head >= self.window:
+            return False
+        return self.account is None or self.account.cursor_room()
+
+    # -- producers and redelivery --------------------------------------------------------------
+    def push(self, msg: Message) -> None:
+        lane = self._lanes[msg.priority]
+        self._size += 1
+        if self.pager is None or (not lane.tail and self._has_room(msg)):
+            lane.head.append(msg)
+            self._in_head += 1
+            self._hold(msg)
+            return
+        if self.pager.page_out(lane.tail, msg, self._settled):
+            self.stored_bytes += msg.size
+        else:
+            self._hold(msg)
+
+    def push_front(self, msg: Message) -> None:
+        """Put a returned message back where it was: before everything of its priority."""
+        self._lanes[msg.priority].head.appendleft(msg)
+        self._size += 1
+        self._in_head += 1
+        self._hold(msg)
+
+    def adopt(self, priority: int, mid: int, seg: int, off: int, length: int, inner: int,
+              size: int) -> None:
+        """Recovery: append a stored message as a compact slot, without reading it."""
+        self._lanes[priority].tail.append(mid, JOURNAL, seg, off, length, inner, size)
+        self._size += 1
+        self.stored_bytes += size
+
+    def adopt_lane(self, priority: int, mid: array, seg: array, off: array, length: array,
+                   inner: array, size: array) -> None:
+        """Index snapshot: ``adopt`` for a whole lane's worth of slots at once."""
+        self._lanes[priority].tail.extend(mid, seg, off, length, inner, size)
+        self._size += len(mid)
+        self.stored_bytes += sum(size)
+
+    def adopt_packed(self, priority: int, run: PackedRun) -> None:
+        """Index snapshot: a packed block of slots, kept packed when the run is all of it."""
+        fields = run.whole()
+        tail = self._lanes[priority].tail
+        if run.skip == 0 and len(run) == len(fields[0]):
+            tail.adopt_block(run.packed, fields)
+            sizes = fields[6]
+        else:
+            a, b = run.skip, run.skip + len(run)
+            mid, _src, *rest = (col[a:b] for col in fields)
+            sizes = rest[-1]
+            tail.extend(mid, *rest)
+        self._size += len(run)
+        self.stored_bytes += sum(sizes)
+
+    def lanes(self) -> Iterator[tuple[int, deque[Message], SpillFifo]]:
+        """(priority, head, tail) of each non-empty lane, in dispatch order within each."""
+        for prio, lane in enumerate(self._lanes):
+            if lane.head or lane.tail:
+                yield prio, lane.head, lane.tail
+
+    # -- consumers -----------------------------------------------------------------------------
+    def pop(self) -> Message | None:
+        spilled = self._in_head < self._size  # else no lane has a tail worth looking at
+        for prio in range(MAX_PRIORITY, -1, -1):
+            lane = self._lanes[prio]
+            if spilled and not lane.head and lane.tail:
+                self._refill(lane, prio)
+            if lane.head:
+                msg = lane.head.popleft()
+                self._size -= 1
+                self._in_head -= 1
+                self._unhold(msg)
+                return msg
+        return None
+
+    def _refill(self, lane: _Lane, prio: int) -> None:
+        """Page a batch of the tail into the head (its order is kept: the head was empty)."""
+        assert self.pager is not None
+        tail = lane.tail
+        room = max(1, min(REFILL_BATCH, self.window - self._in_head))
+        for _ in range(min(room, len(tail))):
+            slot = tail.popleft()
+            try:
+                msg = self.pager.page_in(tail, slot, self.destination, prio)
+            except StorageError as exc:
+                if slot[1] != JOURNAL:
+                    raise
+                self.pager.unreadable(slot, self.destination, exc)
+                self._size -= 1
+                self.stored_bytes -= slot[6]
+                continue
+            if slot[1] != OBJ:
+                self.stored_bytes -= slot[6]
+                self._hold(msg)
+            lane.head.append(msg)
+            self._in_head += 1
+
+    def restore(self, skipped: list[Message]) -> None:
+        """Undo pops of messages nobody could take, keeping their original order."""
+        for msg in reversed(skipped):
+            self.push_front(msg)
+
+    # -- admin ---------------------------------------------------------------------------------
+    def remove(self, mid: int) -> Message | None:
+        """Take one message out by id (admin actions, recovery); O(n), not for the hot path."""
+        for prio, lane in enumerate(self._lanes):
+            for msg in lane.head:
+                if msg.mid == mid:
+                    lane.head.remove(msg)
+                    self._size -= 1
+                    self._in_head -= 1
+                    self._unhold(msg)
+                    return msg
+            i = lane.tail.index_of(mid)
+            if i >= 0:
+                slot = lane.tail.delete(i)
+                return self._take_slot(lane, slot, prio)
+        return None
+
+    def _take_slot(self, lane: _Lane, slot: Slot, prio: int) -> Message:
+        assert self.pager is not None
+        self._size -= 1
+        msg = self.pager.page_in(lane.tail, slot, self.destination, prio)
+        if slot[1] == OBJ:
+            self._unhold(msg)
+        else:
+            self.stored_bytes -= slot[6]
+        return msg
+
+    def remove_seqs(self, lo: int, hi: int, limit: int,
+                    only: set[int] | None = None) -> list[Message]:
+        """Take out up to ``limit`` messages whose id is in ``[lo, hi)`` (and in ``only``, if
+        given): ledger commits.
+
+        Paged-out ones come back as stubs, as in ``drain_stubs``: nothing is read back. Each
+        ascending run of a tail is binary-searched; at a tail's front the cut is a cheap pop.
+        """
+        out: list[Message] = []
+
+        def wanted(mid: int) -> bool:
+            return lo <= mid < hi and (only is None or mid in only)
+
+        for lane in self._lanes:
+            if len(out) >= limit:
+                break
+            out += self._take_head(lane, wanted, limit - len(out))
+            tail = lane.tail
+            for i, j in reversed(tail.runs()):  # back to front: earlier indexes stay valid
+                room = limit - len(out)
+                a = tail.bisect(lo, i, j)
+                b = tail.bisect(hi, a, j)
+                if a >= b or room <= 0:
+                    continue
+                if only is None:
+                    cuts = [(a, min(b, a + room))]
+                else:
+                    cuts = _spans([k for k, mid in enumerate(tail.ids(a, b), a)
+                                   if mid in only][:room])
+                for x, y in reversed(cuts):
+                    for slot in tail.delete_range(x, y):
+                        out.append(self._take_stub(tail, slot))
+        return out
+
+    def remove_run(self, lo: int, hi: int, limit: int) -> tuple[list[Message], Fields]:
+        """``remove_seqs`` of a whole range, column-wise: the message objects taken (lane
+        heads, and the few tail slots that are not plain journal slots), and the columns of
+        the journal slots taken, with no object per message (a ledger commit of a backlog)."""
+        out: list[Message] = []
+        run = slotpack.empty()
+        for lane in self._lanes:
+            if len(out) + len(run[0]) >= limit:
+                break
+            out += self._take_head(lane, lambda mid: lo <= mid < hi,
+                                   limit - len(out) - len(run[0]))
+            tail = lane.tail
+            for i, j in reversed(tail.runs()):  # back to front: earlier indexes stay valid
+                room = limit - len(out) - len(run[0])
+                a = tail.bisect(lo, i, j)
+                b = min(tail.bisect(hi, a, j), a + room)
+                if a >= b or room <= 0:
+                    continue
+                cols = tail.discard_range(a, b)
+                src = cols[1]
+                n = b - a
+                self._size -= n
+                if src.tobytes().count(JOURNAL) == n:
+                    for dst, col in zip(run, cols, strict=True):
+                        dst.extend(col)
+                    self.stored_bytes -= sum(cols[6])
+                    continue
+                for slot in zip(*cols, strict=True):
+                    if slot[1] == JOURNAL:
+                        for dst, v in zip(run, slot, strict=True):
+                            dst.append(v)
+                        self.stored_bytes -= slot[6]
+                    else:
+                        self._size += 1  # _take_stub counts it
+                        out.append(self._take_stub(tail, slot))
+        return out, run
+
+    def _take_head(self, lane: _Lane, wanted: Callable[[int], bool], room: int
+                   ) -> list[Message]:
+        """Up to ``room`` wanted messages out of a lane's in-memory head."""
+        if not lane.head or room <= 0 or not any(wanted(m.mid) for m in lane.head):
+            return []
+        out: list[Message] = []
+        keep: deque[Message] = deque()
+        for m in lane.head:
+            if wanted(m.mid) and len(out) < room:
+                self._unhold(m)
+                out.append(m)
+            else:
+                keep.append(m)
+        self._size -= len(out)
+        self._in_head -= len(out)
+        lane.head = keep
+        return out
+
+    def _take_stub(self, tail: SpillFifo, slot: Slot) -> Message:
+        assert self.pager is not None
+        self._size -= 1
+        msg = self.pager.stub(tail, slot, self.destination)
+        if slot[1] == OBJ:
+            self._unhold(msg)
+        else:
+            self.stored_bytes -= slot[6]
+        return msg
+
+    def __iter__(self) -> Iterator[Message]:
+        """Dispatch order: priority 9 down to 0; paged-out messages are read back one by one
+        (browsing), without leaving the cursor."""
+        for prio in range(MAX_PRIORITY, -1, -1):
+            lane = self._lanes[prio]
+            yield from list(lane.head)
+            tail = lane.tail
+            if tail and self.pager is not None:
+                for i in list(tail.indexes()):
+                    if i < tail.end:
+                        yield self.pager.page_in(tail, tail.slot(i), self.destination, prio,
+                                                 consume=False)
+
+    def clear(self) -> list[Message]:
+        """Take every message out, fully read back (admin moves)."""
+        out: list[Message] = []
+        while (m := self.pop()) is not None:
+            out.append(m)
+        return out
+
+    def drain_stubs(self) -> list[Message]:
+        """Take every message out without reading paged-out ones back: those come as stubs
+        carrying only what journaling their removal needs (purge, unsubscribe)."""
+        out: list[Message] = []
+        for lane in self._lanes:
+            while lane.head:
+                msg = lane.head.popleft()
+                self._unhold(msg)
+                out.append(msg)
+            tail = lane.tail
+            while tail:
+                slot = tail.popleft()
+                assert self.pager is not None
+                msg = self.pager.stub(tail, slot, self.destination)
+                if slot[1] == OBJ:
+                    self._unhold(msg)
+                out.append(msg)
+        self._size = self._in_head = 0
+        self.stored_bytes = 0
+        return out
+
+    # -- journal compaction --------------------------------------------------------------------
+    def journal_slots(self, segment: int) -> Iterator[tuple[int, int, int, int, int]]:
+        """(mid, seg, off, length, inner) of paged-out messages stored in ``segment``."""
+        for lane in self._lanes:
+            yield from lane.tail.journal_slots(segment)
+
+    def in_memory(self) -> Iterator[Message]:
+        """Message objects this cursor holds (heads, and tail objects)."""
+        for lane in self._lanes:
+            yield from lane.head
+            yield from lane.tail.objs.values()
+
+    def relocate(self, moved: dict[tuple[int, int, int], Location]
+                 ) -> set[tuple[int, int, int]]:
+        """Point paged-out messages at their compacted copies; returns the keys found."""
+        found: set[tuple[int, int, int]] = set()
+        for lane in self._lanes:
+            found |= lane.tail.relocate(moved)
+        return found
+
+
+def _spans(indexes: list[int]) -> list[tuple[int, int]]:
+    """Ascending indexes as ``[start, end)`` spans of consecutive ones."""
+    out: list[tuple[int, int]] = []
+    for k in indexes:
+        if out and out[-1][1] == k:
+            out[-1] = (out[-1][0], k + 1)
+        else:
+            out.append((k, k + 1))
+    return out
+
+
+def footprint(msg: Message) -> int:
+    """Estimated RAM of one in-memory message: its body plus the object, headers dict and
+    strings (measured at roughly 1 KiB for typical STOMP headers), plus what larger headers
+    cost beyond that (``Message.extra``)."""
+    return (msg.size if msg.body is not None else 0) + 1024 + msg.extra

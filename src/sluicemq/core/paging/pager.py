@@ -1,0 +1,156 @@
+"""The pager: moves messages between a cursor's memory and their stored records.
+
+Paged-out messages are slots in a ``SpillFifo`` (``spill.py``); this module decides when a
+message may become a slot (its record is durable, or it was written to the temp store) and
+rebuilds the full ``Message`` from its record when a consumer needs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from sluicemq.core.paging.spill import JOURNAL, OBJ, TEMP, Slot, SpillFifo
+from sluicemq.core.routing.message import Message
+from sluicemq.errors import StorageError
+from sluicemq.storage import records
+from sluicemq.storage.segment import Location
+from sluicemq.storage.store import RecoveredTicket
+
+if TYPE_CHECKING:
+    from sluicemq.storage.store import Store
+    from sluicemq.storage.tempstore import TempStore
+
+log = logging.getLogger("sluicemq.cursor")
+Settled = Callable[[Message], None]  # an object slot became a journal slot: memory freed
+
+
+class Pager:
+    """Moves messages between memory and their stored records, for every cursor of a broker.
+
+    ``store`` is the journal side (persistent messages are paged by reference: their record
+    already exists); ``temp`` receives non-persistent messages (None: they stay objects).
+    """
+
+    def __init__(self, store: Store, temp: TempStore | None, spill_bytes: int) -> None:
+        self.store = store
+        self.temp = temp
+        self.spill_bytes = spill_bytes
+        self._cache: tuple[Location, bytes] | None = None  # last transaction record read
+        self._unsettled: deque[tuple[SpillFifo, int, Message, Settled | None]] = deque()
+        self.paged_in = 0
+        self.paged_out = 0
+
+    def page_out(self, fifo: SpillFifo, msg: Message, settled: Settled | None = None) -> bool:
+        """Append ``msg`` to ``fifo``: as a compact slot when its record is safe to point at.
+        False when it stays an object (its memory is still held); ``settled`` is told when
+        such an object becomes a slot after all (its record reached the disk)."""
+        ticket = msg.ticket
+        if msg.deliveries == 0 and msg.persistent and ticket is not None and msg.inner >= 0:
+            loc = ticket.loc
+            if loc is not None and ticket.seq <= self.store.durable_seq:
+                fifo.append(msg.mid, JOURNAL, loc.segment, loc.offset, loc.length, msg.inner,
+                            msg.size)
+                self.paged_out += 1
+                return True
+            if loc is not None:
+                pos = fifo.append_obj(msg)
+                self._unsettled.append((fifo, pos, msg, settled))
+                return False
+        elif (msg.deliveries == 0 and not msg.persistent and self.temp is not None
+              and msg.body is not None):
+            payload = records.encode_message("", msg.mid, msg.timestamp, msg.expires,
+                                             msg.priority, msg.headers, msg.body)
+            f, off, length = self.temp.append(payload)
+            fifo.append(msg.mid, TEMP, f, off, length, 0, msg.size)
+            self.paged_out += 1
+            return True
+        fifo.append_obj(msg)
+        return False
+
+    def settle(self, durable_seq: int) -> None:
+        """Journal records up to ``durable_seq`` are on disk: their waiting objects go compact."""
+        q = self._unsettled
+        while q and q[0][2].ticket.seq <= durable_seq:
+            fifo, pos, msg, settled = q.popleft()
+            loc = msg.ticket.loc
+            if loc is None or fifo.objs.get(msg.mid) is not msg:
+                continue  # its batch failed (it stays an object), or it left the cursor
+            i = fifo.index_of(msg.mid, pos)
+            if i >= 0 and fifo.src_at(i) == OBJ:
+                fifo.settle(i, JOURNAL, loc.segment, loc.offset, loc.length, msg.inner)
+                self.paged_out += 1
+                if settled is not None:
+                    settled(msg)
+
+    def page_in(self, fifo: SpillFifo, slot: Slot, destination: str, priority: int,
+                *, consume: bool = True) -> Message:
+        """The full message for a slot; ``consume`` frees its temp record (it leaves the cursor)."""
+        mid, src, seg, off, length, inner, size = slot
+        if src == OBJ:
+            return fifo.objs.pop(mid) if consume else fifo.objs[mid]
+        self.paged_in += 1
+        if src == TEMP:
+            assert self.temp is not None
+            sm = records.decode_message(self.temp.read(seg, off, length))
+            if consume:
+                self.temp.release(seg)
+            msg = Message(mid, destination, sm.headers, sm.body, persistent=False,
+                          priority=sm.priority, expires=sm.expires, timestamp=sm.timestamp)
+            return msg
+        loc = Location(seg, off, length)
+        payload: bytes | memoryview
+        if inner:
+            cached = self._cache
+            if cached is None or cached[0] != loc:
+                cached = (loc, self.store.read(loc))
+                self._cache = cached
+            payload = records.tx_op_at(cached[1], inner)
+        else:
+            payload = self.store.read(loc)
+        sm = records.decode_message(payload)
+        body: bytes | None = sm.body if size < self.spill_bytes else None
+        msg = Message(mid, destination, sm.headers, body, persistent=True, priority=priority,
+                      expires=sm.expires, timestamp=sm.timestamp)
+        msg.size = size
+        msg.ticket = RecoveredTicket(loc)
+        msg.inner = inner
+        return msg
+
+    def stub(self, fifo: SpillFifo, slot: Slot, destination: str) -> Message:
+        """Just enough of a message to journal its removal (purge): no disk read."""
+        mid, src, seg, off, length, inner, size = slot
+        if src == OBJ:
+            return fifo.objs.pop(mid)
+        if src == TEMP:
+            assert self.temp is not None
+            self.temp.release(seg)
+            return Message(mid, destination, {}, None, persistent=False)
+        msg = Message(mid, destination, {}, None, persistent=True)
+        msg.size = size
+        msg.ticket = RecoveredTicket(Location(seg, off, length))
+        msg.inner = inner
+        return msg
+
+    def unreadable(self, slot: Slot, destination: str, exc: StorageError) -> None:
+        """A journal slot whose record fails its checks when read back (damage the start-up
+        did not scan: before an index snapshot's anchor, or rot since): the message is lost,
+        as a full scan would have lost it, and its record let go; the queue carries on."""
+        mid, _src, seg, off, length, _inner, _size = slot
+        log.warning("journal: dropped unreadable message %d of %s at segment %d offset %d (%s)",
+                    mid, destination, seg, off, exc)
+        journal = self.store.journal
+        with contextlib.suppress(StorageError):
+            journal.release(Location(seg, off, length))
+            journal.reclaim()
+
+    def drop(self, fifo: SpillFifo, slot: Slot) -> None:
+        """Forget a slot for good (a temp record is freed)."""
+        if slot[1] == OBJ:
+            fifo.objs.pop(slot[0], None)
+        elif slot[1] == TEMP and self.temp is not None:
+            self.temp.release(slot[2])
+

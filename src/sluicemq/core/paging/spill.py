@@ -1,0 +1,515 @@
+"""The paged-out part of a cursor lane: a FIFO of compact slots saying where messages are stored.
+
+Why this shape: a backlog of ten million messages must cost a few bytes each, not a Python
+object each (nor the 33 bytes of plain parallel arrays). A slot is seven fields: the message
+id, where its record is (``src``: the journal, the temp store, or still an object),
+segment/file, offset, record length, the offset of the message inside the record (non-zero for
+transaction records) and its body size.
+
+Slots live in *blocks* of up to ``BLOCK`` consecutive ones. A full block is sealed: its columns
+are joined and zlib-packed (``storage/slotpack.py``), 2-3 bytes a slot. A few blocks are kept
+open (unpacked) at a time: the one being appended to, and the last ones read or changed, so a
+consumer draining the front unpacks each block once. Packed bytes are never modified (a change
+unpacks the block and packs it anew later), so an index snapshot can keep references to them
+instead of copying the backlog.
+
+Callers address slots by *array index* (valid until the FIFO changes) or by *absolute position*
+(``base`` + index, stable until the slot is removed). Range reads find messages by id: each
+block remembers its first id, so a binary search over an ascending run unpacks one block.
+
+A message whose record is not yet durable (or that cannot be paged: redelivered, or stored in
+a record whose layout we do not know) waits in the FIFO as an object (``src == OBJ``, the
+``Message`` in ``objs``) and is turned into a compact slot by ``settle`` once the journal
+reports it durable: a failed batch rewinds the journal, so an undurable location may later
+hold another record.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
+from itertools import compress, count, islice
+from operator import lt
+from typing import TYPE_CHECKING
+
+from sluicemq.storage import slotpack
+from sluicemq.storage.slotpack import SLOT_BYTES, Fields
+
+if TYPE_CHECKING:
+    from sluicemq.core.routing.message import Message
+    from sluicemq.storage.segment import Location
+
+JOURNAL, TEMP, OBJ = 0, 1, 2
+Slot = tuple[int, int, int, int, int, int, int]  # mid, src, seg, off, length, inner, size
+BLOCK = 4096  # slots per block: ~130 KiB open, ~10 KiB packed
+OPEN_BLOCKS = 4  # sealed blocks kept unpacked besides the one being appended to
+MAX_RUNS = 64  # beyond this many sorted runs, forget them and rescan when next asked
+
+
+class _Block:
+    """Consecutive slots: open (``fields``), sealed (``packed``), or both while a sealed block
+    is being read (``packed`` still valid: dropping ``fields`` is free). ``packed is None``
+    means the open fields changed since they were last packed."""
+
+    __slots__ = ("fields", "first", "journal_only", "n", "packed", "segs")
+
+    def __init__(self, fields: Fields) -> None:
+        self.fields: Fields | None = fields
+        self.packed: bytes | None = None
+        self.n = len(fields[0])
+        self.first = fields[0][0] if self.n else 0  # the id at offset 0
+        self.segs = (0, -1)  # lowest and highest journal segment, known while sealed
+        self.journal_only = False  # every slot a journal slot, known while sealed
+
+    def open(self) -> Fields:
+        if self.fields is None:
+            assert self.packed is not None
+            self.fields = slotpack.unpack(self.packed)
+        return self.fields
+
+    def seal(self) -> None:
+        """Drop the open fields, packing them first if they changed."""
+        fields = self.fields
+        if fields is None:
+            return
+        if self.packed is None:
+            self.learn(fields)
+            self.packed = slotpack.pack(fields)
+        self.fields = None
+
+    def learn(self, fields: Fields) -> None:
+        """Note the facts a sealed block answers without unpacking."""
+        self.n = len(fields[0])
+        self.first = fields[0][0] if self.n else 0
+        seg = fields[2]
+        self.segs = (min(seg), max(seg)) if self.n else (0, -1)
+        self.journal_only = fields[1].tobytes().count(JOURNAL) == self.n
+
+    def changed(self) -> Fields:
+        """The open fields, about to be modified: the packed copy is stale from now on."""
+        fields = self.open()
+        self.packed = None
+        return fields
+
+    def may_hold_segment(self, lo: int, hi: int) -> bool:
+        """Could a journal slot here be in a segment within ``[lo, hi]``? (cheap skip)"""
+        if self.fields is not None:
+            return True
+        return self.segs[0] <= hi and lo <= self.segs[1]
+
+    @property
+    def nbytes(self) -> int:
+        packed = len(self.packed) if self.packed is not None else 0
+        return packed + (self.n * SLOT_BYTES if self.fields is not None else 0)
+
+
+class SpillFifo:
+    """FIFO of paged-out messages in packed blocks; pops from the front in O(1) amortised.
+
+    Ids usually ascend front to back (they are handed out in enqueue order); late arrivals such
+    as held stream chunks or restored unacknowledged messages start new ascending *runs*. The
+    FIFO knows where its runs start, and each run is binary-searchable (``bisect``).
+    """
+
+    __slots__ = ("_blocks", "_end", "_last", "_open", "_runs", "_start", "_starts", "base",
+                 "objs")
+
+    def __init__(self) -> None:
+        self.objs: dict[int, Message] = {}  # OBJ slots, by message id
+        self._blocks: list[_Block] = []
+        self._starts: list[int] = []  # array index of each block's offset 0
+        self._open: list[_Block] = []  # opened sealed blocks, least recently used first
+        self._start = 0  # array index of the front slot
+        self._end = 0  # array index just past the back slot
+        self._last = -1  # id of the back slot
+        self.base = 0  # slots ever popped from the front: absolute position = base + index
+        self._runs: list[int] | None = []  # absolute positions where ascending runs start
+
+    def __len__(self) -> int:
+        return self._end - self._start
+
+    @property
+    def end(self) -> int:
+        return self._end
+
+    def indexes(self) -> range:
+        return range(self._start, self._end)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this FIFO's slots take (packed and open blocks)."""
+        return sum(b.nbytes for b in self._blocks)
+
+    # -- blocks ------------------------------------------------------------------------------
+    def _locate(self, i: int) -> tuple[int, int]:
+        """(block number, offset in it) of array index ``i``."""
+        k = bisect_right(self._starts, i) - 1
+        return k, i - self._starts[k]
+
+    def _fields(self, k: int) -> Fields:
+        """Block ``k`` open, remembered as recently used (the last block is always open)."""
+        block = self._blocks[k]
+        if k == len(self._blocks) - 1 and block.packed is None:
+            return block.open()
+        opened = self._open
+        if opened and opened[-1] is block:
+            return block.open()
+        if block in opened:
+            opened.remove(block)
+        opened.append(block)
+        fields = block.open()
+        while len(opened) > OPEN_BLOCKS:
+            opened.pop(0).seal()
+        return fields
+
+    def _tail_fields(self) -> Fields:
+        """The block appends go to: a new one when the last is full or sealed."""
+        blocks = self._blocks
+        if blocks:
+            last = blocks[-1]
+            if last.n < BLOCK and last.packed is None and last.fields is not None:
+                return last.fields
+            self._remember(last)
+        block = _Block(slotpack.empty())
+        blocks.append(block)
+        self._starts.append(self._end)
+        return block.fields  # type: ignore[return-value]
+
+    def _remember(self, block: _Block) -> None:
+        """A block stops being the last one: it joins the opened ones and may get sealed."""
+        if block.fields is None or block in self._open:
+            return
+        self._open.append(block)
+        while len(self._open) > OPEN_BLOCKS:
+            self._open.pop(0).seal()
+
+    def _forget(self, block: _Block) -> None:
+        if block in self._open:
+            self._open.remove(block)
+
+    def _drop_front_blocks(self) -> None:
+        """Forget blocks whose slots all lie before the front."""
+        starts, blocks = self._starts, self._blocks
+        k = 0
+        while k < len(blocks) and starts[k] + blocks[k].n <= self._start:
+            k += 1
+        if k:
+            for block in blocks[:k]:
+                self._forget(block)
+            del blocks[:k], starts[:k]
+
+    def _renumber(self, k: int) -> None:
+        """Drop empty blocks from ``k`` on and recount the starts after them."""
+        blocks, starts = self._blocks, self._starts
+        j = k
+        pos = starts[k] if k < len(starts) else self._end
+        while j < len(blocks):
+            block = blocks[j]
+            if block.n == 0:
+                self._forget(block)
+                del blocks[j], starts[j]
+                continue
+            starts[j] = pos
+            pos += block.n
+            j += 1
+
+    def _note_ids(self, ids: array, at: int) -> None:
+        """Ids were appended at absolute position ``at``: note where ascending runs start."""
+        runs = self._runs
+        if not ids or runs is None:
+            return
+        if self._end - len(ids) == self._start:  # they are the whole FIFO
+            runs[:] = [at]
+        elif ids[0] < self._last:
+            runs.append(at)
+        breaks = compress(count(at + 1), map(lt, islice(ids, 1, None), ids))
+        runs.extend(breaks)
+        if len(runs) > MAX_RUNS:
+            self._runs = None
+
+    # -- appending ---------------------------------------------------------------------------
+    def append(self, mid: int, src: int, seg: int, off: int, length: int, inner: int,
+               size: int) -> int:
+        """Add a slot at the back; returns its absolute position (stable until removed)."""
+        pos = self.base + self._end - self._start
+        runs = self._runs
+        if self._end == self._start:
+            self._runs = [pos]
+        elif runs is not None and mid < self._last:
+            runs.append(pos)
+            if len(runs) > MAX_RUNS:
+                self._runs = None
+        fields = self._tail_fields()
+        for col, v in zip(fields, (mid, src, seg, off, length, inner, size), strict=True):
+            col.append(v)
+        block = self._blocks[-1]
+        if block.n == 0:
+            block.first = mid
+        block.n += 1
+        self._end += 1
+        self._last = mid
+        return pos
+
+    def extend(self, mid: array, seg: array, off: array, length: array, inner: array,
+               size: array) -> None:
+        """Append journal slots in bulk (index snapshot), packing full blocks as they come."""
+        n = len(mid)
+        if not n:
+            return
+        at = self.base + self._end - self._start
+        for a in range(0, n, BLOCK):
+            b = min(n, a + BLOCK)
+            if self._blocks:
+                self._remember(self._blocks[-1])
+            block = _Block((mid[a:b], array("B", bytes(b - a)), seg[a:b], off[a:b],
+                            length[a:b], inner[a:b], size[a:b]))
+            self._blocks.append(block)
+            self._starts.append(self._end + a)
+            if b - a == BLOCK:
+                block.seal()
+        self._end += n
+        self._note_ids(mid, at)
+        self._last = mid[-1]
+
+    def adopt_block(self, packed: bytes, fields: Fields) -> None:
+        """Append a whole packed block of journal slots as it is (index snapshot): ``fields``
+        are its unpacked columns, read for the block's facts and then dropped."""
+        if self._blocks:
+            self._remember(self._blocks[-1])
+        block = _Block(fields)
+        block.learn(fields)
+        block.packed, block.fields = packed, None
+        if not block.n:
+            return
+        at = self.base + self._end - self._start
+        self._blocks.append(block)
+        self._starts.append(self._end)
+        self._end += block.n
+        self._note_ids(fields[0], at)
+        self._last = fields[0][-1]
+
+    def append_obj(self, msg: Message) -> int:
+        self.objs[msg.mid] = msg
+        return self.append(msg.mid, OBJ, 0, 0, 0, 0, msg.size)
+
+    # -- reading -----------------------------------------------------------------------------
+    def slot(self, i: int) -> Slot:
+        """The slot at array index ``i`` (not absolute position)."""
+        k, j = self._locate(i)
+        mid, src, seg, off, length, inner, size = self._fields(k)
+        return (mid[j], src[j], seg[j], off[j], length[j], inner[j], size[j])
+
+    def id_at(self, i: int) -> int:
+        k, j = self._locate(i)
+        return self._fields(k)[0][j]
+
+    def src_at(self, i: int) -> int:
+        k, j = self._locate(i)
+        return self._fields(k)[1][j]
+
+    def ids(self, i: int, j: int) -> array:
+        """The ids at array indexes ``[i, j)``."""
+        out = array("Q")
+        while i < j:
+            k, off = self._locate(i)
+            take = min(j - i, self._blocks[k].n - off)
+            out.extend(self._fields(k)[0][off:off + take])
+            i += take
+        return out
+
+    def columns(self, i: int, j: int) -> Fields:
+        """The seven slot columns at array indexes ``[i, j)``, as copies (C-speed slices)."""
+        out = slotpack.empty()
+        while i < j:
+            k, off = self._locate(i)
+            take = min(j - i, self._blocks[k].n - off)
+            for dst, col in zip(out, self._fields(k), strict=True):
+                dst.extend(col[off:off + take])
+            i += take
+        return out
+
+    def bisect(self, x: int, lo: int, hi: int) -> int:
+        """``bisect_left`` for id ``x`` over array indexes ``[lo, hi)`` of one ascending run:
+        blocks are chosen by their first id, so one block is unpacked."""
+        if lo >= hi:
+            return lo
+        k_lo, _ = self._locate(lo)
+        k_hi, _ = self._locate(hi - 1)
+        blocks = self._blocks
+        a, b = k_lo + 1, k_hi + 1  # blocks after k_lo start inside the run: firsts ascend
+        while a < b:
+            m = (a + b) // 2
+            if blocks[m].first < x:
+                a = m + 1
+            else:
+                b = m
+        k = a - 1
+        first = self._starts[k]
+        ids = self._fields(k)[0]
+        j = bisect_left(ids, x, max(lo, first) - first, min(hi, first + blocks[k].n) - first)
+        return first + j
+
+    def index_of(self, mid: int, position: int | None = None) -> int:
+        """Array index of the slot for ``mid`` (hint: its absolute position), or -1."""
+        if position is not None:
+            i = position - self.base + self._start
+            if self._start <= i < self._end and self.id_at(i) == mid:
+                return i
+        for k, first in enumerate(list(self._starts)):
+            ids = self._fields(k)[0]
+            try:
+                return first + ids.index(mid, max(0, self._start - first))
+            except ValueError:
+                continue
+        return -1
+
+    def runs(self) -> list[tuple[int, int]]:
+        """``[lo, hi)`` array-index windows in which ids ascend, front to back."""
+        start, end = self._start, self._end
+        if start == end:
+            return []
+        if not self._runs:  # unknown (cut in the middle, or more runs than worth tracking)
+            self._runs = []
+            prev = None
+            for i, j, _packed, fields, k in self._spans(unpack=True):
+                assert fields is not None
+                ids = fields[0][k:k + j - i]
+                at = self.base + i - start
+                if prev is None or ids[0] < prev:
+                    self._runs.append(at)
+                self._runs.extend(compress(count(at + 1), map(lt, islice(ids, 1, None), ids)))
+                prev = ids[-1]
+        runs = self._runs
+        front = self.base
+        while len(runs) > 1 and runs[1] <= front:
+            del runs[0]
+        out = []
+        for k, pos in enumerate(runs):
+            lo = max(pos, front) - front + start
+            hi = runs[k + 1] - front + start if k + 1 < len(runs) else end
+            if lo < hi:
+                out.append((lo, hi))
+        return out
+
+    def _spans(self, *, unpack: bool
+               ) -> Iterator[tuple[int, int, bytes | None, Fields | None, int]]:
+        start, end = self._start, self._end
+        for n, (block, first) in enumerate(zip(list(self._blocks), list(self._starts),
+                                               strict=True)):
+            i, j = max(first, start), min(first + block.n, end)
+            if i >= j:
+                continue
+            if not unpack and block.packed is not None and block.journal_only:
+                yield i, j, block.packed, None, i - first
+            else:
+                yield i, j, None, self._fields(n), i - first
+
+    def pieces(self) -> Iterator[tuple[int, int, bytes | None, Fields | None, int]]:
+        """``(i, j, packed, fields, k)`` for each block's live slots: array indexes ``[i, j)``
+        are offsets ``[k, k + j - i)`` of the block. ``packed`` (a block of journal slots only,
+        immutable bytes that may be kept) or else ``fields`` (open for one step) is given."""
+        return self._spans(unpack=False)
+
+    def journal_slots(self, segment: int) -> Iterator[tuple[int, int, int, int, int]]:
+        """(mid, seg, off, length, inner) of live journal slots stored in ``segment``."""
+        out: list[tuple[int, int, int, int, int]] = []
+        for n, (block, first) in enumerate(zip(self._blocks, self._starts, strict=True)):
+            if not block.may_hold_segment(segment, segment):
+                continue
+            mid, src, seg, off, length, inner, _size = self._fields(n)
+            for j in range(max(0, self._start - first), block.n):
+                if seg[j] == segment and src[j] == JOURNAL:
+                    out.append((mid[j], segment, off[j], length[j], inner[j]))
+        yield from out
+
+    # -- taking out --------------------------------------------------------------------------
+    def popleft(self) -> Slot:
+        i = self._start
+        s = self.slot(i)
+        self._start = i + 1
+        self.base += 1
+        if self._start >= self._starts[0] + self._blocks[0].n:
+            self._drop_front_blocks()
+        return s
+
+    def settle(self, i: int, src: int, seg: int, off: int, length: int, inner: int) -> None:
+        """An OBJ slot becomes a compact one in place."""
+        k, j = self._locate(i)
+        self._fields(k)
+        fields = self._blocks[k].changed()
+        self.objs.pop(fields[0][j], None)
+        for col, v in zip(fields[1:6], (src, seg, off, length, inner), strict=True):
+            col[j] = v
+
+    def delete(self, i: int) -> Slot:
+        """Remove the slot at array index ``i`` (admin removals)."""
+        return self.delete_range(i, i + 1)[0]
+
+    def delete_range(self, i: int, j: int) -> list[Slot]:
+        """Remove the slots at array indexes ``[i, j)``; from the front this is a cheap pop."""
+        return list(zip(*self.discard_range(i, j), strict=True))
+
+    def discard_range(self, i: int, j: int) -> Fields:
+        """``delete_range`` returning the removed slots as columns (no tuple per slot)."""
+        out = self.columns(i, j)
+        if i == self._start:
+            self._start = j
+            self.base += j - i
+            self._drop_front_blocks()
+            return out
+        k0, _ = self._locate(i)
+        k = k0
+        while k < len(self._blocks) and self._starts[k] < j:
+            first = self._starts[k]
+            block = self._blocks[k]
+            a, b = max(i, first) - first, min(j, first + block.n) - first
+            if a < b:
+                self._fields(k)
+                fields = block.changed()
+                for col in fields:
+                    del col[a:b]
+                block.n -= b - a
+                block.first = fields[0][0] if block.n else 0
+            k += 1
+        removed = j - i
+        last_gone = j == self._end
+        self._end -= removed
+        self._renumber(k0)
+        if last_gone and self._end > self._start:
+            self._last = self.id_at(self._end - 1)
+        self._runs = None
+        return out
+
+    def relocate(self, moved: dict[tuple[int, int, int], Location]) -> set[tuple[int, int, int]]:
+        """Journal slots whose (seg, off, inner) is in ``moved`` now point at the new location:
+        compaction rewrote the message as a plain record there. Returns the keys found."""
+        found: set[tuple[int, int, int]] = set()
+        segs = {key[0] for key in moved}
+        if not segs:
+            return found
+        lo, hi = min(segs), max(segs)
+        for n, (block, first) in enumerate(zip(self._blocks, self._starts, strict=True)):
+            if not block.may_hold_segment(lo, hi):
+                continue
+            _mid, src, seg, off, length, inner, _size = self._fields(n)
+            for j in range(max(0, self._start - first), block.n):
+                if src[j] == JOURNAL and seg[j] in segs:
+                    key = (seg[j], off[j], inner[j])
+                    new = moved.get(key)
+                    if new is not None:
+                        _mid, src, seg, off, length, inner, _size = block.changed()
+                        seg[j], off[j], length[j] = new.segment, new.offset, new.length
+                        inner[j] = 0
+                        found.add(key)
+        return found
+
+    def clear(self) -> None:
+        self.objs.clear()
+        self._blocks.clear()
+        self._starts.clear()
+        self._open.clear()
+        self.base += self._end - self._start
+        self._start = self._end
+        self._runs = []
+

@@ -1,0 +1,7 @@
+"""Routing: destinations and how a message reaches a consumer.
+
+Owns the broker (destinations, durable subscriptions, the receipt clock), queues, topics,
+consumers, the dispatch pass, the in-memory message, destination names and the destination
+count limits. May import paging, streams, limits, selectors, storage, config and errors; it
+reaches persistence, staging and dedup only through the broker's start-up wiring.
+"""

@@ -1,0 +1,138 @@
+"""How many destinations clients may create, and reclaiming the ones nobody uses any more.
+
+Why: queues and topics are created on first use, and each costs RAM that no message limit
+sees (its cursor, stats, policy). Without a cap one client naming 100,000 queues grows the
+broker past any memory limit; without reclaiming, 50,000 SUBSCRIBE + UNSUBSCRIBE cycles leave
+50,000 empty queues behind for good. So a new destination is admitted against
+``max_destinations`` (broker-wide) and ``max_destinations_per_user`` (the creating user, or
+the client address for anonymous connections), and a destination that has been empty, without
+consumers or subscribers, for ``idle_destination_seconds`` is dropped (it comes back, empty,
+on next use). At a cap, idle destinations are reclaimed at once before anything is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from sluicemq.config import Limits
+from sluicemq.core.routing.names import QUEUE, TOPIC
+from sluicemq.errors import ProtocolError
+
+if TYPE_CHECKING:
+    from sluicemq.core.routing.broker import Broker
+    from sluicemq.core.routing.queue import Queue
+
+Key = tuple[str, str]  # (kind, name)
+
+
+class DestinationBudget:
+    """Who created which destination, and the sweep that drops idle empty ones."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.owners: dict[Key, str] = {}
+        self.per_owner: dict[str, int] = {}
+        self._idle_since: dict[Key, float] = {}
+        self.reclaimed_total = 0
+        self.refused_total = 0
+        self._fruitless: tuple[float, int] | None = None  # when a forced sweep found nothing
+
+    @property
+    def count(self) -> int:
+        return len(self.broker.queues) + len(self.broker.topics)
+
+    def _exists(self, kind: str, name: str) -> bool:
+        return name in (self.broker.queues if kind == QUEUE else self.broker.topics)
+
+    def admit(self, kind: str, name: str, owner: str) -> None:
+        """Allow ``owner`` to use ``kind/name``, creating it; ProtocolError names the limit."""
+        if self._exists(kind, name) or (kind, name) in self.owners:
+            return
+        limits = self.broker.config.limits
+        held = self.per_owner.get(owner, 0)
+        per_user = limits.max_destinations_per_user
+        if (self.count >= limits.max_destinations or (per_user and held >= per_user)):
+            self._forced_sweep()
+            held = self.per_owner.get(owner, 0)
+        if self.count >= limits.max_destinations:
+            self.refused_total += 1
+            raise ProtocolError(f"cannot create /{kind}/{name}: too many destinations (limit "
+                                f"{limits.max_destinations}, max_destinations)", fatal=False)
+        if per_user and held >= per_user:
+            self.refused_total += 1
+            raise ProtocolError(f"cannot create /{kind}/{name}: {owner} created too many "
+                                f"destinations (limit {per_user}, max_destinations_per_user)",
+                                fatal=False)
+        self.owners[(kind, name)] = owner
+        self.per_owner[owner] = held + 1
+
+    def _forced_sweep(self) -> None:
+        """Reclaim every idle destination now, unless that found nothing within the last
+        second and no destination came or went since (a client hammering a cap must not make
+        each refusal scan every destination)."""
+        now = self.broker.now_ms() / 1000
+        if self._fruitless is not None:
+            at, count = self._fruitless
+            if now - at < 1.0 and count == self.count:
+                return
+        self._fruitless = None if self.sweep(now, force=True) else (now, self.count)
+
+    def sweep(self, now: float, *, force: bool = False) -> int:
+        """Drop destinations idle for ``idle_destination_seconds`` (all idle ones with
+        ``force``); returns how many were dropped."""
+        broker = self.broker
+        grace = broker.config.limits.idle_destination_seconds
+        busy_keys = {st.queue_key for st in broker.streams.values()}
+        dropped = 0
+        seen: set[Key] = set()
+        for name, q in list(broker.queues.items()):
+            key = (QUEUE, name)
+            if _queue_idle(q) and q.key not in busy_keys and not broker.is_dirty(q):
+                seen.add(key)
+                if force or now - self._idle_since.setdefault(key, now) >= grace:
+                    del broker.queues[name]
+                    dropped += 1
+        for name, t in list(broker.topics.items()):
+            key = (TOPIC, name)
+            if not t.subscribers and f"t:{name}" not in busy_keys:
+                seen.add(key)
+                if force or now - self._idle_since.setdefault(key, now) >= grace:
+                    del broker.topics[name]
+                    dropped += 1
+        self._idle_since = {k: v for k, v in self._idle_since.items()
+                            if k in seen and self._exists(*k)}
+        for key, owner in list(self.owners.items()):
+            if not self._exists(*key):  # dropped, or never created (re-admitted on retry)
+                del self.owners[key]
+                left = self.per_owner[owner] - 1
+                if left:
+                    self.per_owner[owner] = left
+                else:
+                    del self.per_owner[owner]
+        if dropped:
+            broker.forget_policies()
+        self.reclaimed_total += dropped
+        return dropped
+
+
+def _queue_idle(q: Queue) -> bool:
+    return not q.consumers and not q.pending and not q.groups
+
+
+def owner_of(user_name: str | None, peer: str) -> str:
+    """Whom a new destination is counted against: the user, or for anonymous the address."""
+    if user_name is not None:
+        return f"user {user_name!r}"
+    return f"address {peer.rsplit(':', 1)[0]}"
+
+
+def check_durable_cap(durables: Mapping[str, Any], client_id: str, limits: Limits) -> None:
+    """One client id may hold ``max_durable_subscriptions`` (each is a queue of its own that
+    every matching publish copies into)."""
+    prefix = f"d:{client_id}:"
+    held = sum(1 for key in durables if key.startswith(prefix))
+    limit = limits.max_durable_subscriptions
+    if held >= limit:
+        raise ProtocolError(f"client-id {client_id!r} has too many durable subscriptions "
+                            f"(limit {limit}, max_durable_subscriptions)", fatal=False)

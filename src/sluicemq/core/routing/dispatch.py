@@ -1,0 +1,102 @@
+"""The dispatch pass: hand a queue's pending messages to consumers that have room.
+
+Rules, in the order they apply to each message (highest priority first, FIFO within):
+1. an expired message is dropped (and counted), never delivered;
+2. if any consumer subscribed with ``activemq.exclusive:true``, only the first of them receives;
+3. a message with ``JMSXGroupID`` goes to the consumer that owns its group (assigned on the
+   group's first message, released when that consumer leaves); it waits while the owner is full;
+   a stream's chunks are a group too, and a consumer subscribed with ``sluice-max-streams:N``
+   is given a new stream only while it has fewer than N open (final chunk not yet acked), so
+   chunks of different streams never interleave for it;
+4. otherwise consumers take turns (round robin from where the last pass stopped) among those
+   with room whose selector matches.
+A message no consumer can take now is skipped, not lost. A pass looks at no more than
+``scan_limit`` messages, so a backlog no consumer's selector wants cannot stall the loop.
+"""
+
+from __future__ import annotations
+
+from sluicemq.core.routing.consumer import AUTO, Consumer
+from sluicemq.core.routing.message import Message
+from sluicemq.core.routing.queue import Queue
+from sluicemq.core.streams.chunks import SEQ, is_chunk, is_final
+
+DEFAULT_SCAN_LIMIT = 10_000
+
+
+def _candidates(queue: Queue) -> list[Consumer]:
+    exclusive = [c for c in queue.consumers if c.exclusive]
+    return exclusive[:1] if exclusive else queue.consumers
+
+
+def _pick(queue: Queue, candidates: list[Consumer], msg: Message,
+          new_stream: bool = False) -> Consumer | None:
+    n = len(candidates)
+    for i in range(n):
+        c = candidates[(queue.rr + i) % n]
+        if c.ready() and c.accepts(msg) and (not new_stream or c.can_open_stream()):
+            queue.rr = (queue.rr + i + 1) % n
+            return c
+    return None
+
+
+def dispatch(queue: Queue, now_ms: int, scan_limit: int = DEFAULT_SCAN_LIMIT,
+             max_deliveries: int = 1 << 30) -> int:
+    """Run one pass; returns how many messages were delivered (at most ``max_deliveries``)."""
+    candidates = _candidates(queue)
+    if not candidates or not queue.pending:
+        return 0
+    delivered = 0
+    skipped: list[Message] = []
+    expired: list[Message] = []
+    auto_acked: list[Message] = []
+    pending = queue.pending
+    scanned = 0
+    # Readiness only changes within a pass by our own deliveries, so count it, don't poll it.
+    n_ready = sum(1 for c in candidates if c.ready())
+    while n_ready and scanned < scan_limit and delivered < max_deliveries:
+        msg = pending.pop()
+        if msg is None:
+            break
+        scanned += 1
+        if msg.expires and msg.expired(now_ms):
+            expired.append(msg)
+            continue
+        if msg.group is not None:
+            owner = queue.groups.get(msg.group)
+            if owner is not None:
+                consumer = owner if owner.ready() and owner in candidates else None
+            else:
+                chunk = is_chunk(msg)
+                consumer = _pick(queue, candidates, msg, chunk)
+                if consumer is not None:
+                    queue.groups[msg.group] = consumer
+                    if chunk:
+                        consumer.open_streams.add(msg.group)
+                        if msg.headers.get(SEQ, "0") != "0":
+                            consumer.resumed.add(msg.group)
+                        queue.owner.stream_assigned(queue, msg.group, consumer)
+        else:
+            consumer = _pick(queue, candidates, msg)
+        if consumer is None:
+            skipped.append(msg)
+            continue
+        msg.deliveries += 1
+        if consumer.ack_mode == AUTO:
+            auto_acked.append(msg)
+            if consumer.open_streams and is_final(msg):
+                queue.close_stream(consumer, msg.group)
+        else:
+            consumer.inflight[msg.mid] = msg
+        consumer.delivery.deliver(consumer, msg)
+        delivered += 1
+        if not consumer.ready():
+            n_ready -= 1
+    pending.restore(skipped)
+    if expired:
+        queue.stats.expired += len(expired)
+        queue.owner.record_removal(queue, expired)
+    if auto_acked:
+        queue.stats.dequeued += len(auto_acked)
+        queue.owner.record_removal(queue, auto_acked)
+    return delivered

@@ -1,0 +1,235 @@
+"""A queue: pending messages, its consumers, and what happens on ack, nack and departure.
+
+Also the shape of every topic subscription (each subscriber gets a queue of its own), so that
+acks, prefetch, redelivery and DLQ rules are written once.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from sluicemq.config import Policy
+from sluicemq.core.paging.cursor import PendingList
+from sluicemq.core.routing.consumer import Consumer
+from sluicemq.core.routing.message import Message
+from sluicemq.core.streams.chunks import DISCARD, RESTART, is_chunk, is_final
+
+if TYPE_CHECKING:
+    from sluicemq.core.selectors import Selector
+
+
+class QueueOwner(Protocol):
+    """The broker services a queue relies on, injected so queues stay testable alone."""
+
+    def schedule_dispatch(self, queue: Queue) -> None: ...
+
+    def make_pending(self, destination: str, policy: Policy) -> PendingList: ...
+
+    def record_removal(self, queue: Queue, msgs: Iterable[Message]) -> None: ...
+
+    def record_removal_run(self, queue: Queue, mids: array, segments: array,
+                           offsets: array) -> None: ...
+
+    def dead_letter(self, queue: Queue, msg: Message) -> None: ...
+
+    def stream_assigned(self, queue: Queue, stream_id: str, consumer: Consumer) -> None: ...
+
+    def stream_finished(self, queue: Queue, stream_id: str) -> None: ...
+
+    def stream_discarded(self, queue: Queue, stream_id: str) -> None: ...
+
+
+@dataclass(slots=True)
+class QueueStats:
+    """Lifetime counters (since broker start)."""
+
+    enqueued: int = 0
+    dequeued: int = 0
+    redelivered: int = 0
+    expired: int = 0
+    dead_lettered: int = 0
+
+
+class Queue:
+    """Pending messages plus consumers; ``durable`` queues journal the removal of persistent ones.
+
+    ``key`` names the queue in the journal: ``q:NAME`` for queues, ``d:CLIENT:SUB`` for durable
+    topic subscriptions; non-durable topic subscriptions are not journaled at all.
+    """
+
+    def __init__(
+        self,
+        owner: QueueOwner,
+        key: str,
+        destination: str,
+        policy: Policy,
+        *,
+        durable: bool = True,
+        selector: Selector | None = None,
+    ) -> None:
+        self.owner = owner
+        self.key = key
+        self.destination = destination
+        self.policy = policy
+        self.durable = durable
+        self.selector = selector  # topic subscriptions filter at publish time
+        self.pending = owner.make_pending(destination, policy)
+        self.consumers: list[Consumer] = []
+        self.groups: dict[str, Consumer] = {}
+        self.rr = 0
+        self.stats = QueueStats()
+
+    # -- producers -------------------------------------------------------------------------
+    def enqueue(self, msg: Message) -> None:
+        self.pending.push(msg)
+        self.stats.enqueued += 1
+        if self.consumers:
+            self.owner.schedule_dispatch(self)
+
+    # -- consumers -------------------------------------------------------------------------
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        self.owner.schedule_dispatch(self)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """A consumer left: its unacked messages come back for redelivery, its groups free up."""
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        for group, owner in list(self.groups.items()):
+            if owner is consumer:
+                del self.groups[group]
+        held = [m for msgs in consumer.stream_acked.values() for m in msgs]
+        returned = held + list(consumer.inflight.values())
+        consumer.stream_acked.clear()
+        consumer.inflight.clear()
+        if consumer.open_streams and self.policy.stream_redelivery == DISCARD:
+            returned = self._discard_streams(consumer.open_streams, returned)
+        consumer.open_streams.clear()
+        consumer.resumed.clear()
+        self.return_messages(returned)
+        if self.consumers and self.pending:
+            self.owner.schedule_dispatch(self)  # what the leaver was skipped for may go now
+
+    @property
+    def inflight_count(self) -> int:
+        return sum(len(c.inflight) for c in self.consumers)
+
+    def depth(self) -> int:
+        """Messages not yet consumed: pending plus delivered-but-unacked."""
+        return len(self.pending) + self.inflight_count
+
+    # -- acknowledgement -------------------------------------------------------------------
+    def acknowledge(self, msgs: Iterable[Message], *, record: bool = True,
+                    consumer: Consumer | None = None) -> None:
+        """Consumed for good: count it and let the journal forget it.
+
+        ``record=False`` when the caller journals the removal itself (a transaction's COMMIT).
+        ``consumer`` is who acked: acking a stream's final chunk closes that stream for it.
+        """
+        msgs = list(msgs)
+        if consumer is not None and consumer.open_streams:
+            msgs = self._stream_acks(consumer, msgs)
+            if self.consumers:
+                self.owner.schedule_dispatch(self)  # held-back acks still free prefetch room
+        if not msgs:
+            return
+        self.stats.dequeued += len(msgs)
+        if record:
+            self.owner.record_removal(self, msgs)
+        if self.consumers:
+            self.owner.schedule_dispatch(self)
+
+    def acknowledge_run(self, mids: array, segments: array, offsets: array) -> None:
+        """``acknowledge`` of paged-out messages given as columns (a ledger commit)."""
+        if not mids:
+            return
+        self.stats.dequeued += len(mids)
+        self.owner.record_removal_run(self, mids, segments, offsets)
+        if self.consumers:
+            self.owner.schedule_dispatch(self)
+
+    # -- streams -----------------------------------------------------------------------------
+    def _stream_acks(self, consumer: Consumer, msgs: list[Message]) -> list[Message]:
+        """Acks of stream chunks: `restart` holds them back until the final chunk is acked."""
+        restart = self.policy.stream_redelivery == RESTART
+        out: list[Message] = []
+        for m in msgs:
+            group = m.group
+            if group is None or group not in consumer.open_streams or not is_chunk(m):
+                out.append(m)
+            elif is_final(m):
+                out.extend(consumer.stream_acked.pop(group, ()))
+                out.append(m)
+                self.close_stream(consumer, group)
+            elif restart:
+                consumer.stream_acked.setdefault(group, []).append(m)
+            else:
+                out.append(m)
+        return out
+
+    def close_stream(self, consumer: Consumer, group: str | None) -> None:
+        """The consumer has the whole stream: free it for its next one."""
+        if group is None:
+            return
+        consumer.open_streams.discard(group)
+        consumer.resumed.discard(group)
+        if self.groups.get(group) is consumer:
+            del self.groups[group]
+        self.owner.stream_finished(self, group)
+
+    def release_stream(self, consumer: Consumer, group: str) -> list[Message]:
+        """The consumer gives a stream back (NACK): returns its held and unread chunks, for the
+        caller to put back, so that the next consumer resumes the stream."""
+        held = consumer.stream_acked.pop(group, [])
+        unread = [m for m in consumer.inflight.values() if m.group == group]
+        for m in unread:
+            del consumer.inflight[m.mid]
+        consumer.open_streams.discard(group)
+        consumer.resumed.discard(group)
+        if self.groups.get(group) is consumer:
+            del self.groups[group]
+        return held + unread
+
+    def take_group(self, group: str) -> list[Message]:
+        """Remove every pending message of one group (stream discard and abandonment)."""
+        kept: list[Message] = []
+        taken: list[Message] = []
+        while (m := self.pending.pop()) is not None:
+            (taken if m.group == group else kept).append(m)
+        for m in kept:
+            self.pending.push(m)
+        return taken
+
+    def _discard_streams(self, groups: set[str], returned: list[Message]) -> list[Message]:
+        """`discard` policy: the rest of each open stream goes to the DLQ, not to another."""
+        keep = [m for m in returned if m.group not in groups]
+        for group in groups:
+            doomed = [m for m in returned if m.group == group] + self.take_group(group)
+            for m in doomed:
+                self.stats.dead_lettered += 1
+                self.owner.dead_letter(self, m)
+            self.owner.stream_discarded(self, group)
+        return keep
+
+    def return_messages(self, msgs: list[Message]) -> None:
+        """NACK or consumer loss: back to the front for redelivery, or to the DLQ when spent."""
+        for msg in reversed(msgs):
+            if msg.deliveries > self.policy.max_redeliveries:
+                self.stats.dead_lettered += 1
+                self.owner.dead_letter(self, msg)
+            else:
+                self.stats.redelivered += 1
+                self.pending.push_front(msg)
+        if msgs and self.consumers:
+            self.owner.schedule_dispatch(self)
+
+    def purge(self) -> int:
+        removed = self.pending.drain_stubs()  # a paged-out backlog is not read back to drop it
+        self.acknowledge(removed)
+        return len(removed)
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.key} pending={len(self.pending)} consumers={len(self.consumers)}>"

@@ -1,0 +1,199 @@
+"""Staged publishing on the wire: what BEGIN, SEND, ACK, COMMIT and ABORT do with the
+``sluice-stage*`` headers (docs/replay-protocol.md, section 3). The session calls in here;
+the journal work is ``core/staging/stager.py``'s.
+
+A staged part is an ordinary transaction opened with ``sluice-stage``: its SENDs are spooled as
+usual, and its COMMIT stores the part instead of routing it. A publication or an abort is a
+COMMIT or ABORT whose ``transaction`` header is only a label: it needs no BEGIN and never
+touches an open transaction.
+
+With security on, parts, publications and aborts act only on the batches of the user who sends
+them (``core/staging/book.py``): another user's batch of the same name is invisible, so it can be
+neither published empty, nor redirected, nor discarded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sluicemq.core.dedup.producers import PRODUCER_ID, PRODUCER_SEQ
+from sluicemq.core.routing.message import (
+    MAX_PRIORITY,
+    TRANSPORT_HEADERS,
+    parse_expires,
+    parse_priority,
+)
+from sluicemq.core.routing.names import QUEUE
+from sluicemq.core.security.policy import WRITE
+from sluicemq.core.sessions.spool import TxSpool
+from sluicemq.core.staging.book import (
+    DISCARDED,
+    MESSAGES,
+    RESULT,
+    STAGE,
+    STAGE_ABORT,
+    STAGE_COMMIT,
+    STAGE_PARTS,
+    TOKEN,
+    BatchKey,
+    parse_names,
+    parse_parts,
+    parse_token,
+)
+from sluicemq.errors import ProtocolError
+from sluicemq.protocol import columns
+from sluicemq.protocol.columns import COLUMNS
+from sluicemq.protocol.frames import Frame
+from sluicemq.storage import records
+
+if TYPE_CHECKING:
+    from sluicemq.core.sessions.session import Session
+
+
+OP_SEND = 1  # the session's spool tag for a SEND
+FORMAT = "sluice-format"  # "columns": the SEND's body is a column batch of messages
+
+
+class StageSpool(TxSpool):
+    """The spool of a transaction that stages ``sink/batch/part``."""
+
+    def __init__(self, directory: Path, tx_id: str, names: tuple[str, ...]) -> None:
+        super().__init__(directory, tx_id)
+        self.sink, self.batch, self.part = names
+
+
+def open_spool(directory: Path, tx_id: str, headers: dict[str, str]) -> TxSpool:
+    """BEGIN: a plain transaction, or a staged part when ``sluice-stage`` is there."""
+    value = headers.get(STAGE)
+    if value is None:
+        return TxSpool(directory, tx_id)
+    return StageSpool(directory, tx_id, parse_names(value, STAGE, 3))
+
+
+def check_op(spool: TxSpool, frame: Frame) -> None:
+    """A staged part holds SENDs only, without producer numbers (publication is idempotent)."""
+    if not isinstance(spool, StageSpool):
+        return
+    if frame.command != "SEND":
+        raise ProtocolError(f"a staged part holds only SENDs, not {frame.command}", fatal=False)
+    if PRODUCER_ID in frame.headers or PRODUCER_SEQ in frame.headers:
+        raise ProtocolError(f"{PRODUCER_ID} is not allowed in a staged part: publishing a stage "
+                            "is idempotent by itself", fatal=False)
+
+
+def add_send(spool: TxSpool, frame: Frame, kind: str, name: str, now_ms: int) -> int:
+    """A SEND inside a staged part, spooled exactly as it will be journaled (journal key, no
+    destination header, persistent whatever it said): its COMMIT then copies the bytes without
+    decoding them. Returns the messages spooled: 0 for a plain transaction's SEND (the session
+    spools it), more than one for a column batch (``sluice-format:columns``)."""
+    if not isinstance(spool, StageSpool):
+        refuse_batch(frame.headers)
+        return 0
+    check_op(spool, frame)
+    h = frame.headers
+    headers = {k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}
+    headers["persistent"] = "true"
+    key = f"{'q' if kind == QUEUE else 't'}:{name}"
+    if FORMAT in h:
+        return _add_batch(spool, frame, key, headers, now_ms)
+    spool.add(OP_SEND, records.encode_message(
+        key, 0, now_ms, parse_expires(h.get("expires")), parse_priority(h.get("priority")),
+        headers, bytes(frame.body)))
+    return 1
+
+
+def refuse_batch(headers: dict[str, str]) -> None:
+    """A column batch outside a staged part would be stored as one message whose body is the
+    batch: refuse it, so that a client never believes it sent many messages."""
+    if FORMAT in headers:
+        raise ProtocolError(f"{FORMAT} on a SEND is for staged parts only "
+                            "(docs/replay-protocol.md, section 3)", fatal=False)
+
+
+def _add_batch(spool: TxSpool, frame: Frame, key: str, common: dict[str, str],
+               now_ms: int) -> int:
+    """A column batch of messages for one destination (its ``seq`` and ``timestamp`` columns
+    are ignored; each message's headers are the frame's plus its own). Checked whole before
+    anything is spooled, so a bad batch leaves the part as it was."""
+    if frame.headers[FORMAT] != COLUMNS:
+        raise ProtocolError(f"invalid {FORMAT} {frame.headers[FORMAT]!r}: the only format is "
+                            f"'{COLUMNS}'", fatal=False)
+    del common[FORMAT]
+    try:
+        batch = columns.decode(frame.body)
+        offsets, base, raw = batch.header_offsets, batch.hdata_at, batch.body
+        own = [json.loads(bytes(raw[base + offsets[i]:base + offsets[i + 1]]))
+               for i in range(batch.count)]
+    except ValueError as exc:
+        raise ProtocolError(f"bad column batch: {exc}", fatal=False) from None
+    for i, h in enumerate(own):
+        if not isinstance(h, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in h.items()):
+            raise ProtocolError(f"bad column batch: the headers of message {i} are not a JSON "
+                                "object of strings", fatal=False)
+    priority, expires = batch.priority, batch.expires
+    if any(p > MAX_PRIORITY for p in priority):
+        raise ProtocolError(f"bad column batch: a priority above {MAX_PRIORITY}", fatal=False)
+    payloads = []
+    for i, (h, body) in enumerate(zip(own, batch.bodies(), strict=True)):
+        headers = {**common, **{k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}}
+        headers["persistent"] = "true"
+        payloads.append(records.encode_message(key, 0, now_ms, expires[i], priority[i],
+                                               headers, body))
+    spool.add_many(OP_SEND, payloads)
+    return batch.count
+
+
+def commit_part(session: Session, spool: StageSpool) -> dict[str, str]:
+    """COMMIT of a staged part: store it, invisible; the RECEIPT headers to answer with."""
+    result, count = session.broker.stager.stage(owner(session), spool.sink, spool.batch,
+                                                spool.part, _payloads(spool))
+    return {RESULT: result, MESSAGES: str(count)}
+
+
+def _payloads(spool: TxSpool) -> Iterator[bytes]:
+    for _op, payload in spool:
+        yield payload
+
+
+def publish(session: Session, frame: Frame) -> None:
+    """COMMIT with ``sluice-stage-commit``: publish the listed parts (or find it done)."""
+    sink, batch = parse_names(frame.headers[STAGE_COMMIT], STAGE_COMMIT, 2)
+    names = parse_parts(frame.headers.get(STAGE_PARTS))
+    token = parse_token(frame.headers.get(TOKEN))
+    stager = session.broker.stager
+    key = stager.book.scope(owner(session), sink, batch)
+    _authorize_batch(session, key)
+    if stager.not_durable(key, names):
+        session.when_durable_retry(frame)  # parts committed but not yet on disk: wait, in order
+        return
+    result, count, stored = stager.publish(key, names, token)
+    answer = {RESULT: result, MESSAGES: str(count)}
+    if stored is not None:
+        answer[TOKEN] = stored
+    session.receipt(frame, answer)
+
+
+def abort(session: Session, frame: Frame) -> None:
+    """ABORT with ``sluice-stage-abort``: discard the batch's parked parts."""
+    sink, batch = parse_names(frame.headers[STAGE_ABORT], STAGE_ABORT, 2)
+    stager = session.broker.stager
+    key = stager.book.scope(owner(session), sink, batch)
+    _authorize_batch(session, key)
+    discarded = stager.abort(key)
+    session.receipt(frame, {DISCARDED: str(discarded)})
+
+
+def owner(session: Session) -> str | None:
+    """Whose batches this connection works on: its user's with security on, else nobody's."""
+    return session.security.owner(session.user)
+
+
+def _authorize_batch(session: Session, key: BatchKey) -> None:
+    """Publishing or discarding a batch acts on what it would send: the user needs write
+    permission on each of its destinations, as for sending there directly."""
+    for kind, name in sorted(session.broker.stager.book.destinations(key)):
+        session._authorize(WRITE, "queue" if kind == "q" else "topic", name)

@@ -1,0 +1,290 @@
+"""Staged publishing, the broker side: journal records, publication, discard and the timer.
+
+A part is stored at its COMMIT as STAGE records (the layout of transaction records, message ids
+0) and pinned; nothing is routed. Publication appends one STAGE_PUBLISH record naming the part
+records in order and the first of a fresh block of message ids, then makes every message
+visible in the same loop turn: a queue with a store cursor adopts compact slots pointing into
+the part records (nothing is read back, however big the batch); topics and VM-cursor queues
+get message objects read from the records. The parts' pins are released once the publication
+record is durable; from then on the messages pin their records like a transaction's messages
+do, and compaction moves them like any others.
+
+Replay (``core/pipeline_recovery.py``) applies a STAGE_PUBLISH record all or nothing and gives
+message ``i`` the id ``base + i`` - the ids the running broker gave them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from sluicemq.core.paging.spill import JOURNAL, SpillFifo
+from sluicemq.core.persistence.anchor import Anchor
+from sluicemq.core.routing.message import Message
+from sluicemq.core.staging.book import (
+    DUPLICATE,
+    PUBLISHED,
+    STAGED,
+    BatchKey,
+    ParkedPart,
+    StageBook,
+    StagedRecord,
+)
+from sluicemq.core.staging.mover import PartMover
+from sluicemq.errors import ProtocolError
+from sluicemq.storage import records
+from sluicemq.storage.staging_records import (
+    MEMO_PUBLISHED,
+    STAGE,
+    STAGE_DISCARD,
+    STAGE_PUBLISH,
+    Publication,
+    StageMeta,
+    encode_discard,
+    encode_publish,
+    encode_stage,
+)
+from sluicemq.storage.store import TicketLike
+
+if TYPE_CHECKING:
+    from sluicemq.core.routing.broker import Broker
+    from sluicemq.core.routing.queue import Queue
+
+log = logging.getLogger("sluicemq.staging")
+
+RECORD_BYTES = 4 << 20  # a part larger than this is journaled as several records
+MEMORY_TABLE = "published"
+
+
+class Stager:
+    """Parked parts and published batches of one broker."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.store = broker.store
+        limits = broker.config.limits
+        self.timeout_ms = int(limits.stage_timeout * 1000)
+        self.memory_ms = int(limits.stage_memory * 1000)
+        self.book = StageBook(limits.stage_memory_batches)
+        self.anchor = Anchor(broker.store, MEMO_PUBLISHED, MEMORY_TABLE,
+                             lambda: self.book.dump_memory())  # the book is replaced at start-up
+        self.mover = PartMover(broker.store, lambda: self.book)
+        self._attempts = itertools.count(int(time.time() * 1_000_000))
+        self.published_batches = 0
+        self.published_messages = 0
+        self.discarded_parts = 0
+        # Publication records not yet durable, and those whose write failed (disk full): the
+        # messages are visible and the batch counts as published, so the record is written
+        # again until it sticks - else a restart would forget the publication.
+        self._unsynced: list[tuple[TicketLike, BatchKey, bytes]] = []
+        self._unsaved: dict[BatchKey, bytes] = {}
+
+    # -- staging -----------------------------------------------------------------------------
+    def stage(self, owner: str | None, sink: str, batch: str, part: str,
+              messages: Iterable[bytes]) -> tuple[str, int]:
+        """Store ``owner``'s part (its COMMIT) from its messages' MSG payloads (id 0, journal
+        key); ``(staged, n)``, or ``(duplicate, 0)`` when the batch was published already
+        (nothing is stored: publishing it again would do nothing)."""
+        if self.book.published_count(self.book.scope(owner, sink, batch)) is not None:
+            return DUPLICATE, 0
+        meta = StageMeta(sink, batch, part, next(self._attempts), self.broker.now_ms(), owner)
+        txid = meta.txid()
+        first = records.tx_op_offsets(txid, [(records.MSG, b"")])[0]
+        parked = ParkedPart(sink, batch, part, meta.attempt, meta.created_ms, owner)
+        pending: list[tuple[str, int, int, int]] = []
+        ops: list[tuple[int, bytes]] = []
+        size, pos = 0, first
+
+        def close(final: bool) -> None:
+            nonlocal ops, pending, size, pos
+            ticket = self.store.append_record(STAGE, encode_stage(meta, ops, final=final))
+            self.store.hold(ticket)
+            rec = StagedRecord(ticket)
+            for entry in pending:
+                rec.add(*entry)
+            parked.records.append(rec)
+            ops, pending, size, pos = [], [], 0, first
+
+        for payload in messages:
+            _mid, priority, _flags, key, hpos, hlen = records.message_head(payload)
+            ops.append((records.MSG, payload))
+            pending.append((key, priority, pos, len(payload) - hpos - hlen))
+            pos += len(payload) + records.OP_HEAD_SIZE
+            size += len(payload)
+            if size >= RECORD_BYTES:
+                close(final=False)
+        close(final=True)
+        old = self.book.park(parked)
+        if old is not None:  # a retried task staged the part again: the newer attempt wins
+            self.store.release_after(parked.records[-1].ticket.seq, old.tickets)
+        return STAGED, parked.count
+
+    def not_durable(self, key: BatchKey, names: list[str]) -> bool:
+        """Are some of these parts' records still on their way to the disk?"""
+        parts = self.book.parts_of(key)
+        durable = self.store.durable_seq
+        return any(r.ticket.seq > durable for n in names if n in parts
+                   for r in parts[n].records)
+
+    # -- publication -------------------------------------------------------------------------
+    def publish(self, key: BatchKey, names: list[str],
+                token: str | None = None) -> tuple[str, int, str | None]:
+        """Make the listed parts of batch ``key`` (from ``book.scope``) visible at once,
+        discard its other parts; ``(published, n, token)`` or, for a batch published before,
+        ``(duplicate, n then, the token it was published with)``."""
+        owner, sink, batch = key
+        earlier = self.book.published_count(key)
+        if earlier is not None:
+            self._resave(key)  # its RECEIPT then covers a record that had failed
+            self._discard(self.book.take_batch(key))
+            return DUPLICATE, earlier, self.book.published_token(key)
+        parked = self.book.parts_of(key)
+        missing = [n for n in names if n not in parked]
+        if missing:
+            shown = ", ".join(missing[:10]) + (", ..." if len(missing) > 10 else "")
+            whose = f" staged by user {owner!r}" if owner is not None else ""
+            raise ProtocolError(f"stage {sink}/{batch} has no part {shown}{whose} (never "
+                                "staged, expired or discarded; a user publishes only the "
+                                "parts it staged itself): nothing was published", fatal=False)
+        chosen = [parked[n] for n in names]
+        count = sum(p.count for p in chosen)
+        base = self.broker.allocate_mids(count)
+        now = self.broker.now_ms()
+        pub = Publication(sink, batch, base, count, now,
+                          [(p.part, [(r.ticket.loc, len(r)) for r in p.records])  # type: ignore[misc]
+                           for p in chosen], token, owner)
+        payload = encode_publish(pub)
+        ticket = self.store.append_record(STAGE_PUBLISH, payload)
+        self._unsynced.append((ticket, key, payload))
+        every = self.book.take_batch(key)
+        self.book.remember(key, now, count, token)
+        self.anchor.ensure()
+        self._route(chosen, base)
+        self.store.release_after(ticket.seq, [t for p in every for t in p.tickets])
+        self.published_batches += 1
+        self.published_messages += count
+        self.discarded_parts += len(every) - len(chosen)
+        log.info("stage %s/%s published: %d part(s), %d message(s)", sink, batch, len(chosen),
+                 count)
+        return PUBLISHED, count, token
+
+    def _route(self, parts: list[ParkedPart], base: int) -> None:
+        broker = self.broker
+        mid = base
+        retained: Counter[int] = Counter()
+        newest = (0, -1)
+        woken: dict[int, Queue] = {}
+        for part in parts:
+            for rec in part.records:
+                loc = rec.ticket.loc
+                assert loc is not None
+                for j in range(len(rec)):
+                    kind, _, name = rec.keys[rec.kidx[j]].partition(":")
+                    inner, size, prio = rec.inner[j], rec.size[j], rec.prio[j]
+                    slot = (mid, JOURNAL, loc.segment, loc.offset, loc.length, inner, size)
+                    if kind == "q":
+                        q = broker.queue(name)
+                        if q.pending.pager is not None:  # store cursor: a slot, nothing read
+                            q.pending.adopt(prio, mid, loc.segment, loc.offset, loc.length,
+                                            inner, size)
+                            q.stats.enqueued += 1
+                            retained[loc.segment] += 1
+                            newest = (loc.segment, loc.offset)
+                            woken[id(q)] = q
+                        else:
+                            msg = self._read(slot, q.destination, prio)
+                            self.store.hold(msg.ticket)
+                            q.enqueue(msg)
+                    else:
+                        self._to_topic(name, self._read(slot, f"/topic/{name}", prio))
+                    mid += 1
+        if retained:
+            self.store.journal.retain_counts(dict(retained), newest)
+        for q in woken.values():
+            if q.consumers:
+                broker.schedule_dispatch(q)
+
+    def _read(self, slot: tuple[int, int, int, int, int, int, int], destination: str,
+              priority: int) -> Message:
+        return self.broker.pager.page_in(SpillFifo(), slot, destination, priority)
+
+    def _to_topic(self, name: str, msg: Message) -> None:
+        """Fan out like any topic message: durable subscriptions keep a journaled copy, live
+        ones get theirs in memory."""
+        topic = self.broker.topic(name)
+        topic.published += 1
+        for q in topic.targets(msg):
+            copy = msg.copy_for(msg.destination)
+            if q.durable:
+                copy.ticket = msg.ticket
+                self.store.hold(copy.ticket)
+            else:
+                copy.persistent = False
+                copy.ticket = None
+                if copy.body is None:
+                    copy.body = bytes(self.broker.body_of(msg))
+            q.enqueue(copy)
+
+    # -- discarding --------------------------------------------------------------------------
+    def abort(self, key: BatchKey) -> int:
+        """Discard the batch's parked parts (nothing happens to a published batch)."""
+        parts = self.book.take_batch(key)
+        self._discard(parts)
+        return len(parts)
+
+    def _discard(self, parts: list[ParkedPart]) -> None:
+        if not parts:
+            return
+        ticket = self.store.append_record(STAGE_DISCARD, encode_discard(p.ident for p in parts))
+        self.store.release_after(ticket.seq, [t for p in parts for t in p.tickets])
+        self.discarded_parts += len(parts)
+
+    def tick(self, now_ms: int) -> None:
+        """Discard parts older than ``stage_timeout``, forget batches older than
+        ``stage_memory``, keep parked parts and the memory's anchor off the oldest segment."""
+        expired = self.book.expired(now_ms, self.timeout_ms)
+        for p in expired:
+            self.book.take(p)
+            log.warning("staged part %s/%s/%s discarded: not published within stage_timeout",
+                        p.sink, p.batch, p.part)
+        self._discard(expired)
+        self.book.forget_older(now_ms - self.memory_ms)
+        self.anchor.tick(empty=not self.book.published)
+        self.mover.tick()
+        durable = self.store.durable_seq
+        self._unsynced = [u for u in self._unsynced if u[0].seq > durable]
+        for key in list(self._unsaved):
+            self._resave(key)
+
+    def _resave(self, key: BatchKey) -> None:
+        payload = self._unsaved.pop(key, None)
+        if payload is not None:
+            ticket = self.store.append_record(STAGE_PUBLISH, payload)
+            self._unsynced.append((ticket, key, payload))
+
+    def failed(self, first: int, last: int) -> None:
+        """Records ``first..last`` never reached the disk: parts with such a record are gone;
+        publication records are written again."""
+        for ticket, key, payload in self._unsynced:
+            if ticket.loc is None:
+                self._unsaved[key] = payload
+        self._unsynced = [u for u in self._unsynced if u[0].loc is not None]
+        for p in self.book.all_parts():
+            if any(t.loc is None for t in p.tickets):
+                self.book.take(p)
+                self.store.release_after(self.store.flush(), p.tickets)
+
+    @property
+    def parked_parts(self) -> int:
+        return len(self.book.all_parts())
+
+    def pins(self) -> list[TicketLike]:
+        """Every record this module holds on its own (index snapshot self-check)."""
+        pins = [t for p in self.book.all_parts() for t in p.tickets] + self.mover.pins()
+        if self.anchor.ticket is not None:
+            pins.append(self.anchor.ticket)
+        return pins

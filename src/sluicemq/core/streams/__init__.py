@@ -1,0 +1,4 @@
+"""Streams: large files sent as numbered chunk messages, handled as one unit.
+
+Owns the per-stream state and chunk header parsing. May import routing.message only.
+"""

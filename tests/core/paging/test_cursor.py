@@ -1,0 +1,236 @@
+"""Spec of the store cursor (PendingList + Pager): a bounded in-memory window over a backlog
+that lives in the journal (persistent) or in temp files (non-persistent)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from sluicemq.core.paging.cursor import PendingList
+from sluicemq.core.paging.flow import MemoryAccount
+from sluicemq.core.paging.pager import Pager
+from sluicemq.core.paging.spill import JOURNAL, OBJ
+from sluicemq.core.routing.message import Message
+from sluicemq.storage import records
+from sluicemq.storage.journal import Journal
+from sluicemq.storage.store import Store
+from sluicemq.storage.tempstore import TempStore
+
+DEST = "/queue/q"
+
+
+class Harness:
+    """A real journal and store; deferred store work runs when `settle` is called."""
+
+    def __init__(self, directory: Path) -> None:
+        self.calls: list[Callable[[], None]] = []
+        self.journal = Journal(directory / "journal", sync=False, preallocate=False,
+                               segment_bytes=256 << 10)
+        list(self.journal.recover())
+        self.store = Store(self.journal, self.calls.append, inline_commit=False)
+        self.store.start(lambda fn, *args: fn(*args))
+        self.temp = TempStore(directory / "tmp", file_bytes=64 << 10)
+        self.pager = Pager(self.store, self.temp, spill_bytes=64 << 10)
+        self.next_mid = 1
+
+    def message(self, body: bytes = b"x" * 100, *, persistent: bool = True,
+                priority: int = 4, headers: dict[str, str] | None = None) -> Message:
+        mid = self.next_mid
+        self.next_mid += 1
+        msg = Message(mid, DEST, dict(headers or {"n": str(mid)}), body,
+                      persistent=persistent, priority=priority, timestamp=mid)
+        if persistent:
+            msg.ticket = self.store.append_message("q:q", mid, mid, 0, priority, msg.headers,
+                                                   body)
+            msg.inner = 0
+            self.store.hold(msg.ticket)
+        return msg
+
+    def settle(self) -> None:
+        """Run deferred store work and wait until everything appended is durable."""
+        while self.calls:
+            self.calls.pop(0)()
+        deadline = time.monotonic() + 5
+        while self.store.durable_seq < self.store.appended_seq:
+            assert time.monotonic() < deadline, "journal never became durable"
+            time.sleep(0.001)
+        self.pager.settle(self.store.durable_seq)
+
+    def close(self) -> None:
+        self.temp.close()
+        self.store.close()
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Iterator[Harness]:
+    harness = Harness(tmp_path)
+    yield harness
+    harness.close()
+
+
+def drain(pending: PendingList) -> list[Message]:
+    out = []
+    while (m := pending.pop()) is not None:
+        out.append(m)
+    return out
+
+
+def test_a_consumer_that_keeps_up_is_served_from_memory_without_paging(h: Harness) -> None:
+    pending = PendingList(h.pager, destination=DEST, window=10)
+    for _ in range(5):
+        msg = h.message()
+        pending.push(msg)
+        assert pending.pop() is msg  # the very object: nothing was paged out and read back
+    assert h.pager.paged_out == h.pager.paged_in == 0
+
+
+def test_beyond_the_window_messages_are_paged_out_and_come_back_in_order(h: Harness) -> None:
+    pending = PendingList(h.pager, destination=DEST, window=10)
+    sent = [h.message(b"body-%d" % i) for i in range(1000)]
+    h.settle()
+    for m in sent:
+        pending.push(m)
+    h.settle()
+    assert len(pending) == 1000
+    assert pending.paged == 990 and pending.memory < 11 * 1200
+    got = drain(pending)
+    assert [m.mid for m in got] == [m.mid for m in sent]
+    assert [m.body for m in got] == [m.body for m in sent]
+    assert all(m.headers == {"n": str(m.mid)} and m.destination == DEST for m in got)
+    assert len(pending) == 0 and pending.memory == 0 and pending.stored_bytes == 0
+
+
+def test_records_not_yet_durable_wait_as_objects_then_become_compact_slots(h: Harness) -> None:
+    pending = PendingList(h.pager, destination=DEST, window=1)
+    first, second = h.message(), h.message()
+    pending.push(first)
+    pending.push(second)  # beyond the window, but its record may not be on disk yet
+    tail = pending._lanes[4].tail
+    assert tail.src_at(tail.end - 1) == OBJ
+    h.settle()
+    assert tail.src_at(tail.end - 1) == JOURNAL and not tail.objs
+    assert [m.mid for m in drain(pending)] == [first.mid, second.mid]
+
+
+def test_priorities_are_kept_across_paging_and_push_front_wins(h: Harness) -> None:
+    pending = PendingList(h.pager, destination=DEST, window=2)
+    low = [h.message(priority=1) for _ in range(5)]
+    high = [h.message(priority=9) for _ in range(5)]
+    h.settle()
+    for m in low + high:
+        pending.push(m)
+    h.settle()
+    first = pending.pop()
+    assert first is not None and first.priority == 9
+    first.deliveries = 1
+    pending.push_front(first)  # redelivery goes before everything of its priority
+    got = drain(pending)
+    assert [m.mid for m in got] == [m.mid for m in high] + [m.mid for m in low]
+
+
+def test_non_persistent_overflow_goes_to_temp_files_and_is_freed(h: Harness) -> None:
+    account = MemoryAccount(limit=4 * 1024)  # beyond the memory budget, not a message window
+    pending = PendingList(h.pager, destination=DEST, window=5, account=account)
+    sent = [h.message(b"%d" % i * 50, persistent=False) for i in range(2000)]
+    for m in sent:
+        pending.push(m)
+    assert h.temp.bytes_used > 64 << 10 and h.temp.files > 1
+    got = drain(pending)
+    assert [m.body for m in got] == [m.body for m in sent]
+    assert all(not m.persistent for m in got)
+    assert h.temp.files <= 1 and h.temp.bytes_used <= 64 << 10
+
+
+def test_non_persistent_messages_stay_in_memory_while_the_budget_allows(h: Harness) -> None:
+    account = MemoryAccount(limit=8 << 20)
+    pending = PendingList(h.pager, destination=DEST, window=5, account=account)
+    sent = [h.message(persistent=False) for _ in range(500)]  # far beyond the window
+    for m in sent:
+        pending.push(m)
+    assert h.temp.bytes_used == 0 and pending.paged == 0
+    assert drain(pending) == sent
+
+
+def test_the_broker_wide_budget_pages_out_even_below_the_window(h: Harness) -> None:
+    account = MemoryAccount(limit=20 * 1024)  # high water: 14 KiB, about 10 small messages
+    a = PendingList(h.pager, destination=DEST, window=1000, account=account)
+    b = PendingList(h.pager, destination=DEST, window=1000, account=account)
+    msgs = [h.message() for _ in range(40)]
+    h.settle()
+    for i, m in enumerate(msgs):
+        (a if i % 2 else b).push(m)
+    assert account.used <= account.high_water + 1200
+    assert a.paged + b.paged >= 25
+    drain(a)
+    drain(b)
+    assert account.used == 0
+
+
+def test_browsing_reads_paged_messages_without_taking_them(h: Harness) -> None:
+    pending = PendingList(h.pager, destination=DEST, window=3)
+    sent = [h.message(b"m%d" % i) for i in range(20)]
+    h.settle()
+    for m in sent:
+        pending.push(m)
+    h.settle()
+    assert [m.body for m in pending] == [m.body for m in sent]
+    assert len(pending) == 20
+    assert [m.mid for m in drain(pending)] == [m.mid for m in sent]
+
+
+def test_remove_by_id_finds_paged_messages(h: Harness) -> None:
+    pending = PendingList(h.pager, destination=DEST, window=3)
+    sent = [h.message() for _ in range(10)]
+    h.settle()
+    for m in sent:
+        pending.push(m)
+    h.settle()
+    taken = pending.remove(sent[7].mid)
+    assert taken is not None and taken.headers == sent[7].headers
+    assert pending.remove(12345) is None
+    assert [m.mid for m in drain(pending)] == [m.mid for i, m in enumerate(sent) if i != 7]
+
+
+def test_drain_stubs_empties_without_reading_and_keeps_what_removal_needs(h: Harness) -> None:
+    pending = PendingList(h.pager, destination=DEST, window=2)
+    sent = [h.message() for _ in range(10)]
+    h.settle()
+    for m in sent:
+        pending.push(m)
+    h.settle()
+    reads = h.pager.paged_in
+    stubs = pending.drain_stubs()
+    assert h.pager.paged_in == reads
+    assert [m.mid for m in stubs] == [m.mid for m in sent]
+    assert [m.ticket.loc for m in stubs] == [m.ticket.loc for m in sent]
+    assert len(pending) == 0 and pending.pop() is None
+
+
+def test_messages_inside_transaction_records_page_back_in(h: Harness) -> None:
+    payloads = [records.encode_message("q:q", mid, 0, 0, 4, {"n": str(mid)}, b"tx%d" % mid)
+                for mid in (101, 102, 103)]
+    ops = [(records.MSG, p) for p in payloads]
+    ticket = h.store.append_tx("t1", ops, final=True)
+    h.settle()
+    pending = PendingList(h.pager, destination=DEST, window=0)
+    for mid, inner in zip((101, 102, 103), records.tx_op_offsets("t1", ops), strict=True):
+        msg = Message(mid, DEST, {"n": str(mid)}, b"tx%d" % mid, persistent=True)
+        msg.ticket, msg.inner = ticket, inner
+        h.store.hold(ticket)
+        pending.push(msg)
+    assert pending.paged == 3
+    got = drain(pending)
+    assert [(m.mid, m.body, m.inner > 0) for m in got] == [
+        (101, b"tx101", True), (102, b"tx102", True), (103, b"tx103", True)]
+
+
+def test_a_vm_cursor_never_pages(h: Harness) -> None:
+    pending = PendingList(None, destination=DEST, window=1)
+    sent = [h.message() for _ in range(50)]
+    for m in sent:
+        pending.push(m)
+    assert pending.paged == 0 and pending.bytes == 50 * 100
+    assert drain(pending) == sent

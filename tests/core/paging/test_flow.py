@@ -1,0 +1,113 @@
+"""Spec of limits and producer flow control decisions (core/paging/flow.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sluicemq.config import BrokerConfig, Limits, Policy
+from sluicemq.core.paging.flow import (
+    FlowControl,
+    GiB,
+    MemoryAccount,
+    MiB,
+    ResolvedLimits,
+    parse_size,
+    resolve_limits,
+)
+
+
+def test_sizes_are_bytes_or_human_strings() -> None:
+    assert parse_size(1234) == 1234
+    assert parse_size("512 MiB") == 512 * MiB
+    assert parse_size("2GB") == 2 * 10**9
+    assert parse_size("100k") == 100 << 10
+    assert parse_size("1.5 GiB") == int(1.5 * GiB)
+    with pytest.raises(ValueError):
+        parse_size("lots")
+
+
+def test_unset_limits_are_derived_from_the_machine(tmp_path: Path) -> None:
+    r = resolve_limits(Limits(), tmp_path / "not-yet-created")
+    assert 64 * MiB <= r.memory <= 2 * GiB
+    assert 0 < r.store <= 1 << 40 and 0 < r.temp <= 100 * GiB
+    assert r.max_message == Limits().max_frame_bytes
+    given = resolve_limits(Limits(memory_limit="64 MiB", store_limit=10**9, temp_limit="1GiB",
+                                  max_message_bytes="1 MiB"), tmp_path)
+    assert given == ResolvedLimits(64 * MiB, 10**9, GiB, MiB)
+
+
+def test_limits_and_policies_come_from_toml(tmp_path: Path) -> None:
+    cfg = tmp_path / "b.toml"
+    cfg.write_text('[limits]\nmemory_limit = "32 MiB"\n'
+                   '[[policy]]\nqueue = "vm.>"\ncursor = "vm"\nmemory_limit = "1 MiB"\n'
+                   'fail_if_no_space = true\nmax_consumers = 2\n')
+    config = BrokerConfig.load(cfg)
+    assert config.limits.memory_limit == "32 MiB"
+    p = config.policy_for("queue", "vm.a")
+    assert (p.cursor, p.memory_limit, p.fail_if_no_space, p.max_consumers) == (
+        "vm", "1 MiB", True, 2)
+    assert config.policy_for("queue", "other").cursor == "store"
+
+
+class Usage:
+    def __init__(self) -> None:
+        self.store = 0
+        self.temp = 0
+
+
+def flow_with(usage: Usage, memory: MemoryAccount) -> FlowControl:
+    return FlowControl(ResolvedLimits(memory=memory.limit, store=1000, temp=500,
+                                      max_message=100),
+                       memory, lambda: usage.store, lambda: usage.temp)
+
+
+def test_persistent_sends_wait_for_store_space_non_persistent_for_temp_space() -> None:
+    usage, memory = Usage(), MemoryAccount(10_000)
+    flow = flow_with(usage, memory)
+    store_policy = Policy()
+    assert flow.full(store_policy, True, 0) is None
+    usage.store = 1000
+    assert "store limit" in (flow.full(store_policy, True, 0) or "")
+    assert flow.full(store_policy, False, 0) is None  # non-persistent needs no journal
+    memory.used = 8000  # past the cursor high-water mark: overflow goes to temp
+    usage.temp = 500
+    assert "temp limit" in (flow.full(store_policy, False, 0) or "")
+
+
+def test_vm_cursor_and_destination_limits_are_memory_limits() -> None:
+    usage, memory = Usage(), MemoryAccount(10_000)
+    flow = flow_with(usage, memory)
+    vm = Policy(cursor="vm")
+    memory.used = 10_000
+    assert "memory limit" in (flow.full(vm, True, 0) or "")
+    memory.used = 0
+    capped = Policy(memory_limit="2k")
+    assert flow.full(capped, True, 2047) is None
+    assert "destination memory limit" in (flow.full(capped, True, 2048) or "")
+
+
+def test_message_size_limit_global_and_per_destination() -> None:
+    flow = flow_with(Usage(), MemoryAccount(10_000))
+    assert flow.too_large(Policy(), 100) is None
+    assert "exceeds the limit of 100" in (flow.too_large(Policy(), 101) or "")
+    assert flow.too_large(Policy(max_message_bytes=10), 11) is not None
+
+
+def test_waiters_resume_in_order_once_their_destination_has_room() -> None:
+    flow = flow_with(Usage(), MemoryAccount(10_000))
+    room = {"a": False, "b": False}
+    resumed: list[str] = []
+    for name in ("a", "b", "a"):
+        flow.wait(lambda n=name: None if room[n] else "full",
+                  lambda n=name: resumed.append(n))
+    flow.poll()
+    assert resumed == [] and flow.waiting == 3
+    room["a"] = True
+    flow.poll()
+    assert resumed == ["a", "a"] and flow.waiting == 1  # b is still waiting, a is not held up
+    room["b"] = True
+    flow.poll()
+    assert resumed == ["a", "a", "b"] and flow.waiting == 0
+    assert flow.blocked_total == 3
