@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluicemq.config import BrokerConfig
+from sluicemq.core.paging.trim import malloc_trim
 from sluicemq.core.persistence.checkpoint import Checkpointer
 from sluicemq.core.persistence.recovery import save_snapshot
 from sluicemq.core.routing.broker import Broker
@@ -55,7 +56,7 @@ class BrokerServer:
                           preallocate=js.preallocate, sync=js.sync, dir_lock=fence is None)
         journal.fence = fence
         self.store = Store(journal, loop.call_soon)
-        self.broker = Broker(self.config, self.store, loop.call_soon)
+        self.broker = Broker(self.config, self.store, loop.call_soon, trim_heap=malloc_trim())
         t0 = time.monotonic()
         counts = self.broker.recover()
         report = getattr(journal, "report", None)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sluicemq.config import Limits, Policy
+from sluicemq.core.paging.trim import HeapTrimmer
 
 MiB, GiB = 1 << 20, 1 << 30
 CURSOR_HIGH_WATER = 0.7  # fraction of the memory limit store cursors may fill before paging
@@ -115,9 +116,11 @@ class FlowControl:
     """
 
     def __init__(self, limits: ResolvedLimits, memory: MemoryAccount,
-                 store_used: Callable[[], int], temp_used: Callable[[], int]) -> None:
+                 store_used: Callable[[], int], temp_used: Callable[[], int],
+                 trimmer: HeapTrimmer | None = None) -> None:
         self.limits = limits
         self.memory = memory
+        self.trimmer = trimmer or HeapTrimmer(None)
         self._store_used = store_used
         self._temp_used = temp_used
         self._waiters: list[Waiter] = []
@@ -165,7 +168,9 @@ class FlowControl:
         }
 
     def poll(self) -> None:
-        """Resume, in arrival order, every waiter whose destination has room now."""
+        """Resume, in arrival order, every waiter whose destination has room now; give the
+        heap back once queued bytes fell far below their peak (``trim.py``)."""
+        self.trimmer.observe(self.memory.used)
         if not self._waiters:
             return
         waiters, self._waiters = self._waiters, []

@@ -16,12 +16,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from sluicemq.config import BrokerConfig, Policy
+from sluicemq.core.dedup import recovery as dedup_recovery  # noqa: F401  (register StateParts)
 from sluicemq.core.dedup.producers import Producers
 from sluicemq.core.limits.admission import Admission
 from sluicemq.core.limits.waits import ConsumerWaits
 from sluicemq.core.paging.cursor import PendingList
 from sluicemq.core.paging.flow import FlowControl, MemoryAccount, resolve_limits
 from sluicemq.core.paging.pager import Pager
+from sluicemq.core.paging.trim import HeapTrimmer
 from sluicemq.core.persistence.recovery import replay
 from sluicemq.core.routing.consumer import Consumer
 from sluicemq.core.routing.destinations import DestinationBudget, check_durable_cap
@@ -66,7 +68,8 @@ class Broker:
 
     def __init__(self, config: BrokerConfig, store: Store,
                  schedule: Callable[[Callable[[], None]], Any],
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 trim_heap: Callable[[], object] | None = None) -> None:
         self.config = config
         self.store = store
         self._schedule = schedule
@@ -93,7 +96,7 @@ class Broker:
         self.temp = TempStore(config.data_dir / "tmp")
         self.pager = Pager(store, self.temp, config.journal.spill_bytes)
         self.flow = FlowControl(self.limits, self.memory, store.disk_estimate,
-                                lambda: self.temp.bytes_used)
+                                lambda: self.temp.bytes_used, HeapTrimmer(trim_heap))
         self.compactor = Compactor(store, self._compaction_holders, self._compaction_relocate)
         self.stager = Stager(self)  # staged publishing (docs/replay-protocol.md, section 3)
         self.producers = Producers(store, config.limits.dedup_window)  # section 4

@@ -1,0 +1,64 @@
+"""Spec of the heap trimmer: when the broker gives freed heap back to the operating system.
+
+Trimming walks the whole heap, so it must happen once per drained burst, never on every tick
+and never while the broker still holds most of what it held.
+"""
+
+from __future__ import annotations
+
+from sluicemq.core.paging.trim import HeapTrimmer, malloc_trim
+
+MIB = 1 << 20
+
+
+class Calls:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self) -> None:
+        self.n += 1
+
+
+def test_a_drained_burst_is_trimmed_once_the_drain_is_over() -> None:
+    calls = Calls()
+    t = HeapTrimmer(calls)
+    for used in (0, 50 * MIB, 200 * MIB, 120 * MIB, 60 * MIB):
+        assert not t.observe(used)  # still holding more than a quarter of the peak
+    assert not t.observe(10 * MIB)  # still falling: the drain may not be over
+    assert not t.observe(10 * MIB)  # frames may still sit in socket buffers
+    assert t.observe(10 * MIB)
+    assert (calls.n, t.trims) == (1, 1)
+    for _ in range(5):
+        assert not t.observe(10 * MIB)  # the peak was reset: quiet ticks do nothing
+    assert calls.n == 1
+
+
+def test_a_small_burst_is_not_worth_a_trim() -> None:
+    calls = Calls()
+    t = HeapTrimmer(calls)
+    t.observe(20 * MIB)
+    assert not t.observe(0)
+    assert calls.n == 0
+
+
+def test_each_new_burst_is_trimmed_after_it_drains() -> None:
+    calls = Calls()
+    t = HeapTrimmer(calls)
+    for used in (100 * MIB, 0, 0, 0, 100 * MIB, 0, 0, 0):
+        t.observe(used)
+    assert calls.n == 2
+
+
+def test_without_a_c_library_trim_nothing_is_called_and_nothing_breaks() -> None:
+    t = HeapTrimmer(None)
+    t.observe(100 * MIB)
+    t.observe(0)
+    t.observe(0)
+    assert not t.observe(0)
+    assert not t.available
+
+
+def test_glibc_trim_is_found_and_runs() -> None:
+    trim = malloc_trim()
+    assert trim is not None  # the broker's supported platform is glibc Linux
+    trim()
