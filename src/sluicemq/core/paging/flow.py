@@ -167,10 +167,14 @@ class FlowControl:
             "temp": {"used": self._temp_used(), "limit": self.limits.temp},
         }
 
-    def poll(self) -> None:
-        """Resume, in arrival order, every waiter whose destination has room now; give the
-        heap back once queued bytes fell far below their peak (``trim.py``)."""
+    def tick(self) -> None:
+        """Once a second: give the heap back once queued bytes fell far below their peak and
+        held still (``trim.py`` counts looks, so this must not run per dispatch pass)."""
         self.trimmer.observe(self.memory.used)
+        self.poll()
+
+    def poll(self) -> None:
+        """Resume, in arrival order, every waiter whose destination has room now."""
         if not self._waiters:
             return
         waiters, self._waiters = self._waiters, []

@@ -392,7 +392,7 @@ class Broker:
         self.stager.tick(int(now * 1000))
         self.producers.tick(int(now * 1000))
         self.destinations.sweep(now)
-        self.flow.poll()
+        self.flow.tick()
         for st in list(self.streams.values()):
             if st.final_stored or st.state in (ABANDONED, DISCARDED):
                 continue
