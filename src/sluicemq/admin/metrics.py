@@ -211,6 +211,9 @@ class BrokerCollector(Collector):
         yield CounterMetricFamily("sluice_flow_refused",
                                   "SENDs refused for lack of room (fail_if_no_space)",
                                   value=flow.failed_total)
+        yield CounterMetricFamily("sluice_flow_paced",
+                                  "SENDs held because the destination's consumers were behind "
+                                  "(max_consumer_lag)", value=flow.paced_total)
         yield CounterMetricFamily("sluice_heap_trims",
                                   "times freed heap was handed back to the OS after a drain",
                                   value=flow.trimmer.trims)

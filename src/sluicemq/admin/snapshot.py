@@ -271,7 +271,8 @@ def flow_view(broker: Broker) -> dict[str, Any]:
     """Limits against usage, and producers held by flow control now and since start."""
     flow = broker.flow
     return {"limits": flow.usage(), "producers_waiting": flow.waiting,
-            "blocked_total": flow.blocked_total, "refused_total": flow.failed_total,
+            "blocked_total": flow.blocked_total,
+            "paced_total": flow.paced_total, "refused_total": flow.failed_total,
             "paged": sum(q.pending.paged for q in broker.queues.values())
             + sum(q.pending.paged for t in broker.topics.values()
                   for q in t.subscribers.values())}

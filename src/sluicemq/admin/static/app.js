@@ -164,7 +164,7 @@ function overviewPage() {
       card("Memory (RSS)", bytes(mem.rss_bytes), pct.slice(3), "card-memory"),
       card("Journal on disk", bytes(j.disk_bytes), j.records !== undefined ? `${num(j.records)} records · fsync p99 ${j.fsync_p99_ms ? j.fsync_p99_ms.toFixed(2) + " ms" : "–"}` : "", "card-journal"),
       card("Streams", num(o.streams_in_progress), "in progress", "card-streams"),
-      card("Flow control", num(o.flow.producers_waiting), `producers held now · ${num(o.flow.blocked_total)} sends held since start`, "card-flow"),
+      card("Flow control", num(o.flow.producers_waiting), `producers held now · ${num(o.flow.blocked_total)} sends held at a limit, ${num(o.flow.paced_total || 0)} paced to consumers, since start`, "card-flow"),
       card("Paged out", num(o.flow.paged), `messages on disk only · store ${bytes(o.flow.limits.store.used)} of ${bytes(o.flow.limits.store.limit)}`, "card-paged"),
       limitsCard(o.limits),
     );

@@ -108,6 +108,13 @@ class MemoryAccount:
 Waiter = tuple[Callable[[], str | None], Callable[[], None]]
 
 
+class Pacing(str):
+    """A reason to wait that is producer pacing (consumers behind), not a full limit: routine
+    at full speed, so it is counted apart and not logged at INFO."""
+
+    __slots__ = ()
+
+
 class FlowControl:
     """Decides whether a destination can take a message now, and resumes waiting producers.
 
@@ -126,6 +133,7 @@ class FlowControl:
         self._waiters: list[Waiter] = []
         self.blocked_total = 0  # lifetime count of SENDs that had to wait
         self.failed_total = 0  # lifetime count of SENDs refused (fail_if_no_space)
+        self.paced_total = 0  # lifetime count of SENDs held because consumers were behind
 
     def too_large(self, policy: Policy, size: int) -> str | None:
         limit = parse_size(policy.max_message_bytes) or self.limits.max_message
@@ -133,8 +141,15 @@ class FlowControl:
             return f"message of {size} bytes exceeds the limit of {limit} bytes"
         return None
 
-    def full(self, policy: Policy, persistent: bool, dest_memory: int) -> str | None:
-        """Why a destination with this policy cannot take a message now, or None."""
+    def full(self, policy: Policy, persistent: bool, dest_memory: int,
+             lag: int | None = None) -> str | None:
+        """Why a destination with this policy cannot take a message now, or None. ``lag``:
+        the body bytes its consumers are behind (None when it has no consumer: a producer
+        filling a backlog is never paced)."""
+        if lag is not None and (policy.pace_persistent or not persistent):
+            most = parse_size(policy.max_consumer_lag)
+            if most and lag >= most:
+                return Pacing(f"consumers are {lag} bytes behind (max_consumer_lag {most})")
         if persistent and self._store_used() >= self.limits.store:
             return f"store limit reached ({self.limits.store} bytes of journal)"
         dest_limit = parse_size(policy.memory_limit)
@@ -150,9 +165,14 @@ class FlowControl:
             return f"temp limit reached ({self.limits.temp} bytes)"
         return None
 
-    def wait(self, recheck: Callable[[], str | None], resume: Callable[[], None]) -> None:
-        """Call ``resume`` once ``recheck`` finds room (checked on every ``poll``)."""
-        self.blocked_total += 1
+    def wait(self, recheck: Callable[[], str | None], resume: Callable[[], None],
+             reason: str = "") -> None:
+        """Call ``resume`` once ``recheck`` finds room (checked on every ``poll``: after each
+        dispatch pass, so a paced producer resumes as soon as its consumers caught up)."""
+        if isinstance(reason, Pacing):
+            self.paced_total += 1
+        else:
+            self.blocked_total += 1
         self._waiters.append((recheck, resume))
 
     @property

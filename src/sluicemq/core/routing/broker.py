@@ -63,6 +63,11 @@ TX_RECORD_BYTES = 4 << 20  # a COMMIT larger than this is journaled as several p
 DISPATCH_BUDGET = 64  # deliveries per queue per loop turn
 
 
+
+def _lag(q: Queue) -> int:
+    """Body bytes ``q``'s consumers have yet to be handed (in memory and paged out)."""
+    return q.pending.memory + q.pending.stored_bytes
+
 class Broker:
     """Routing and bookkeeping for every destination; sessions call in, queues call back."""
 
@@ -142,10 +147,16 @@ class Broker:
         if kind == QUEUE:
             q = self.queues.get(name)
             used = q.pending.memory if q is not None else 0
+            lag = _lag(q) if q is not None and q.consumers else None
         else:
             t = self.topics.get(name)
-            used = sum(q.pending.memory for q in t.subscribers.values()) if t else 0
-        return self.flow.full(policy, persistent, used)
+            subs = list(t.subscribers.values()) if t else []
+            used = sum(q.pending.memory for q in subs)
+            # Paced to the subscriber that keeps up best: a slow one must not hold the rest
+            # back (it pages to temp files instead, as before).
+            lags = [_lag(q) for q in subs if q.consumers]
+            lag = min(lags) if lags else None
+        return self.flow.full(policy, persistent, used, lag)
 
     def queue(self, name: str) -> Queue:
         q = self.queues.get(name)

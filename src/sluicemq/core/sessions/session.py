@@ -24,7 +24,7 @@ from typing import Protocol
 from sluicemq import __version__
 from sluicemq.core.dedup import producers as dedup
 from sluicemq.core.limits import txlimits
-from sluicemq.core.paging.flow import parse_size
+from sluicemq.core.paging.flow import Pacing, parse_size
 from sluicemq.core.replay import ranges
 from sluicemq.core.routing.broker import Broker
 from sluicemq.core.routing.consumer import ACK_MODES, AUTO, CLIENT, Consumer
@@ -470,7 +470,8 @@ class Session:
             flow.failed_total += 1
             raise ProtocolError(f"/{kind}/{name} cannot take the message: {reason}",
                                 fatal=False)
-        log.info("flow control: %s waits for /%s/%s (%s)", self.peer, kind, name, reason)
+        log.log(logging.DEBUG if isinstance(reason, Pacing) else logging.INFO,
+                "flow control: %s waits for /%s/%s (%s)", self.peer, kind, name, reason)
         self._waiting = deque([frame])
         pause = getattr(self.out, "pause_reading", None)
         if pause is not None:
@@ -479,7 +480,7 @@ class Session:
         def recheck() -> str | None:
             return None if self.closed else self.broker.room_for(kind, name, persistent)
 
-        flow.wait(recheck, self._room_again)
+        flow.wait(recheck, self._room_again, reason)
         return True
 
     def _room_again(self) -> None:
