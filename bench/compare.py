@@ -1,9 +1,11 @@
-"""Run the same STOMP scenarios against ActiveMQ Classic and SluiceMQ, one after the other.
+"""Run the same STOMP scenarios against ActiveMQ Classic, RabbitMQ and SluiceMQ in turn.
 
 Each broker is started fresh (empty store), warmed up, measured with `stompload.py` (one
 subprocess per scenario, medians of --repeat runs), and stopped before the next one starts, so
-both see the same machine. Prints a Markdown table (scenario, ActiveMQ, SluiceMQ, ratio
-ours/ActiveMQ) and appends every JSON result to bench/results/compare-<date>.jsonl.
+all see the same machine. Prints a Markdown table (scenario, each broker, ratios of SluiceMQ to
+each peer) and appends every JSON result to bench/results/compare-<date>.jsonl. RabbitMQ
+(Debian's rabbitmq-server with its STOMP plugin, started by the shared rabbitmq.sh) runs with
+`--brokers activemq,rabbitmq,sluice`.
 
     .venv/bin/python bench/compare.py                      # full set, --repeat 3
     .venv/bin/python bench/compare.py --quick              # smaller counts, one run each
@@ -40,8 +42,12 @@ SHARED = Path(os.environ.get("SLUICE_SHARED_BENCH", "/work/shared/bench"))
 AMQ_SCRIPT = SHARED / "brokers" / "activemq.sh"
 TMP = Path(os.environ.get("TMPDIR", "/tmp"))
 AMQ_BASE = Path(os.environ.get("AMQ_BASE", TMP / "sluice-bench" / "amq"))  # as activemq.sh
+RMQ_SCRIPT = AMQ_SCRIPT.parent / "rabbitmq.sh"
+RMQ_DIR = Path(os.environ.get("RMQ_DIR", TMP / "sluice-bench" / "rabbit"))  # as rabbitmq.sh
 LISTEN_RE = re.compile(r"listening on stomp://([\d.]+):(\d+)")
-BROKER_NAMES = {"activemq": "ActiveMQ", "sluice": "SluiceMQ"}
+BROKER_NAMES = {"activemq": "ActiveMQ", "rabbitmq": "RabbitMQ", "sluice": "SluiceMQ"}
+# RabbitMQ maps the CONNECT host header to a virtual host: its default one is "/".
+CONNECT_ARGS = {"rabbitmq": ["--vhost", "/", "--login", "guest", "--passcode", "guest"]}
 
 
 @dataclass(frozen=True)
@@ -128,13 +134,14 @@ WARMUP = [["nonpersist", "--count", "50000"], ["persist", "--producers", "8", "-
 # ---------------------------------------------------------------- brokers
 
 
-def stomp_ready(host: str, port: int, timeout: float = 60.0) -> None:
+def stomp_ready(host: str, port: int, timeout: float = 60.0, vhost: str = "localhost") -> None:
     """Block until the broker answers a STOMP CONNECT (a listening socket is not enough)."""
     deadline = time.monotonic() + timeout
+    connect = b"CONNECT\naccept-version:1.2\nhost:%s\n\n\x00" % vhost.encode()
     while True:
         try:
             with socket.create_connection((host, port), timeout=2) as sock:
-                sock.sendall(b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\x00")
+                sock.sendall(connect)
                 if sock.recv(4096).startswith(b"CONNECTED"):
                     sock.sendall(b"DISCONNECT\n\n\x00")
                     return
@@ -158,8 +165,8 @@ class Broker:
     log: list[str] = field(default_factory=list)
 
     def stop(self) -> None:
-        if self.name == "activemq":
-            subprocess.run([str(AMQ_SCRIPT), "stop"], check=False, capture_output=True)
+        if self.name in SCRIPTS:
+            subprocess.run([str(SCRIPTS[self.name]), "stop"], check=False, capture_output=True)
         elif self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -180,6 +187,20 @@ def start_activemq() -> Broker:
     broker.pid = int((AMQ_BASE / "broker.pid").read_text().split()[0])
     stomp_ready(broker.host, broker.port, timeout=90)
     return broker
+
+
+def start_rabbitmq() -> Broker:
+    """A fresh node (RMQ_FRESH=1: empty mnesia) with the STOMP plugin on a loopback port."""
+    subprocess.run([str(RMQ_SCRIPT), "stop"], check=True, capture_output=True)
+    env = dict(os.environ, RMQ_FRESH="1")
+    subprocess.run([str(RMQ_SCRIPT), "start"], check=True, capture_output=True, env=env)
+    broker = Broker("rabbitmq", port=int(os.environ.get("RMQ_STOMP_PORT", "61615")))
+    broker.pid = int((RMQ_DIR / "broker.pid").read_text().split()[0])
+    stomp_ready(broker.host, broker.port, timeout=120, vhost="/")
+    return broker
+
+
+SCRIPTS = {"activemq": AMQ_SCRIPT, "rabbitmq": RMQ_SCRIPT}
 
 
 def start_sluice(python: str, extra: list[str]) -> Broker:
@@ -212,7 +233,8 @@ def stompload(python: str, broker: Broker, args: list[str], *, label: str,
               timeout: float) -> Result:
     """Run one stompload invocation; its single JSON line, or an error record."""
     cmd = [python, str(HERE / "stompload.py"), *args, "--host", broker.host,
-           "--port", str(broker.port), "--broker-pid", str(broker.pid), "--label", label]
+           "--port", str(broker.port), "--broker-pid", str(broker.pid), "--label", label,
+           *CONNECT_ARGS.get(broker.name, [])]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
@@ -236,7 +258,8 @@ def scenario_args(scenario: Scenario, opts: argparse.Namespace) -> list[str]:
 def run_broker(name: str, scenarios: list[Scenario], opts: argparse.Namespace,
                out: Path) -> Iterator[Result]:
     print(f"== {BROKER_NAMES[name]}: starting", file=sys.stderr, flush=True)
-    broker = start_activemq() if name == "activemq" else start_sluice(opts.python, opts.sluice_arg)
+    broker = (start_activemq() if name == "activemq" else start_rabbitmq() if name == "rabbitmq"
+              else start_sluice(opts.python, opts.sluice_arg))
     try:
         idle = read_rss(broker.pid)[0]
         for args in WARMUP:
@@ -303,8 +326,8 @@ def table(results: list[Result], brokers: list[str]) -> str:
     scenario_rows = [(s.name, row) for s in SCENARIOS for row in s.rows]
     rows = [*scenario_rows, *(("rss", row) for row in RSS_ROWS)]
     head = ["scenario", *(BROKER_NAMES[b] for b in brokers)]
-    if brokers == ["activemq", "sluice"]:
-        head.append("ratio ours/ActiveMQ")
+    peers = [b for b in brokers if b != "sluice"] if "sluice" in brokers else []
+    head += [f"ours/{BROKER_NAMES[p]}" for p in peers]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, row in rows:
         found = [latest.get((b, name)) for b in brokers]
@@ -314,11 +337,13 @@ def table(results: list[Result], brokers: list[str]) -> str:
         cells = [row.label]
         for f, v in zip(found, values, strict=True):
             cells.append("error" if f is not None and v is None and f.get("errors") else fmt(v))
-        if len(head) > len(brokers) + 1:
-            amq, ours = values
+        ours = values[brokers.index("sluice")] if peers else None
+        for peer in peers:
+            theirs = values[brokers.index(peer)]
             ratio = "-"
-            if isinstance(amq, int | float) and isinstance(ours, int | float) and amq:
-                ratio = f"{ours / amq:.2f}x" + (" (lower is better)" if row.lower_is_better else "")
+            if isinstance(theirs, int | float) and isinstance(ours, int | float) and theirs:
+                ratio = f"{ours / theirs:.2f}x" + (" (lower is better)"
+                                                    if row.lower_is_better else "")
             cells.append(ratio)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -332,7 +357,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     names = [s.name for s in SCENARIOS]
     parser.add_argument("--brokers", default="activemq,sluice",
-                        help="comma-separated, run in this order: activemq, sluice")
+                        help="comma-separated, run in this order: activemq, rabbitmq, sluice")
     parser.add_argument("--scenarios", default="",
                         help=f"comma-separated subset of {', '.join(names)} "
                              "(default: all but large)")
