@@ -136,3 +136,63 @@ def test_a_plain_http_request_is_refused(broker) -> None:
 def _connections(console_url: str) -> list[dict[str, Any]]:
     with urllib.request.urlopen(f"{console_url}/api/connections", timeout=5) as resp:
         return json.loads(resp.read())["connections"]
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_a_held_websocket_producer_is_paused_like_a_tcp_one(broker_factory) -> None:
+    """A WebSocket producer whose destination is full stops being read (TCP holds it back)
+    instead of having its frames queued in the broker without bound; once a consumer makes
+    room, every SEND goes through, in order."""
+    b = broker_factory(config_text='[[policy]]\nqueue = "vm.>"\ncursor = "vm"\n'
+                                   'memory_limit = "64 KiB"\n')
+    body = b"w" * (60 << 10)
+    total = 1600  # ~94 MiB of SENDs against a destination that holds one of them
+    overview = f"{b.console_url}/api/overview"
+
+    def waiting() -> int:
+        with urllib.request.urlopen(overview, timeout=10) as resp:
+            return int(json.load(resp)["flow"]["producers_waiting"])
+
+    async def scenario(c: WsStomp) -> None:
+        await c.connect()
+        before = rss_mib(b.pid)
+        sent = 0
+
+        async def produce() -> None:
+            nonlocal sent
+            for i in range(total):
+                headers = {"destination": "/queue/vm.ws", "n": str(i)}
+                if i == total - 1:
+                    headers["receipt"] = "last"
+                await c.send("SEND", headers, body, binary=True)
+                sent += 1
+
+        producer = asyncio.get_running_loop().create_task(produce())
+        deadline = time.monotonic() + 30
+        while await asyncio.to_thread(waiting) != 1:
+            assert time.monotonic() < deadline, "the producer was never held"
+            await asyncio.sleep(0.05)
+        last = -1
+        while sent != last:  # until the client's socket buffers are full and it blocks
+            last = sent
+            await asyncio.sleep(0.5)
+        assert sent < total, "the broker kept reading a held WebSocket producer"
+        assert rss_mib(b.pid) - before < 40, (before, rss_mib(b.pid))
+        async with aiohttp.ClientSession() as http, http.ws_connect(
+                f"{b.ws_url}/stomp", protocols=("v12.stomp",)) as ws:
+            consumer = WsStomp(ws)
+            await consumer.connect()
+            await consumer.send("SUBSCRIBE", {"destination": "/queue/vm.ws", "id": "s"})
+            for i in range(total):
+                assert (await consumer.recv(timeout=60)).headers["n"] == str(i)
+        await producer
+        assert (await c.recv(timeout=30)).headers["receipt-id"] == "last"
+
+    run(b.ws_url, scenario)

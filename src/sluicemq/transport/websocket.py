@@ -5,7 +5,11 @@ message may carry one frame, several, or part of one. Each outgoing frame is one
 text when it is valid UTF-8 (what browser STOMP clients expect), binary otherwise.
 
 Writes go through a queue drained by one task per connection; past a high-water mark the
-session reports itself not writable and dispatch stops feeding it, as on TCP.
+session reports itself not writable and dispatch stops feeding it, as on TCP. Reading pauses
+as on TCP too (flow control, a connection's turn of frames used up): the read loop stops
+taking messages, aiohttp's bounded reader then stops reading the socket, and TCP holds the
+client back - so a WebSocket producer can neither queue frames without bound in the broker
+nor hold the event loop longer than a TCP one.
 """
 
 from __future__ import annotations
@@ -55,8 +59,19 @@ class WebSocketConnection:
         self._loop = asyncio.get_running_loop()
         self.last_received = self.last_sent = time.monotonic()
         self._keepalive: Keepalive | None = None
+        self._may_read = asyncio.Event()
+        self._may_read.set()
 
     # -- Outbound (used by the session) ------------------------------------------------------
+    def pause_reading(self) -> None:
+        """Flow control, or this connection's turn of frames is used up: read nothing more."""
+        self._may_read.clear()
+
+    def resume_reading(self) -> None:
+        if not self._may_read.is_set():
+            self.last_received = time.monotonic()  # its heart-beats were not being read
+            self._may_read.set()
+
     def write(self, data: bytes) -> None:
         if self._closing or self.ws.closed:
             return
@@ -70,6 +85,7 @@ class WebSocketConnection:
         """Close once what the session already wrote (an ERROR, a RECEIPT) has gone out."""
         self._closing = True
         self._wake.set()
+        self._may_read.set()  # the read loop must see the close, not wait for room forever
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def run(self) -> None:
@@ -103,6 +119,8 @@ class WebSocketConnection:
                 break
             self.last_received = time.monotonic()
             session.feed(data)
+            if not self._may_read.is_set():
+                await self._may_read.wait()
 
     async def _write_loop(self) -> None:
         ws = self.ws
@@ -147,7 +165,7 @@ class WebSocketConnection:
 
     @property
     def reading_paused(self) -> bool:
-        return False
+        return not self._may_read.is_set()
 
     def send_heartbeat(self) -> None:
         self._out.append(b"\n")
