@@ -22,7 +22,7 @@ import pytest
 from sluicemq.client import AsyncClient, Client
 from sluicemq.core.security.policy import hash_password
 from sluicemq.errors import ClientError
-from sluicemq.transport.tls import client_context
+from sluicemq.tls import client_context
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
 TLS_RE = re.compile(r"listening on stomps://([\d.]+):(\d+)")

@@ -23,8 +23,8 @@ from aiohttp import web
 from sluicemq.admin import api
 from sluicemq.admin.context import AdminContext
 from sluicemq.admin.metrics import CONTENT_TYPE, make_registry, render
+from sluicemq.core.security.origin import cross_site, host_refused, is_loopback
 from sluicemq.core.security.policy import ADMIN, Security, for_broker
-from sluicemq.transport.origin import cross_site, host_refused, is_loopback
 
 log = logging.getLogger("sluicemq.console")
 

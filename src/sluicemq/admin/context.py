@@ -12,8 +12,8 @@ from sluicemq.admin.sampler import RateSampler, StreamRates
 if TYPE_CHECKING:
     from sluicemq.core.routing.broker import Broker
     from sluicemq.core.sessions.session import Session
+    from sluicemq.standby import HaState
     from sluicemq.storage.store import Store
-    from sluicemq.transport.standby import HaState
 
 
 class AdminContext:
@@ -31,7 +31,7 @@ class AdminContext:
         self.sampler = RateSampler()
         self.stream_rates = StreamRates()
         self.fsync = FsyncHistogram()
-        self.ha: HaState | None = None  # master/standby role (transport/standby.py)
+        self.ha: HaState | None = None  # master/standby role (standby.py)
 
     def connections(self) -> list[tuple[Session, str]]:
         """(session, transport name) for every connection that has a session."""

@@ -97,7 +97,7 @@ def broker(host: str | None, port: int | None, console_port: int | None, ws_port
             config = replace(config, ha=replace(config.ha, **ha))
     except (ValueError, TypeError, OSError) as exc:
         raise click.ClickException(f"bad configuration: {exc}") from exc
-    from sluicemq.transport.server import run
+    from sluicemq.app import run
 
     try:
         run(config)

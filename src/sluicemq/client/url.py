@@ -147,7 +147,7 @@ def tls_context(given: ssl.SSLContext | None = None) -> ssl.SSLContext:
     """
     if given is not None:
         return given
-    from sluicemq.transport.tls import client_context
+    from sluicemq.tls import client_context
 
     return client_context(os.environ.get("SLUICE_TLS_CA") or None,
                           os.environ.get("SLUICE_TLS_CERT") or None,

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 from sluicemq.core.limits.admission import connect_timeout_message
 from sluicemq.core.sessions.session import Session
+from sluicemq.tls import peer_common_name
 from sluicemq.transport.keepalive import Keepalive
-from sluicemq.transport.tls import peer_common_name
 
 if TYPE_CHECKING:
     from sluicemq.core.routing.broker import Broker

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 from aiohttp import WSMsgType, web
 
 from sluicemq.core.limits.admission import connect_timeout_message
+from sluicemq.core.security.origin import cross_site, host_refused, is_loopback
 from sluicemq.core.sessions.session import Session
 from sluicemq.protocol.codec import encode_frame
 from sluicemq.protocol.frames import Frame
 from sluicemq.transport.keepalive import Keepalive
-from sluicemq.transport.origin import cross_site, host_refused, is_loopback
 
 if TYPE_CHECKING:
     from sluicemq.core.routing.broker import Broker

@@ -1,4 +1,11 @@
-"""The broker process: opens the journal, replays it, serves STOMP, shuts down cleanly."""
+"""The composition root: the one place that builds the broker process from its parts.
+
+config → journal → store → broker (its services passed in) → recovery → checkpointer →
+transports (TCP, TLS, WebSocket) → console and metrics. Nothing below this module builds a
+service for itself or finds one in a module-level registry; every layer gets what it uses
+from here, so a reader finds the whole process on one page and a test can build any part of
+it without the rest. ``run`` adds the master/standby wait (standby.py) and the event loop.
+"""
 
 from __future__ import annotations
 
@@ -16,9 +23,9 @@ from sluicemq.core.paging.trim import malloc_trim
 from sluicemq.core.persistence.checkpoint import Checkpointer
 from sluicemq.core.persistence.recovery import save_snapshot
 from sluicemq.core.routing.broker import Broker
+from sluicemq.standby import HaState, StandbyHealth, data_lock, wait_for_lock
 from sluicemq.storage.journal import Journal
 from sluicemq.storage.store import Store
-from sluicemq.transport.standby import HaState, StandbyHealth, data_lock, wait_for_lock
 from sluicemq.transport.tcp import StompProtocol
 
 if TYPE_CHECKING:
@@ -92,7 +99,7 @@ class BrokerServer:
         Announced before the plain listener so that, once `listening on stomp://` is printed,
         every listener is up.
         """
-        from sluicemq.transport.tls import server_context
+        from sluicemq.tls import server_context
 
         tls = self.config.tls
         if tls.cert is None or tls.key is None:
@@ -176,7 +183,7 @@ async def _become_master(config: BrokerConfig, ha: HaState, stopped: asyncio.Eve
     is imported before waiting, so that time is not part of the takeover.
     """
     import sluicemq.admin.console
-    import sluicemq.transport.tls
+    import sluicemq.tls
     import sluicemq.transport.websocket  # noqa: F401
     health: StandbyHealth | None = None
     if config.ha.standby_health and config.console_port is not None \
