@@ -22,7 +22,10 @@ from sluicemq.config import BrokerConfig
 from sluicemq.core.paging.trim import malloc_trim
 from sluicemq.core.persistence.checkpoint import Checkpointer
 from sluicemq.core.persistence.recovery import save_snapshot
+from sluicemq.core.replay.ranges import RangeService
 from sluicemq.core.routing.broker import Broker
+from sluicemq.core.security.policy import build_security
+from sluicemq.core.sessions.services import Services
 from sluicemq.standby import HaState, StandbyHealth, data_lock, wait_for_lock
 from sluicemq.storage.journal import Journal
 from sluicemq.storage.store import Store
@@ -45,6 +48,7 @@ class BrokerServer:
         self.ha = ha  # master/standby role shown by /api/health
         self.connections: set[StompProtocol] = set()
         self.broker: Broker | None = None
+        self.services: Services | None = None
         self.store: Store | None = None
         self._servers: list[asyncio.AbstractServer] = []
         self.console: AdminConsole | None = None
@@ -64,6 +68,8 @@ class BrokerServer:
         journal.fence = fence
         self.store = Store(journal, loop.call_soon)
         self.broker = Broker(self.config, self.store, loop.call_soon, trim_heap=malloc_trim())
+        self.services = Services(self.broker, build_security(self.config),
+                                 RangeService(self.broker))
         t0 = time.monotonic()
         counts = self.broker.recover()
         report = getattr(journal, "report", None)
@@ -84,7 +90,7 @@ class BrokerServer:
         self._ticker = loop.create_task(self._tick())
         await self._start_tls()
         server = await loop.create_server(
-            lambda: StompProtocol(self.broker, self.connections),  # type: ignore[arg-type]
+            lambda: StompProtocol(self.services, self.connections),
             self.config.host, self.config.port, reuse_address=True, backlog=1024)
         self._servers.append(server)
         host, port = server.sockets[0].getsockname()[:2]
@@ -106,7 +112,7 @@ class BrokerServer:
             return
         ctx = server_context(tls.cert, tls.key, tls.ca)
         server = await asyncio.get_running_loop().create_server(
-            lambda: StompProtocol(self.broker, self.connections),  # type: ignore[arg-type]
+            lambda: StompProtocol(self.services, self.connections),
             self.config.host, tls.port, ssl=ctx, reuse_address=True, backlog=1024,
             ssl_handshake_timeout=10.0)
         self._servers.append(server)
@@ -132,13 +138,14 @@ class BrokerServer:
         assert self.broker is not None
         host = self.config.host
         if self.config.ws_port is not None:
-            self.websocket = WebSocketServer(self.broker)
+            self.websocket = WebSocketServer(self.services)
             ws_host, ws_port = await self.websocket.start(host, self.config.ws_port)
             print(f"sluice: websocket on ws://{ws_host}:{ws_port}", flush=True)
         if self.config.console_port is not None:
             ws = self.websocket
             ctx = AdminContext(self.broker, self.store,
-                               lambda: [*self.connections, *(ws.connections if ws else ())])
+                               lambda: [*self.connections, *(ws.connections if ws else ())],
+                               self.services.security)
             ctx.ha = self.ha
             self.console = AdminConsole(ctx)
             c_host, c_port = await self.console.start(host, self.config.console_port)

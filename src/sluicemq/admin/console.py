@@ -24,7 +24,7 @@ from sluicemq.admin import api
 from sluicemq.admin.context import AdminContext
 from sluicemq.admin.metrics import CONTENT_TYPE, make_registry, render
 from sluicemq.core.security.origin import cross_site, host_refused, is_loopback
-from sluicemq.core.security.policy import ADMIN, Security, for_broker
+from sluicemq.core.security.policy import ADMIN, Security
 
 log = logging.getLogger("sluicemq.console")
 
@@ -134,7 +134,7 @@ class AdminConsole:
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Listen on host:port (0 = any free port); returns the address actually bound."""
         app = make_app(self.ctx, loopback_only=is_loopback(host),
-                       security=for_broker(self.ctx.broker))
+                       security=self.ctx.security)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
                                      shutdown_timeout=1.0)
         await self._runner.setup()

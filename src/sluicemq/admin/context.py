@@ -11,6 +11,7 @@ from sluicemq.admin.sampler import RateSampler, StreamRates
 
 if TYPE_CHECKING:
     from sluicemq.core.routing.broker import Broker
+    from sluicemq.core.security.policy import Security
     from sluicemq.core.sessions.session import Session
     from sluicemq.standby import HaState
     from sluicemq.storage.store import Store
@@ -24,8 +25,9 @@ class AdminContext:
     """
 
     def __init__(self, broker: Broker, store: Store | None,
-                 connections: Callable[[], Iterable[Any]]) -> None:
+                 connections: Callable[[], Iterable[Any]], security: Security) -> None:
         self.broker = broker
+        self.security = security
         self.store = store
         self._connections = connections
         self.sampler = RateSampler()

@@ -24,7 +24,7 @@ from sluicemq.tls import peer_common_name
 from sluicemq.transport.keepalive import Keepalive
 
 if TYPE_CHECKING:
-    from sluicemq.core.routing.broker import Broker
+    from sluicemq.core.sessions.services import Services
 
 log = logging.getLogger("sluicemq.tcp")
 
@@ -36,8 +36,9 @@ LINGER_SECONDS = 5.0  # input discarded after a close, before the socket is drop
 class StompProtocol(asyncio.Protocol):
     """One connection. All methods run on the event-loop thread."""
 
-    def __init__(self, broker: Broker, connections: set[StompProtocol]) -> None:
-        self.broker = broker
+    def __init__(self, services: Services, connections: set[StompProtocol]) -> None:
+        self.services = services
+        self.broker = services.broker
         self.connections = connections
         self.transport: asyncio.Transport | None = None
         self.session: Session | None = None
@@ -60,7 +61,7 @@ class StompProtocol(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         self.transport.set_write_buffer_limits(WRITE_HIGH_WATER, WRITE_LOW_WATER)
         peer = transport.get_extra_info("peername")
-        self.session = Session(self.broker, self, f"{peer[0]}:{peer[1]}" if peer else "?")
+        self.session = Session(self.services, self, f"{peer[0]}:{peer[1]}" if peer else "?")
         self.session.on_version = self._negotiated
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None:

@@ -31,7 +31,7 @@ from sluicemq.protocol.frames import Frame
 from sluicemq.transport.keepalive import Keepalive
 
 if TYPE_CHECKING:
-    from sluicemq.core.routing.broker import Broker
+    from sluicemq.core.sessions.services import Services
 
 log = logging.getLogger("sluicemq.websocket")
 
@@ -46,10 +46,10 @@ class WebSocketConnection:
 
     transport_name = "websocket"
 
-    def __init__(self, broker: Broker, ws: web.WebSocketResponse, peer: str) -> None:
-        self.broker = broker
+    def __init__(self, services: Services, ws: web.WebSocketResponse, peer: str) -> None:
+        self.broker = services.broker
         self.ws = ws
-        self.session = Session(broker, self, peer)
+        self.session = Session(services, self, peer)
         self.session.on_version = self._negotiated
         self.writable = True
         self._out: deque[bytes] = deque()
@@ -176,8 +176,9 @@ class WebSocketConnection:
 class WebSocketServer:
     """Accepts STOMP WebSocket upgrades on any path; tracks connections for the console."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.broker = services.broker
         self.connections: set[WebSocketConnection] = set()
         self._runner: web.AppRunner | None = None
         self._loopback_only = True
@@ -219,7 +220,7 @@ class WebSocketServer:
                 await ws.send_str(encode_frame(error, "1.0").decode())
                 await ws.close(code=1013, message=b"too many connections")
             return ws
-        conn = WebSocketConnection(self.broker, ws,
+        conn = WebSocketConnection(self.services, ws,
                                    f"{peer[0]}:{peer[1]}" if peer else "?")
         self.connections.add(conn)
         try:

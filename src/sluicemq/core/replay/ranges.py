@@ -63,7 +63,7 @@ from sluicemq.protocol.frames import Frame
 if TYPE_CHECKING:
     from sluicemq.core.routing.broker import Broker
     from sluicemq.core.routing.queue import Queue
-    from sluicemq.core.sessions.session import Session
+    from sluicemq.core.sessions.peer import SessionPeer as Session
 
 log = logging.getLogger("sluicemq.ranges")
 
@@ -612,16 +612,6 @@ class _Commit(_Job):
 
     def _gone(self) -> bool:
         return self.done  # commits finish even if the connection went
-
-
-_broker_services: weakref.WeakKeyDictionary[Broker, RangeService] = weakref.WeakKeyDictionary()
-
-
-def for_broker(broker: Broker) -> RangeService:
-    service = _broker_services.get(broker)
-    if service is None:
-        service = _broker_services[broker] = RangeService(broker)
-    return service
 
 
 def _representable(key: str, value: str, version: str) -> bool:

@@ -28,20 +28,16 @@ import json
 import logging
 import os
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
-from sluicemq.config import AclEntry, SecuritySettings, match_destination
-
-if TYPE_CHECKING:
-    from sluicemq.core.routing.broker import Broker
+from sluicemq.config import AclEntry, BrokerConfig, SecuritySettings, match_destination
 
 log = logging.getLogger("sluicemq.security")
 
@@ -359,19 +355,12 @@ class Security:
 
 
 _tasks: set[asyncio.Task[Any]] = set()
-_by_broker: weakref.WeakKeyDictionary[Broker, Security] = weakref.WeakKeyDictionary()
-
-
-def for_broker(broker: Broker) -> Security:
-    """The one Security of a broker, built from its config on first use (any transport)."""
-    security = _by_broker.get(broker)
-    if security is None:
-        config = broker.config
-        prefixes = {config.policy.dlq_prefix} | {
-            str(e.overrides["dlq_prefix"]) for e in config.policies if "dlq_prefix" in e.overrides}
-        security = _by_broker[broker] = Security(config.security,
-                                                 dlq_prefixes=tuple(sorted(prefixes)))
-        security.durables = DurableOwners(Path(broker.config.data_dir) / "durable-owners.json")
+def build_security(config: BrokerConfig) -> Security:
+    """The broker's one Security, from its config (built by the composition root)."""
+    prefixes = {config.policy.dlq_prefix} | {
+        str(e.overrides["dlq_prefix"]) for e in config.policies if "dlq_prefix" in e.overrides}
+    security = Security(config.security, dlq_prefixes=tuple(sorted(prefixes)))
+    security.durables = DurableOwners(Path(config.data_dir) / "durable-owners.json")
     return security
 
 

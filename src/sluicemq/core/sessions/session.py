@@ -19,14 +19,11 @@ import os
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
 from sluicemq import __version__
 from sluicemq.core.dedup import producers as dedup
 from sluicemq.core.limits import txlimits
 from sluicemq.core.paging.flow import Pacing, parse_size
-from sluicemq.core.replay import ranges
-from sluicemq.core.routing.broker import Broker
 from sluicemq.core.routing.consumer import ACK_MODES, AUTO, CLIENT, Consumer
 from sluicemq.core.routing.destinations import owner_of
 from sluicemq.core.routing.message import (
@@ -37,8 +34,10 @@ from sluicemq.core.routing.message import (
 )
 from sluicemq.core.routing.names import QUEUE, parse_destination
 from sluicemq.core.routing.queue import Queue
-from sluicemq.core.security.policy import READ, WRITE, User, for_broker
+from sluicemq.core.security.policy import READ, WRITE, User
 from sluicemq.core.selectors import SelectorError, compile_selector
+from sluicemq.core.sessions.peer import Outbound
+from sluicemq.core.sessions.services import Services
 from sluicemq.core.sessions.spool import TxSpool
 from sluicemq.core.staging import frames as stage_frames
 from sluicemq.core.staging.book import STAGE_ABORT, STAGE_COMMIT
@@ -71,21 +70,11 @@ _session_ids = itertools.count(1)
 _BOOT = os.urandom(4).hex()
 
 
-class Outbound(Protocol):
-    """The transport side of a session."""
-
-    writable: bool
-
-    def write(self, data: bytes) -> None: ...
-
-    def close(self) -> None: ...
-
-
 class Session:
     """State of one connection: version, subscriptions, open transactions."""
 
-    def __init__(self, broker: Broker, out: Outbound, peer: str = "?") -> None:
-        self.broker = broker
+    def __init__(self, services: Services, out: Outbound, peer: str = "?") -> None:
+        broker = self.broker = services.broker
         self.out = out
         self.peer = peer
         self.id = f"{_BOOT}-{next(_session_ids)}"
@@ -96,7 +85,8 @@ class Session:
         self.login: str | None = None
         self.user: User | None = None  # None: anonymous (or security off)
         self.cert_user: str | None = None  # CN of a verified TLS client certificate
-        self.security = for_broker(broker)
+        self.security = services.security
+        self.ranges = services.ranges
         self._held: list[Frame] | None = None  # set while a login is being verified
         self._waiting: deque[Frame] | None = None  # a SEND waiting for room, and what follows
         self.heartbeat = (0, 0)  # (we send every ms, we expect every ms)
@@ -385,7 +375,7 @@ class Session:
     def _send(self, frame: Frame) -> None:
         h = frame.headers
         kind, name = parse_destination(h.get("destination"))
-        self._authorize(WRITE, kind, name)
+        self.authorize(WRITE, kind, name)
         self._admit_destination(kind, name)
         if QUERY not in h and self._no_room(frame, kind, name):
             return
@@ -498,7 +488,7 @@ class Session:
         self.broker.destinations.admit(kind, name,
                                        owner_of(self.user.name if self.user else None, self.peer))
 
-    def _authorize(self, action: str, kind: str, name: str) -> None:
+    def authorize(self, action: str, kind: str, name: str) -> None:
         if not self.security.authorize(self.user, action, f"/{kind}/{name}"):
             who = self.user.name if self.user else "anonymous"
             log.warning("refused %s on /%s/%s to %s from %s", action, kind, name, who, self.peer)
@@ -542,9 +532,9 @@ class Session:
         h = frame.headers
         destination = h.get("destination")
         kind, name = parse_destination(destination)
-        self._authorize(READ, kind, name)
+        self.authorize(READ, kind, name)
         if h.get("browser") == "true":  # range read, head query or ledger commit
-            ranges.for_broker(self.broker).subscribe(self, frame, kind, name)
+            self.ranges.subscribe(self, frame, kind, name)
             return
         self._admit_destination(kind, name)
         limits = self.broker.config.limits
@@ -618,7 +608,7 @@ class Session:
         durable_name = h.get("activemq.subscriptionName") or h.get("durable-subscription-name")
         consumer = self.consumers.pop(sub_id, None) if sub_id is not None else None
         if (consumer is None and not durable_name and sub_id is not None
-                and ranges.for_broker(self.broker).unsubscribe(self, sub_id)):
+                and self.ranges.unsubscribe(self, sub_id)):
             self.receipt(frame)
             return
         if consumer is None and not durable_name:
@@ -679,7 +669,7 @@ class Session:
         for consumer in candidates:
             if mid in consumer.inflight:
                 return consumer, self._take(consumer, mid, nack)
-        committed = ranges.for_broker(self.broker).ignorable_ack
+        committed = self.ranges.ignorable_ack
         for consumer in candidates:
             if committed(consumer.queue, mid):  # a ledger commit took it away
                 return consumer, self._take(consumer, mid, nack)
@@ -688,7 +678,7 @@ class Session:
 
     def _take(self, consumer: Consumer, mid: int, nack: bool) -> list[Message]:
         if mid not in consumer.inflight:
-            if ranges.for_broker(self.broker).ignorable_ack(consumer.queue, mid):
+            if self.ranges.ignorable_ack(consumer.queue, mid):
                 # A ledger commit took it away; a cumulative ACK still covers older ones.
                 return consumer.take_inflight_below(mid) if consumer.ack_mode == CLIENT else []
             raise ProtocolError(f"message {mid} is not awaiting acknowledgement on subscription "

@@ -50,7 +50,7 @@ from sluicemq.protocol.frames import Frame
 from sluicemq.storage import records
 
 if TYPE_CHECKING:
-    from sluicemq.core.sessions.session import Session
+    from sluicemq.core.sessions.peer import SessionPeer as Session
 
 
 OP_SEND = 1  # the session's spool tag for a SEND
@@ -196,4 +196,4 @@ def _authorize_batch(session: Session, key: BatchKey) -> None:
     """Publishing or discarding a batch acts on what it would send: the user needs write
     permission on each of its destinations, as for sending there directly."""
     for kind, name in sorted(session.broker.stager.book.destinations(key)):
-        session._authorize(WRITE, "queue" if kind == "q" else "topic", name)
+        session.authorize(WRITE, "queue" if kind == "q" else "topic", name)
