@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluicemq.config import BrokerConfig
+from sluicemq.core.dedup.recovery import ProducersPart
 from sluicemq.core.paging.trim import malloc_trim
 from sluicemq.core.persistence.checkpoint import Checkpointer
 from sluicemq.core.persistence.recovery import save_snapshot
@@ -26,6 +27,7 @@ from sluicemq.core.replay.ranges import RangeService
 from sluicemq.core.routing.broker import Broker
 from sluicemq.core.security.policy import build_security
 from sluicemq.core.sessions.services import Services
+from sluicemq.core.staging.recovery import StagingPart
 from sluicemq.standby import HaState, StandbyHealth, data_lock, wait_for_lock
 from sluicemq.storage.journal import Journal
 from sluicemq.storage.store import Store
@@ -36,6 +38,9 @@ if TYPE_CHECKING:
     from sluicemq.transport.websocket import WebSocketServer
 
 log = logging.getLogger("sluicemq.server")
+# State beside the queues that rides in the journal and the index snapshot: the producer table
+# (dedup) and staged publishing. Their order is the snapshot sections' order.
+STATE_PARTS = (ProducersPart, StagingPart)
 M_MMAP_THRESHOLD = -3  # mallopt parameter (malloc.h)
 
 
@@ -67,7 +72,8 @@ class BrokerServer:
                           preallocate=js.preallocate, sync=js.sync, dir_lock=fence is None)
         journal.fence = fence
         self.store = Store(journal, loop.call_soon)
-        self.broker = Broker(self.config, self.store, loop.call_soon, trim_heap=malloc_trim())
+        self.broker = Broker(self.config, self.store, loop.call_soon, trim_heap=malloc_trim(),
+                             parts=STATE_PARTS)
         self.services = Services(self.broker, build_security(self.config),
                                  RangeService(self.broker))
         t0 = time.monotonic()

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from sluicemq.core.dedup.producers import PRODUCER_ID, PRODUCER_SEQ, ProducerTable
-from sluicemq.core.persistence.parts import StatePart, register
+from sluicemq.core.persistence.parts import StatePart
 from sluicemq.storage import records
 from sluicemq.storage.segment import Location
 from sluicemq.storage.staging_records import MEMO_PRODUCERS, decode_memo
@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from sluicemq.core.routing.broker import Broker
 
 
-@register
 class ProducersPart(StatePart):
     """The producer table across restarts: the newest memo record, then every message record
     flagged ``records.PRODUCER_FLAG`` after it (``message``, called by replay), in log order."""

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sluicemq.core.paging.spill import OBJ, SpillFifo
-from sluicemq.core.persistence.parts import PARTS
 from sluicemq.core.streams.chunks import StreamState
 from sluicemq.storage import snapshot
 from sluicemq.storage.segment import Location
@@ -97,7 +96,7 @@ def capture(broker: Broker, pins: Iterable[Location] = ()) -> Capture | str:
     streams.extend(_stream_dict(st, None, is_open=False)
                    for st in broker.finished_streams.values())
     parts: dict[str, Any] = {}
-    for part in PARTS:
+    for part in broker.parts:
         data, part_pins = part.capture(broker)
         parts[part.name] = data
         pins.extend(part_pins)

@@ -1,9 +1,10 @@
 """Extension point: broker state beside the queues that the journal and the index snapshot carry.
 
 Queues, durable subscriptions and streams are built into replay and capture. Any other stored
-state (staged parts, memo tables, ledgers, ...) plugs in as a ``StatePart`` subclass registered
-with ``register``. One instance per start-up lives through replay; the class method ``capture``
-runs on the event loop whenever a snapshot is taken. The contract, in start-up order:
+state (staged parts, memo tables, ledgers, ...) plugs in as a ``StatePart`` subclass that the
+composition root (``app.py``) hands to the broker (``Broker(..., parts=...)``). One
+instance per start-up lives through replay; the class method ``capture`` runs on the event
+loop whenever a snapshot is taken. The contract, in start-up order:
 
 1. ``seed(data)``: the section this part captured into the index snapshot (skipped when the
    start scans the whole journal, or the snapshot has no section of that name);
@@ -22,7 +23,7 @@ snapshot, never a wrong one).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sluicemq.storage.segment import Location
@@ -62,15 +63,15 @@ class StatePart:
         return None, ()
 
 
-PARTS: list[type[StatePart]] = []
-
-
-def register(part: type[StatePart]) -> type[StatePart]:
-    """Add a part (usable as a class decorator); names and record types must be unique."""
-    if not part.name or any(p.name == part.name for p in PARTS):
-        raise ValueError(f"state part name {part.name!r} is empty or taken")
-    taken = {t for p in PARTS for t in p.rtypes}
-    if taken & set(part.rtypes):
-        raise ValueError(f"record types {sorted(taken & set(part.rtypes))} are handled twice")
-    PARTS.append(part)
-    return part
+def check_parts(parts: Sequence[type[StatePart]]) -> tuple[type[StatePart], ...]:
+    """The parts a broker carries, checked: names and record types must be unique."""
+    names: set[str] = set()
+    taken: set[int] = set()
+    for part in parts:
+        if not part.name or part.name in names:
+            raise ValueError(f"state part name {part.name!r} is empty or taken")
+        if taken & set(part.rtypes):
+            raise ValueError(f"record types {sorted(taken & set(part.rtypes))} are handled twice")
+        names.add(part.name)
+        taken |= set(part.rtypes)
+    return tuple(parts)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from sluicemq.core.paging.spill import JOURNAL, SpillFifo
 from sluicemq.core.persistence import capture as capturing
 from sluicemq.core.persistence.live import BaseLanes, Entry, LiveSlots
-from sluicemq.core.persistence.parts import PARTS, StatePart
+from sluicemq.core.persistence.parts import StatePart
 from sluicemq.core.routing.message import Message
 from sluicemq.core.selectors import compile_selector
 from sluicemq.core.streams.chunks import (
@@ -83,7 +83,7 @@ class Replay:
         self.base_open: set[StreamKey] = set()  # streams the snapshot had open
         self.base_finished: set[StreamKey] = set()
         self.chunks: dict[int, StreamKey] = {}  # message id -> its stream, for chunks in records
-        self.parts: list[StatePart] = [part(broker) for part in PARTS]
+        self.parts: list[StatePart] = [part(broker) for part in broker.parts]
         self.handlers: dict[int, Handler] = {
             records.MSG: self.message, records.ACK: self.acks_record, records.TX: self.tx,
             records.SUB: self.sub, records.UNSUB: self.unsub}

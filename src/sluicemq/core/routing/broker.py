@@ -12,11 +12,10 @@ import itertools
 import logging
 import time
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from sluicemq.config import BrokerConfig, Policy
-from sluicemq.core.dedup import recovery as dedup_recovery  # noqa: F401  (register StateParts)
 from sluicemq.core.dedup.producers import Producers
 from sluicemq.core.limits.admission import Admission
 from sluicemq.core.limits.waits import ConsumerWaits
@@ -24,6 +23,7 @@ from sluicemq.core.paging.cursor import PendingList
 from sluicemq.core.paging.flow import FlowControl, MemoryAccount, resolve_limits
 from sluicemq.core.paging.pager import Pager
 from sluicemq.core.paging.trim import HeapTrimmer
+from sluicemq.core.persistence.parts import StatePart, check_parts
 from sluicemq.core.persistence.recovery import replay
 from sluicemq.core.routing.consumer import Consumer
 from sluicemq.core.routing.destinations import DestinationBudget, check_durable_cap
@@ -33,7 +33,6 @@ from sluicemq.core.routing.names import QUEUE, TOPIC, destination_of
 from sluicemq.core.routing.queue import Queue
 from sluicemq.core.routing.topic import Topic
 from sluicemq.core.selectors import Selector, compile_selector
-from sluicemq.core.staging import recovery as stage_recovery  # noqa: F401  (register StateParts)
 from sluicemq.core.staging.stager import Stager
 from sluicemq.core.streams.chunks import (
     ABANDONED,
@@ -74,8 +73,10 @@ class Broker:
     def __init__(self, config: BrokerConfig, store: Store,
                  schedule: Callable[[Callable[[], None]], Any],
                  clock: Callable[[], float] = time.time,
-                 trim_heap: Callable[[], object] | None = None) -> None:
+                 trim_heap: Callable[[], object] | None = None,
+                 parts: Sequence[type[StatePart]] = ()) -> None:
         self.config = config
+        self.parts = check_parts(parts)  # state beside the queues: journal, snapshot, replay
         self.store = store
         self._schedule = schedule
         self._clock = clock

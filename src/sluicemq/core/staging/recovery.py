@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from sluicemq.core.persistence.parts import StatePart, register
+from sluicemq.core.persistence.parts import StatePart
 from sluicemq.core.staging.book import ParkedPart, StageBook, StagedRecord
 from sluicemq.errors import StorageError
 from sluicemq.storage import records
@@ -43,7 +43,6 @@ log = logging.getLogger("sluicemq.staging")
 Parked = tuple[StageMeta, list[Location]]
 
 
-@register
 class StagingPart(StatePart):
     """Parked parts, published batches and the memo anchor, rebuilt for ``broker.stager``."""
 
