@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from sluicemq.admin.metrics import FsyncHistogram
-from sluicemq.admin.sampler import RateSampler, StreamRates
+from sluicemq.admin.sampler import FsyncHistogram, RateSampler, StreamRates
 from sluicemq.admin.snapshot import body_preview
 
 

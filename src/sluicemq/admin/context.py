@@ -6,8 +6,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from sluicemq.admin.metrics import FsyncHistogram
-from sluicemq.admin.sampler import RateSampler, StreamRates
+from sluicemq.admin.sampler import FsyncHistogram, RateSampler, StreamRates
 
 if TYPE_CHECKING:
     from sluicemq.core.routing.broker import Broker

@@ -10,6 +10,7 @@ that opens and closes between two samples is missed).
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -109,3 +110,43 @@ class StreamRates:
         if span <= 0:
             return 0.0, 0.0
         return max(0, r1 - r0) / span, max(0, d1 - d0) / span
+
+
+FSYNC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class FsyncHistogram:
+    """Cumulative fsync-latency buckets built from the journal's recent-samples deque.
+
+    The journal keeps only its last samples (one per group commit), which would make a
+    non-monotonic histogram; folding the new ones every second (``batches`` tells how many are
+    new) gives Prometheus the cumulative counts it expects. Batches beyond the deque's length
+    within one second are counted in neither the buckets nor the sum.
+    """
+
+    def __init__(self, bounds: tuple[float, ...] = FSYNC_BUCKETS) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last slot is +Inf only
+        self.total = 0.0
+        self._batches: int | None = None
+
+    def fold(self, stats: Any) -> None:
+        batches = stats.batches
+        samples = stats.fsync_latency_s.copy()
+        if self._batches is None:
+            fresh = list(samples)
+        else:
+            new = max(0, batches - self._batches)
+            fresh = list(samples)[-new:] if new else []
+        self._batches = batches
+        for s in fresh:
+            self.counts[bisect.bisect_left(self.bounds, s)] += 1
+            self.total += s
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out, running = [], 0
+        for bound, count in zip(self.bounds, self.counts, strict=False):
+            running += count
+            out.append((repr(bound), running))
+        out.append(("+Inf", running + self.counts[-1]))
+        return out
