@@ -74,7 +74,7 @@ class BrokerServer:
         self.store = Store(journal, loop.call_soon)
         self.broker = Broker(self.config, self.store, loop.call_soon, trim_heap=malloc_trim(),
                              parts=STATE_PARTS)
-        self.services = Services(self.broker, build_security(self.config),
+        self.services = services = Services(self.broker, build_security(self.config),
                                  RangeService(self.broker))
         t0 = time.monotonic()
         counts = self.broker.recover()
@@ -96,7 +96,7 @@ class BrokerServer:
         self._ticker = loop.create_task(self._tick())
         await self._start_tls()
         server = await loop.create_server(
-            lambda: StompProtocol(self.services, self.connections),
+            lambda: StompProtocol(services, self.connections),
             self.config.host, self.config.port, reuse_address=True, backlog=1024)
         self._servers.append(server)
         host, port = server.sockets[0].getsockname()[:2]
@@ -113,12 +113,12 @@ class BrokerServer:
         """
         from sluicemq.tls import server_context
 
-        tls = self.config.tls
-        if tls.cert is None or tls.key is None:
+        tls, services = self.config.tls, self.services
+        if tls.cert is None or tls.key is None or services is None:
             return
         ctx = server_context(tls.cert, tls.key, tls.ca)
         server = await asyncio.get_running_loop().create_server(
-            lambda: StompProtocol(self.services, self.connections),
+            lambda: StompProtocol(services, self.connections),
             self.config.host, tls.port, ssl=ctx, reuse_address=True, backlog=1024,
             ssl_handshake_timeout=10.0)
         self._servers.append(server)
@@ -141,17 +141,18 @@ class BrokerServer:
         from sluicemq.admin.context import AdminContext
         from sluicemq.transport.websocket import WebSocketServer
 
-        assert self.broker is not None
+        services = self.services
+        assert self.broker is not None and services is not None
         host = self.config.host
         if self.config.ws_port is not None:
-            self.websocket = WebSocketServer(self.services)
+            self.websocket = WebSocketServer(services)
             ws_host, ws_port = await self.websocket.start(host, self.config.ws_port)
             print(f"sluice: websocket on ws://{ws_host}:{ws_port}", flush=True)
         if self.config.console_port is not None:
             ws = self.websocket
             ctx = AdminContext(self.broker, self.store,
                                lambda: [*self.connections, *(ws.connections if ws else ())],
-                               self.services.security)
+                               services.security)
             ctx.ha = self.ha
             self.console = AdminConsole(ctx)
             c_host, c_port = await self.console.start(host, self.config.console_port)
@@ -228,7 +229,7 @@ def run(config: BrokerConfig) -> None:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a default dependency on Linux
-        uvloop = None
+        uvloop = None  # type: ignore[assignment]  # an optional module: None when absent
 
     async def main() -> None:
         stopped = asyncio.Event()

@@ -19,6 +19,7 @@ import logging
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from sluicemq.admin import api
 from sluicemq.admin.context import AdminContext
@@ -46,7 +47,7 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SAMPLE_EVERY = 1.0
 
 
-def make_guard(loopback_only: bool) -> api.Handler:
+def make_guard(loopback_only: bool) -> Middleware:
     """Middleware: the browser-borne attacks a credential-less console must not fall for."""
 
     @web.middleware
@@ -61,7 +62,7 @@ def make_guard(loopback_only: bool) -> api.Handler:
                 return api.reply({"error": "POST bodies must be application/json"}, 415)
         return await handler(request)
 
-    return guard  # type: ignore[return-value]
+    return guard
 
 
 async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
@@ -73,7 +74,7 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
 
 
 
-def make_auth(security: Security | None) -> api.Handler:
+def make_auth(security: Security | None) -> Middleware:
     """Middleware: basic credentials of a broker-wide admin, once the broker has users."""
 
     @web.middleware
@@ -94,7 +95,7 @@ def make_auth(security: Security | None) -> api.Handler:
             return api.reply({"error": f"{name} has no broker-wide admin rights"}, 403)
         return await handler(request)
 
-    return auth  # type: ignore[return-value]
+    return auth
 
 
 def make_app(ctx: AdminContext, *, loopback_only: bool = True,

@@ -59,7 +59,8 @@ class BrokerCollector(Collector):
                                                labels=labels)
                     for field in ("enqueued", "dequeued", "redelivered", "expired",
                                   "dead_lettered")}
-        families = [depth, consumers, memory, paged, *counters.values()]
+        families: list[GaugeMetricFamily | CounterMetricFamily] = [
+            depth, consumers, memory, paged, *counters.values()]
         for lv, values in _destination_rows(broker):
             for family, value in zip(families, values, strict=True):
                 family.add_metric(lv, value)

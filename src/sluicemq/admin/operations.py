@@ -169,6 +169,12 @@ def transfer(broker: Broker, source: Queue, target: str, mids: Iterable[int] | N
     return len(taken)
 
 
+def _loaded(body: bytes | None) -> bytes:
+    """A rebuilt message's body (``_rebuild`` reads a spilled one back, so it is never None)."""
+    assert body is not None
+    return body
+
+
 def _move_atomically(broker: Broker, source: Queue, target: Queue, msgs: list[Message],
                      rewrite: Callable[[dict[str, str]], dict[str, str]] | None) -> None:
     """Queue to queue: persistent messages move in TX records of at most ~4 MiB each."""
@@ -187,7 +193,7 @@ def _move_atomically(broker: Broker, source: Queue, target: Queue, msgs: list[Me
                 ops.append((records.ACK, records.encode_acks(acks)))
             ops += [(records.MSG, records.encode_message(
                 target.key, new.mid, new.timestamp, new.expires, new.priority, new.headers,
-                new.body)) for _, new in durable]
+                _loaded(new.body))) for _, new in durable]
             ticket = store.append_tx(f"admin:{_BOOT}:{next(_txids)}", ops, final=True)
             store.release_after(ticket.seq, [old.ticket for old, _ in durable
                                              if old.ticket is not None])

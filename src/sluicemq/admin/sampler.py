@@ -144,7 +144,8 @@ class FsyncHistogram:
             self.total += s
 
     def buckets(self) -> list[tuple[str, float]]:
-        out, running = [], 0
+        out: list[tuple[str, float]] = []
+        running = 0
         for bound, count in zip(self.bounds, self.counts, strict=False):
             running += count
             out.append((repr(bound), running))

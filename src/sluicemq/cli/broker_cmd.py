@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -83,16 +84,19 @@ def broker(host: str | None, port: int | None, console_port: int | None, ws_port
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # -1: flag not given (the config file or the default decides); None: "off".
-    ports = {k: v for k, v in (("console_port", console_port), ("ws_port", ws_port)) if v != -1}
+    ports: dict[str, Any] = {k: v for k, v in (("console_port", console_port),
+                                                ("ws_port", ws_port)) if v != -1}
     try:
         config = BrokerConfig.load(config_file, host=host, port=port, data_dir=data_dir)
         config = replace(config, **ports)
-        tls = {k: v for k, v in (("port", tls_port), ("cert", tls_cert), ("key", tls_key),
-                                 ("ca", tls_ca)) if v is not None}
+        tls: dict[str, Any] = {k: v for k, v in (("port", tls_port), ("cert", tls_cert),
+                                                 ("key", tls_key), ("ca", tls_ca))
+                               if v is not None}
         if tls:
             config = replace(config, tls=replace(config.tls, **tls))
-        ha = {k: v for k, v in (("lock_retry", lock_retry), ("standby_health", standby_health),
-                                ("lock", ha_lock)) if v is not None}
+        ha: dict[str, Any] = {k: v for k, v in (("lock_retry", lock_retry),
+                                                ("standby_health", standby_health),
+                                                ("lock", ha_lock)) if v is not None}
         if ha:
             config = replace(config, ha=replace(config.ha, **ha))
     except (ValueError, TypeError, OSError) as exc:

@@ -146,9 +146,8 @@ def consume(url: str, user: str | None, password: str | None, source: str, count
 
 def _show(message: Message, index: int, raw: bool) -> None:
     if raw:
-        stdout = click.get_binary_stream("stdout")
-        stdout.write(message.body)
-        stdout.flush()
+        sys.stdout.buffer.write(message.body)
+        sys.stdout.buffer.flush()
         return
     extra = "".join(f"  {k}={v}" for k, v in message.headers.items()
                     if k not in _STANDARD_HEADERS)

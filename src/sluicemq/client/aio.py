@@ -26,6 +26,7 @@ from sluicemq.client.files import Progress
 from sluicemq.client.inbox import Ended
 from sluicemq.client.machine import (
     ClientMachine,
+    Connected,
     ErrorReceived,
     Event,
     MessageReceived,
@@ -45,6 +46,8 @@ READ_CHUNK = 1 << 20
 
 class AsyncClient:
     """An asyncio STOMP client; create it with `await AsyncClient.connect(url, ...)`."""
+
+    connected: Connected  # the broker's CONNECTED, set once the handshake is done
 
     def __init__(self, machine: ClientMachine, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter, timeout: float, *,
@@ -135,7 +138,7 @@ class AsyncClient:
                 client._tasks.append(asyncio.create_task(client._heartbeat_loop()))
                 return client
             limit = options.startupMaxReconnectAttempts if options is not None else 0
-            if 0 <= limit < attempt or loop.time() >= deadline:
+            if options is None or 0 <= limit < attempt or loop.time() >= deadline:
                 raise error
             await asyncio.sleep(min(options.backoff(attempt), max(deadline - loop.time(), 0)))
 

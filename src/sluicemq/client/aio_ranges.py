@@ -33,10 +33,10 @@ class _SizedQueue(asyncio.Queue[object]):
     def _put(self, item: object) -> None:
         if isinstance(item, AsyncMessage):
             self.bytes += len(item.body)
-        super()._put(item)  # type: ignore[misc]
+        super()._put(item)
 
     def _get(self) -> object:
-        item = super()._get()  # type: ignore[misc]
+        item = super()._get()
         if isinstance(item, AsyncMessage):
             self.bytes -= len(item.body)
         return item

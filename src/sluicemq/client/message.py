@@ -67,7 +67,7 @@ class _Received:
                 f"<{len(self.body)} bytes>)")
 
 
-Acker = Callable[[str, "_Received", str | None, bool], None]
+Acker = Callable[[str, "_Received", str | None, bool], object]
 AsyncAcker = Callable[[str, "_Received", str | None, bool], Awaitable[None]]
 
 

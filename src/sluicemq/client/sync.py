@@ -481,18 +481,21 @@ class Client:
         """Decide under the state lock what an event means; the returned action runs outside
         it, because resolving a future may run user callbacks that call back into us."""
         if isinstance(event, MessageReceived):
-            sub = self._subscriptions.get(event.subscription)
-            if sub is None:
+            found = self._subscriptions.get(event.subscription)
+            if found is None:
                 return _nothing
             message = Message(event.frame, event.subscription, event.ack_id, event.ack_mode,
                               self._acknowledge, self._epoch)
-            return lambda: sub._deliver(message)
+            return lambda: found._deliver(message)
         if isinstance(event, ReceiptReceived):
             self._inflight.pop(event.receipt_id, None)
             self._sub_receipts.pop(event.receipt_id, None)
             future = self._receipts.pop(event.receipt_id, None)
             headers = event.headers
-            return _nothing if future is None else lambda: _resolve(future, headers)
+            if future is None:
+                return _nothing
+            done = future
+            return lambda: _resolve(done, headers)
         if isinstance(event, ErrorReceived):
             error = event.error
             if event.receipt_id is not None:

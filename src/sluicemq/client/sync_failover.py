@@ -52,7 +52,7 @@ def connect_first(client: Client) -> tuple[socket.socket, Connected, str]:
             client._machine = machine
             return sock, connected, format_address(address)
         limit = options.startupMaxReconnectAttempts if options is not None else 0
-        if 0 <= limit < attempt or time.monotonic() >= deadline:
+        if options is None or 0 <= limit < attempt or time.monotonic() >= deadline:
             raise error
         time.sleep(min(options.backoff(attempt), max(deadline - time.monotonic(), 0)))
 

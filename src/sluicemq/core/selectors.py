@@ -41,7 +41,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from sluicemq.errors import SluiceError
 
@@ -151,7 +151,7 @@ def _convert_like(text: str, other: Value) -> Value:
     return _parse_bool(text) if isinstance(other, bool) else _parse_number(text)
 
 
-def _compare(op: Callable[[object, object], bool], a: Value, b: Value) -> bool | None:
+def _compare(op: Callable[[Any, Any], bool], a: Value, b: Value) -> bool | None:
     if a is None or b is None:
         return None
     pair = _like_typed(a, b)
@@ -176,7 +176,7 @@ _ARITHMETIC: dict[str, Callable[[int | float, int | float], int | float | None]]
     "/": _divide,
 }
 
-_COMPARISONS: dict[str, Callable[[object, object], bool]] = {
+_COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
     "=": operator.eq,
     "<>": operator.ne,
     "<": operator.lt,

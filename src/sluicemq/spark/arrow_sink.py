@@ -101,7 +101,7 @@ def encode(batch: pa.RecordBatch, destination: str = "") -> tuple[bytes, int]:
         priority = bytes([DEFAULT_PRIORITY]) * n
     zeros = bytes(8 * n)
     fixed = [zeros, zeros, zeros, priority, bytes(n), hoff, boff]
-    body = b"".join(columns.assemble(n, fixed, [memoryview(hdata)], hdata.size,  # type: ignore[list-item]
+    body = b"".join(columns.assemble(n, fixed, [memoryview(hdata)], hdata.size,
                                      [memoryview(bdata)]))
     return body, digest(destination, hoff, hdata, boff, bdata)
 

@@ -170,10 +170,10 @@ class SluiceBatchWriter(DataSourceWriter):
     def write(self, iterator: Iterator[Any]) -> StagedPart:
         return stage_rows(self.opts, self.batch, iterator, sink=self.sink, owner=self.batch)
 
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         publish(self.opts, self.batch, messages, label=f"write {self.batch}")
 
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         with connect(self.opts.connection) as client:
             client.abort_stage(self.sink, self.batch)
 
@@ -202,8 +202,8 @@ class SluiceStreamWriter(DataSourceStreamWriter):
                                f"{QUERY_ID_PROPERTY} on this task")
         return f"b{batch}", self.opts.sink_id or f"q-{query}", query
 
-    def commit(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:  # type: ignore[override]
+    def commit(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
         publish(self.opts, f"b{batch_id}", messages, label=f"micro-batch {batch_id}")
 
-    def abort(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:  # type: ignore[override]
+    def abort(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
         discard(self.opts, f"b{batch_id}", messages)

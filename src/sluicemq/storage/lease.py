@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from sluicemq.storage.lock import LockHolder
 
@@ -138,7 +139,7 @@ class LeaseLock:
         if expires is None:
             self._valid_until = started + self.duration - self.margin
 
-    def _read(self) -> dict[str, object] | None:
+    def _read(self) -> dict[str, Any] | None:
         try:
             data = json.loads(self.path.read_text() or "null")
         except (OSError, ValueError):

@@ -195,7 +195,8 @@ class IndexSnapshot:
 
 def make_lane(key: str, priority: int) -> Lane:
     """An empty lane with columns of the right types."""
-    return Lane(key, priority, *(array(code) for code in COLUMNS))
+    mid, seg, off, length, inner, size = (array(code) for code in COLUMNS)
+    return Lane(key, priority, mid, seg, off, length, inner, size)
 
 
 # ------------------------------------------------------------------------------ encoding

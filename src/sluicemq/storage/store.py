@@ -32,7 +32,7 @@ class RecoveredTicket:
 
     def __init__(self, loc: Location) -> None:
         self.seq = 0
-        self.loc = loc
+        self.loc: Location | None = loc
 
 
 class SegmentRelease:
@@ -52,7 +52,7 @@ class Store:
     two callbacks passed to ``start``, which hop back to the loop through ``call_soon_threadsafe``.
     """
 
-    def __init__(self, journal: Journal, schedule: Callable[[Callable[[], None]], Any],
+    def __init__(self, journal: Journal, schedule: Callable[[Callable[[], object]], Any],
                  *, inline_commit: bool = True) -> None:
         self.journal = journal
         self._schedule = schedule

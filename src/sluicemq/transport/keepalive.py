@@ -22,7 +22,9 @@ log = logging.getLogger("sluicemq.keepalive")
 class Beating(Protocol):
     """What a transport connection offers to its keepalive."""
 
-    session: Session
+    @property
+    def session(self) -> Session | None: ...
+
     last_received: float  # monotonic time of the last bytes read
     last_sent: float  # monotonic time of the last bytes written
 
@@ -68,10 +70,11 @@ class Keepalive:
         monitor = self.monitor
         monitor.received(conn.last_received)
         monitor.sent(conn.last_sent)
-        if monitor.peer_dead(now):
-            log.info("no heart-beat from %s for %.1fs: closing", conn.session.peer,
+        session = conn.session
+        if monitor.peer_dead(now) and session is not None:
+            log.info("no heart-beat from %s for %.1fs: closing", session.peer,
                      now - conn.last_received)
-            conn.session.error("heart-beat timeout: no data received", fatal=True)
+            session.error("heart-beat timeout: no data received", fatal=True)
             return
         if monitor.should_send(now):
             conn.send_heartbeat()

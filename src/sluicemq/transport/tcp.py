@@ -58,8 +58,9 @@ class StompProtocol(asyncio.Protocol):
 
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self.transport.set_write_buffer_limits(WRITE_HIGH_WATER, WRITE_LOW_WATER)
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(WRITE_HIGH_WATER, WRITE_LOW_WATER)
         peer = transport.get_extra_info("peername")
         self.session = Session(self.services, self, f"{peer[0]}:{peer[1]}" if peer else "?")
         self.session.on_version = self._negotiated
