@@ -18,11 +18,13 @@ run: $(STAMP)
 	$(VENV)/bin/sluice broker --data-dir ./sluice-data
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/ruff check src tests bench examples tools
+	$(VENV)/bin/mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/ruff check src tests bench examples tools
+	$(VENV)/bin/mypy
 
 bench: $(STAMP)
 	$(PY) bench/run.py

@@ -400,8 +400,9 @@ class ClientMachine:
         return MessageReceived(frame, sub.id, ack_id, sub.ack_mode)
 
     def _error(self, frame: Frame) -> ErrorReceived:
-        message = frame.headers.get("message") or frame.body.decode("utf-8", "replace").strip()
-        error = ClientError(message or "broker sent ERROR", dict(frame.headers), frame.body)
+        body = bytes(frame.body)
+        message = frame.headers.get("message") or body.decode("utf-8", "replace").strip()
+        error = ClientError(message or "broker sent ERROR", dict(frame.headers), body)
         receipt_id = frame.headers.get("receipt-id")
         if receipt_id is not None and receipt_id in self.pending_receipts:
             self.pending_receipts.discard(receipt_id)

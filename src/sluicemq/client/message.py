@@ -60,7 +60,7 @@ class _Received:
         return self.headers.get("redelivered", "false").lower() == "true"
 
     def text(self, encoding: str = "utf-8") -> str:
-        return self.body.decode(encoding)
+        return bytes(self.body).decode(encoding)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.destination!r}, id={self.message_id!r}, "

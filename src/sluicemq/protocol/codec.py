@@ -366,7 +366,7 @@ def encode_frame(frame: Frame, version: str = "1.2") -> bytes:
 
 def encode_frames(frames: Iterable[Frame], version: str = "1.2") -> bytes:
     """Encode several frames into one buffer, for a single write."""
-    out: list[bytes] = []
+    out: list[bytes | memoryview] = []
     for frame in frames:
         out += (encode_head(frame, version), frame.body, b"\0")
     return b"".join(out)

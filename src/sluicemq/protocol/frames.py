@@ -22,7 +22,8 @@ class Frame:
     __slots__ = ("body", "command", "headers")
 
     def __init__(
-        self, command: str, headers: dict[str, str] | None = None, body: bytes = b""
+        self, command: str, headers: dict[str, str] | None = None,
+        body: bytes | memoryview = b"",
     ) -> None:
         self.command = command
         self.headers = headers if headers is not None else {}

@@ -178,7 +178,7 @@ def decode_tx(payload: bytes | memoryview) -> tuple[str, bool, list[tuple[int, m
     return txid, bool(final), ops
 
 
-def tx_op_offsets(txid: str, ops: Iterable[tuple[int, bytes]]) -> list[int]:
+def tx_op_offsets(txid: str, ops: Iterable[tuple[int, bytes | memoryview]]) -> list[int]:
     """Where each op's payload starts inside ``encode_tx(txid, ops)`` (for ``tx_op_at``)."""
     pos = _TX_HEAD.size + len(txid.encode())
     out = []

@@ -120,6 +120,10 @@ class PackedRun:
         return self.columns()[0]
 
 
+# A lane's six slot columns, in order: mid, seg, off, length, inner, size.
+LaneColumns = tuple[array, array, array, array, array, array]
+
+
 @dataclass(slots=True)
 class Lane:
     """One priority lane of one queue key: stored messages in dispatch order, as columns, with
@@ -158,14 +162,15 @@ class Lane:
                 dst.extend(col)
         return out
 
-    def pieces(self) -> Iterator[tuple[tuple[array, ...] | None, PackedRun | None]]:
+    def pieces(self) -> Iterator[tuple[LaneColumns | None, PackedRun | None]]:
         """In order: ``(columns, None)`` for a stretch of column slots, ``(None, run)`` for a
         packed run."""
         prev = 0
         for run in [*self.packed, None]:
             at = len(self.mid) if run is None else run.at
             if prev < at:
-                yield tuple(col[prev:at] for col in self.columns()), None
+                mid, seg, off, length, inner, size = (col[prev:at] for col in self.columns())
+                yield (mid, seg, off, length, inner, size), None
             if run is not None:
                 yield None, run
             prev = at

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from sluicemq.core.limits.admission import connect_timeout_message
 from sluicemq.core.sessions.session import Session
@@ -43,7 +43,7 @@ class StompProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.session: Session | None = None
         self.writable = True
-        self._out: list[bytes] = []
+        self._out: list[bytes | memoryview] = []
         self._flush_scheduled = False
         self._closing = False
         self._loop = asyncio.get_running_loop()
@@ -58,9 +58,9 @@ class StompProtocol(asyncio.Protocol):
 
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.set_write_buffer_limits(WRITE_HIGH_WATER, WRITE_LOW_WATER)
+        # uvloop's transports have asyncio.Transport's methods without subclassing it
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.set_write_buffer_limits(WRITE_HIGH_WATER, WRITE_LOW_WATER)
         peer = transport.get_extra_info("peername")
         self.session = Session(self.services, self, f"{peer[0]}:{peer[1]}" if peer else "?")
         self.session.on_version = self._negotiated
@@ -158,7 +158,7 @@ class StompProtocol(asyncio.Protocol):
             self.last_received = time.monotonic()  # its heart-beats were not being read
             self.transport.resume_reading()
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         if self.transport is None:
             return
         self._out.append(data)

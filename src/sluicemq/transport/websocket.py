@@ -72,10 +72,12 @@ class WebSocketConnection:
             self.last_received = time.monotonic()  # its heart-beats were not being read
             self._may_read.set()
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         if self._closing or self.ws.closed:
             return
-        self._out.append(data)
+        # A body read back from the journal is a memoryview; the writer decodes what it
+        # sends (text messages for stomp.js), which only bytes can do.
+        self._out.append(data if isinstance(data, bytes) else bytes(data))
         self._queued += len(data)
         if self._queued > WRITE_HIGH_WATER:
             self.writable = False

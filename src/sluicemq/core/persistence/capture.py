@@ -51,8 +51,8 @@ class Capture:
     pins: list[Location]
 
 
-def capture(broker: Broker, pins: Iterable[Location] = ()) -> Capture | str:
-    """The broker's stored state now, or why no snapshot can be taken now. ``pins``: records
+def capture(broker: Broker, pinned: Iterable[Location] = ()) -> Capture | str:
+    """The broker's stored state now, or why no snapshot can be taken now. ``pinned``: records
     retained by others than the broker's holders (the checkpointer's anchor pins)."""
     store = broker.store
     journal = store.journal
@@ -64,7 +64,7 @@ def capture(broker: Broker, pins: Iterable[Location] = ()) -> Capture | str:
         return "the journal is rewinding a failed batch"
     seq, last, end = mark
     expected = store.settled_counts()
-    pins: list[Location] = list(pins)
+    pins: list[Location] = list(pinned)
     subs = []
     for key, (sub, _q) in broker.durables.items():
         ticket = broker.sub_tickets.get(key)
@@ -79,13 +79,14 @@ def capture(broker: Broker, pins: Iterable[Location] = ()) -> Capture | str:
             why = _capture_queue(q, lanes)
             if why is not None:
                 return why
-    streams, held = [], []
+    streams: list[dict[str, Any]] = []
+    held: list[dict[str, Any]] = []
     for st in broker.streams.values():
-        pin = st.last_ticket.loc if st.last_ticket is not None else None  # type: ignore[attr-defined]
+        pin = st.last_ticket.loc if st.last_ticket is not None else None
         if pin is not None:
             pins.append(pin)
         streams.append(_stream_dict(st, pin, is_open=True))
-        for q, m in st.held:  # type: ignore[misc]
+        for q, m in st.held:
             loc = _stored_loc(m)
             if loc is None or not q.durable:
                 continue

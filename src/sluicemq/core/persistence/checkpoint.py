@@ -154,8 +154,13 @@ class Checkpointer:
         compactor = self.broker.compactor
         if not compactor.busy:
             return
-        done = asyncio.get_running_loop().create_future()
-        self.broker.when_durable(lambda exc: done.done() or done.set_result(exc))
+        done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+
+        def durable(exc: BaseException | None) -> None:
+            if not done.done():
+                done.set_result(exc)
+
+        self.broker.when_durable(durable)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(done, 10.0)
         compactor.tick()

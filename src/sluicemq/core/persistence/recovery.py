@@ -320,9 +320,9 @@ class Replay:
             if base is not None:
                 for lane in base.lanes:
                     for cols, run in lane.pieces():
-                        if run is None:
+                        if cols is not None:
                             queue.pending.adopt_lane(lane.priority, *cols)
-                        else:
+                        elif run is not None:
                             queue.pending.adopt_packed(lane.priority, run)
                     restored += len(lane)
                 restored += self._install_held(queue, base.held)
@@ -353,7 +353,7 @@ class Replay:
             for i in range(len(mid)):
                 st = self.streams.get(self.chunks.get(mid[i], ("", "")))
                 if st is not None and not st.final_stored:
-                    st.held.append((queue, self._materialise(  # type: ignore[arg-type]
+                    st.held.append((queue, self._materialise(
                         queue, mid[i], seg[i], off[i], length[i], inner[i], size[i], prio)))
                 else:
                     queue.pending.adopt(prio, mid[i], seg[i], off[i], length[i], inner[i],
@@ -366,7 +366,7 @@ class Replay:
             seg, off, length = h["loc"]
             st = self.streams.get((destination_key(queue.destination), h["stream"]))
             if st is not None and not st.final_stored:
-                st.held.append((queue, self._materialise(  # type: ignore[arg-type]
+                st.held.append((queue, self._materialise(
                     queue, h["mid"], seg, off, length, h["inner"], h["size"], h["priority"])))
             else:
                 queue.pending.adopt(h["priority"], h["mid"], seg, off, length, h["inner"],
@@ -397,18 +397,18 @@ class Replay:
                 st.last_ticket = None
                 continue
             broker.streams[sid] = st
-            pin = st.last_ticket.loc if st.last_ticket is not None else None  # type: ignore[attr-defined]
+            pin = st.last_ticket.loc if st.last_ticket is not None else None
             if pin is not None:
                 counts[pin.segment] += 1
 
     def _final_chunk_kept(self, st: StreamState) -> bool:
         """Is the final chunk of a stream the snapshot had open still stored? (Its earlier
         chunks are slots without headers; the final one is the stream's pinned record.)"""
-        if st.key not in self.base_open or st.last_ticket is None:
+        loc = st.last_ticket.loc if st.last_ticket is not None else None
+        if st.key not in self.base_open or loc is None:
             return False
         try:
-            mid, _prio, _flags, key, _h, _n = records.message_head(
-                self.broker.store.read(st.last_ticket.loc))  # type: ignore[attr-defined]
+            mid, _prio, _flags, key, _h, _n = records.message_head(self.broker.store.read(loc))
         except (StorageError, ValueError, UnicodeDecodeError):
             return True  # cannot tell: keep it open, as the snapshot had it
         if key != st.queue_key:

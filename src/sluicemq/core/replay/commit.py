@@ -105,9 +105,9 @@ class Removal:
             self._settle(mine)
         for st in self.broker.streams.values():
             held = st.held
-            if any(hq is q and self._wanted(m.mid) for hq, m in held):  # type: ignore[misc]
-                ours = [m for hq, m in held if hq is q and self._wanted(m.mid)]  # type: ignore[misc]
-                st.held = [(hq, m) for hq, m in held  # type: ignore[misc]
+            if any(hq is q and self._wanted(m.mid) for hq, m in held):
+                ours = [m for hq, m in held if hq is q and self._wanted(m.mid)]
+                st.held = [(hq, m) for hq, m in held
                            if not (hq is q and self._wanted(m.mid))]
                 self._settle(ours)
 
@@ -134,7 +134,7 @@ class Removal:
             facts = self.facts.get(m.mid)
             if facts is False and m.ticket is not None and m.ticket.loc is not None:
                 facts = facts_of(self.broker.store.peek_headers(m.ticket.loc, max(0, m.inner)))
-            if facts and facts[2]:
+            if isinstance(facts, tuple) and facts[2]:
                 yield facts[0]
 
     def _close_streams(self) -> None:

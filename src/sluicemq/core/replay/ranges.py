@@ -187,7 +187,7 @@ class RangeService:
     def held(self, queue: Queue) -> list[Message]:
         """Chunks of this queue held back until their stream's final chunk arrives."""
         return [m for st in self.broker.streams.values()
-                for hq, m in st.held if hq is queue]  # type: ignore[misc]
+                for hq, m in st.held if hq is queue]
 
     def view(self, queue: Queue) -> SeqView:
         return SeqView(queue, self.held(queue))

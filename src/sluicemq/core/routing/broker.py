@@ -12,7 +12,7 @@ import itertools
 import logging
 import time
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from sluicemq.config import BrokerConfig, Policy
@@ -237,7 +237,7 @@ class Broker:
 
     def _append_msg(self, key: str, msg: Message) -> TicketLike:
         return self.store.append_message(key, msg.mid, msg.timestamp, msg.expires,
-                                         msg.priority, msg.headers, msg.body)
+                                         msg.priority, msg.headers, msg.loaded_body)
 
     # -- streams -----------------------------------------------------------------------------
     def accept_chunk(self, kind: str, name: str, chunk: Chunk, body_len: int,
@@ -328,11 +328,11 @@ class Broker:
         """`complete` dispatch: chunks wait (on disk) until the final chunk is stored."""
         if q.policy.stream_dispatch != COMPLETE_FIRST:
             return False
-        st.held.append((q, msg))  # type: ignore[arg-type]
+        st.held.append((q, msg))
         if not st.final_stored:
             return True
         held, st.held = st.held, []
-        for hq, hm in held:  # type: ignore[misc]
+        for hq, hm in held:
             hq.enqueue(hm)
         return True
 
@@ -423,7 +423,7 @@ class Broker:
             queues = list(self.topics[name].subscribers.values())
         held, st.held = st.held, []
         for q in queues:
-            doomed = [m for hq, m in held if hq is q] + q.take_group(st.id)  # type: ignore[misc]
+            doomed = [m for hq, m in held if hq is q] + q.take_group(st.id)
             owner = q.groups.pop(st.id, None)
             if owner is not None:
                 doomed = [m for m in owner.inflight.values() if m.group == st.id] + doomed
@@ -453,7 +453,7 @@ class Broker:
             for msgs in c.stream_acked.values():
                 yield from msgs
         for st in self.streams.values():
-            for hq, m in st.held:  # type: ignore[misc]
+            for hq, m in st.held:
                 if hq is q:
                     yield m
 
@@ -486,9 +486,9 @@ class Broker:
                 continue
             moved.setdefault(h.key, {})[(h.loc.segment, h.loc.offset, h.inner)] = t.loc
         found: dict[str, set[tuple[int, int, int]]] = {}
-        for key, m in moved.items():
+        for key, locs in moved.items():
             q = by_key.get(key)
-            found[key] = q.pending.relocate(m) if q is not None else set()
+            found[key] = q.pending.relocate(locs) if q is not None else set()
         result = []
         for h, t in plan:
             if h.mid < 0:
@@ -534,7 +534,7 @@ class Broker:
             self.schedule_dispatch(q)
         self.flow.poll()
 
-    def record_removal(self, queue: Queue, msgs: list[Message]) -> None:
+    def record_removal(self, queue: Queue, msgs: Iterable[Message]) -> None:
         if not queue.durable:
             return
         for m in msgs:
@@ -684,7 +684,7 @@ class Broker:
                     part_msgs.append(copy)
             if msg.persistent and durable_targets:
                 payload = records.encode_message(key, msg.mid, msg.timestamp, msg.expires,
-                                                 msg.priority, msg.headers, msg.body)
+                                                 msg.priority, msg.headers, msg.loaded_body)
                 ops.append((records.MSG, payload))
                 size += len(payload)
                 pos += len(payload) + records.OP_HEAD_SIZE

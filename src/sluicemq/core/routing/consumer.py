@@ -17,8 +17,10 @@ ACK_MODES = (AUTO, CLIENT, CLIENT_INDIVIDUAL)
 class Delivery(Protocol):
     """What a consumer needs from its connection: write a MESSAGE, tell if it can take more."""
 
-    writable: bool
     peer: str
+
+    @property
+    def writable(self) -> bool: ...
 
     def deliver(self, consumer: Consumer, msg: Message) -> None: ...
 

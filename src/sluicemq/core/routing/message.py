@@ -66,6 +66,13 @@ class Message:
     def message_id(self) -> str:
         return f"ID:sluice-{self.mid}"
 
+    @property
+    def loaded_body(self) -> bytes:
+        """The body of a message that still holds it: one being stored or routed (a body
+        dropped after storing is read back with ``Broker.body_of`` instead)."""
+        assert self.body is not None, f"{self.message_id} keeps its body only in the journal"
+        return self.body
+
     def expired(self, now_ms: int) -> bool:
         return 0 < self.expires <= now_ms
 

@@ -22,7 +22,7 @@ class Outbound(Protocol):
 
     writable: bool
 
-    def write(self, data: bytes) -> None: ...
+    def write(self, data: bytes | memoryview) -> None: ...
 
     def close(self) -> None: ...
 
@@ -35,7 +35,9 @@ class SessionPeer(Protocol):
     closed: bool
     user: User | None
     client_id: str | None
-    consumers: Mapping[str, Consumer]
+
+    @property
+    def consumers(self) -> Mapping[str, Consumer]: ...
 
     @property
     def writable(self) -> bool: ...

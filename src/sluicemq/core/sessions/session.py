@@ -367,9 +367,10 @@ class Session:
             spool.close()
         self.transactions.clear()
         self.broker.consumer_waits.cancel(self)
-        lock = (self.security.owner(self.user), self.client_id)
-        if self.client_id and self.broker.client_ids.get(lock) is self:
-            del self.broker.client_ids[lock]
+        if self.client_id:
+            lock = (self.security.owner(self.user), self.client_id)
+            if self.broker.client_ids.get(lock) is self:
+                del self.broker.client_ids[lock]
 
     # -- SEND --------------------------------------------------------------------------------
     def _send(self, frame: Frame) -> None:
@@ -387,8 +388,8 @@ class Session:
         producer = None
         if dedup.PRODUCER_ID in h or dedup.PRODUCER_SEQ in h:
             producer = dedup.producer_of(h)
-            if txid is None and self.broker.producers.is_duplicate(*producer,
-                                                                   self.broker.now_ms()):
+            if (producer is not None and txid is None
+                    and self.broker.producers.is_duplicate(*producer, self.broker.now_ms())):
                 self.receipt(frame, {dedup.DUPLICATE: "true"})
                 return
         if STREAM_ID in h and GROUP in h:
@@ -516,7 +517,8 @@ class Session:
 
         self.broker.wait_for_consumer(kind, name, timeout, ready, owner=self)
 
-    def _message(self, kind: str, name: str, h: dict[str, str], body: bytes) -> Message:
+    def _message(self, kind: str, name: str, h: dict[str, str],
+                 body: bytes | memoryview) -> Message:
         headers = {k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}
         now = self.broker.now_ms()
         if "timestamp" not in headers:

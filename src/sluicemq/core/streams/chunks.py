@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from sluicemq.core.routing.message import Message
+from sluicemq.storage.store import TicketLike
 
 STREAM_ID = "sluice-stream-id"
 SEQ = "sluice-stream-seq"
@@ -77,8 +79,10 @@ class StreamState:
     consumer: str | None = None
     started: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
-    held: list[Message] = field(default_factory=list)  # `complete` mode: not dispatched yet
-    last_ticket: object = None  # pins the journal tail that remembers our progress
+    # `complete` mode: (queue, chunk) not dispatched yet. The queue is routing/queue.py's
+    # Queue, held as Any: naming it here would make queue and streams import each other.
+    held: list[tuple[Any, Message]] = field(default_factory=list)
+    last_ticket: TicketLike | None = None  # pins the journal tail that remembers our progress
     owner: str | None = None  # the user who started it (security on); None: anyone
 
     @property
