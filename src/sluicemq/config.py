@@ -23,7 +23,9 @@ class Limits:
     max_frame_bytes: int = 64 << 20  # whole frame, headers + body
     max_headers: int = 1000  # header lines per frame
     max_header_line: int = 8192  # bytes per header line (and per command line)
-    heartbeat_ms: int = 10_000  # what the broker offers and wants (cx, cy upper bound)
+    # The shortest heart-beat interval the broker sends at or expects: within it, a client
+    # gets the beats it asks for (1 s asked, 1 s given) and is held to the ones it promised.
+    heartbeat_ms: int = 500
     max_connections: int = 10_000  # STOMP connections broker-wide (TCP, TLS and WebSocket)
     max_connections_per_address: int = 1000  # from one client IP address; 0: no cap
     connect_timeout: float = 10.0  # seconds from accept to a complete CONNECT; then closed

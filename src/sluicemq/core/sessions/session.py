@@ -110,8 +110,13 @@ class Session:
         return self.out.writable and not self.closed
 
     def deliver(self, consumer: Consumer, msg: Message) -> None:
+        # What ActiveMQ puts on every MESSAGE (clients read priority, expiry and persistence
+        # from here); the producer's own headers, stored with the message, come last.
         h = {"destination": msg.destination, "message-id": msg.message_id,
-             "subscription": consumer.sub_id, "sluice-seq": str(msg.mid)}
+             "subscription": consumer.sub_id, "sluice-seq": str(msg.mid),
+             "priority": str(msg.priority), "expires": str(msg.expires),
+             "timestamp": str(msg.timestamp),
+             "persistent": "true" if msg.persistent else "false"}
         if self.version == "1.2":
             h["ack"] = f"{consumer.index}-{msg.mid}"
         if msg.deliveries > 1:
@@ -579,6 +584,9 @@ class Session:
         index = next(self._indexes)
         queue: Queue
         consumer_selector = selector
+        if kind == QUEUE and durable_name:  # as ActiveMQ: only topics have durable subscribers
+            raise ProtocolError(f"activemq.subscriptionName {durable_name!r} on a queue: durable "
+                                "subscriptions are for topics (/topic/...)", fatal=False)
         if kind == QUEUE:
             queue = self.broker.subscribe_queue(name)
         elif durable_name:

@@ -1,0 +1,77 @@
+"""Spec: what an ActiveMQ Classic user relies on over STOMP, beyond the STOMP spec itself.
+
+Each case is a behaviour ActiveMQ 5.17 shows and STOMP clients written against it expect.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import stomp
+
+from sluice_testing import BrokerProcess, RawStomp
+
+
+def connect(b: BrokerProcess, heart_beat: str = "0,0") -> RawStomp:
+    c = RawStomp(b.host, b.port)
+    c.send("CONNECT", {"accept-version": "1.2", "host": "localhost", "heart-beat": heart_beat})
+    assert c.recv().command == "CONNECTED"
+    return c
+
+
+def test_every_message_carries_priority_expires_persistent_and_timestamp(broker) -> None:
+    c = connect(broker)
+    before = int(time.time() * 1000)
+    c.send("SEND", {"destination": "/queue/h", "receipt": "1"}, b"plain")
+    c.send("SEND", {"destination": "/queue/h", "persistent": "true", "priority": "7",
+                    "expires": str(before + 600_000), "receipt": "2"}, b"durable")
+    assert [c.recv().headers["receipt-id"] for _ in range(2)] == ["1", "2"]
+    c.send("SUBSCRIBE", {"destination": "/queue/h", "id": "s"})
+    first, second = sorted((c.recv() for _ in range(2)), key=lambda f: f.body)
+    assert (second.body, second.headers["priority"], second.headers["expires"],
+            second.headers["persistent"]) == (b"plain", "4", "0", "false")
+    assert (first.body, first.headers["priority"], first.headers["expires"],
+            first.headers["persistent"]) == (b"durable", "7", str(before + 600_000), "true")
+    for f in (first, second):
+        assert before <= int(f.headers["timestamp"]) <= int(time.time() * 1000)
+
+
+def test_a_client_asking_for_one_second_beats_gets_them(broker) -> None:
+    c = connect(broker, heart_beat="0,1000")
+    # (CONNECTED's heart-beat is checked by the next spec's negotiation; here: the EOLs)
+    c.sock.settimeout(5)
+    started = time.monotonic()
+    data = c.sock.recv(16)
+    assert data.strip(b"\r\n") == b"" and data
+    assert time.monotonic() - started < 3  # not the 10 s a fixed server interval would give
+
+
+def test_a_client_that_promised_beats_and_fell_silent_is_closed_within_seconds(broker) -> None:
+    c = RawStomp(broker.host, broker.port)
+    c.send("CONNECT", {"accept-version": "1.2", "host": "localhost", "heart-beat": "1000,0"})
+    connected = c.recv()
+    assert connected.headers["heart-beat"].split(",")[1] == "1000"
+    frame = c.recv(timeout=10)  # silence: the broker gives up after two intervals
+    assert frame.command == "ERROR" and "heart-beat" in frame.headers["message"]
+    c.expect_closed()
+
+
+def test_a_queue_subscription_with_a_durable_name_is_refused(broker) -> None:
+    """ActiveMQ refuses activemq.subscriptionName on a queue: only topics have durable
+    subscriptions, and silently ignoring the name would let a client believe it has one."""
+    conn = stomp.Connection([(broker.host, broker.port)])
+    errors: list[str] = []
+    refused = threading.Event()
+
+    class Listener(stomp.ConnectionListener):
+        def on_error(self, frame: stomp.utils.Frame) -> None:
+            errors.append(frame.headers.get("message", ""))
+            refused.set()
+
+    conn.set_listener("l", Listener())
+    conn.connect(wait=True)
+    conn.subscribe("/queue/orders", id="1", headers={"activemq.subscriptionName": "keep"})
+    assert refused.wait(10)
+    conn.disconnect()
+    assert "subscriptionName" in errors[0] and "topics" in errors[0]
