@@ -75,3 +75,33 @@ def test_a_queue_subscription_with_a_durable_name_is_refused(broker) -> None:
     assert refused.wait(10)
     conn.disconnect()
     assert "subscriptionName" in errors[0] and "topics" in errors[0]
+
+
+def test_higher_priority_consumers_get_messages_while_they_have_room(broker) -> None:
+    """activemq.priority: the high consumer (prefetch 2) takes messages first; the low one
+    gets only what the high one has no room for - and nothing once the high one acks."""
+    high, low, producer = connect(broker), connect(broker), connect(broker)
+    low.send("SUBSCRIBE", {"destination": "/queue/prio", "id": "low", "ack": "client-individual",
+                           "activemq.priority": "1", "receipt": "l"})
+    high.send("SUBSCRIBE", {"destination": "/queue/prio", "id": "high",
+                            "ack": "client-individual", "activemq.prefetchSize": "2",
+                            "activemq.priority": "9", "receipt": "h"})
+    assert low.recv().headers["receipt-id"] == "l" and high.recv().headers["receipt-id"] == "h"
+    for i in range(3):
+        producer.send("SEND", {"destination": "/queue/prio", "n": str(i), "receipt": str(i)})
+        assert producer.recv().headers["receipt-id"] == str(i)
+    got_high = [high.recv() for _ in range(2)]
+    assert [m.headers["n"] for m in got_high] == ["0", "1"]
+    assert low.recv().headers["n"] == "2"  # the high one was full
+    for m in got_high:
+        high.send("ACK", {"id": m.headers["ack"]})
+    producer.send("SEND", {"destination": "/queue/prio", "n": "3", "receipt": "3"})
+    assert producer.recv().headers["receipt-id"] == "3"
+    assert high.recv().headers["n"] == "3"
+
+
+def test_an_invalid_consumer_priority_is_refused(broker) -> None:
+    c = connect(broker)
+    c.send("SUBSCRIBE", {"destination": "/queue/prio", "id": "x", "activemq.priority": "high"})
+    frame = c.recv()
+    assert frame.command == "ERROR" and "activemq.priority" in frame.headers["message"]

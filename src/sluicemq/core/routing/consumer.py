@@ -36,7 +36,8 @@ class Consumer:
 
     __slots__ = (
         "ack_mode", "delivery", "destination", "exclusive", "index", "inflight", "max_streams",
-        "open_streams", "prefetch", "queue", "resumed", "selector", "stream_acked", "sub_id",
+        "open_streams", "prefetch", "priority", "queue", "resumed", "selector", "stream_acked",
+        "sub_id",
     )
 
     def __init__(
@@ -52,6 +53,7 @@ class Consumer:
         selector: Selector | None = None,
         exclusive: bool = False,
         max_streams: int = 0,
+        priority: int = 0,
     ) -> None:
         self.delivery = delivery
         self.sub_id = sub_id
@@ -62,6 +64,7 @@ class Consumer:
         self.prefetch = max(1, prefetch)
         self.selector = selector
         self.exclusive = exclusive
+        self.priority = priority  # activemq.priority: higher ones are served first
         self.inflight: dict[int, Message] = {}
         self.max_streams = max_streams  # 0: any number of streams at once
         self.open_streams: set[str] = set()  # streams given to us whose final chunk is unacked

@@ -9,7 +9,8 @@ Rules, in the order they apply to each message (highest priority first, FIFO wit
    is given a new stream only while it has fewer than N open (final chunk not yet acked), so
    chunks of different streams never interleave for it;
 4. otherwise consumers take turns (round robin from where the last pass stopped) among those
-   with room whose selector matches.
+   with room whose selector matches - the ones of the highest ``activemq.priority`` first:
+   a lower-priority consumer gets a message only while every higher one is full or unwilling.
 A message no consumer can take now is skipped, not lost. A pass looks at no more than
 ``scan_limit`` messages, so a backlog no consumer's selector wants cannot stall the loop.
 """
@@ -29,14 +30,23 @@ def _candidates(queue: Queue) -> list[Consumer]:
     return exclusive[:1] if exclusive else queue.consumers
 
 
-def _pick(queue: Queue, candidates: list[Consumer], msg: Message,
+def _levels(candidates: list[Consumer]) -> list[list[Consumer]]:
+    """Candidates by consumer priority, highest first (one level in the common case)."""
+    priorities = {c.priority for c in candidates}
+    if len(priorities) == 1:
+        return [candidates]
+    return [[c for c in candidates if c.priority == p] for p in sorted(priorities, reverse=True)]
+
+
+def _pick(queue: Queue, levels: list[list[Consumer]], msg: Message,
           new_stream: bool = False) -> Consumer | None:
-    n = len(candidates)
-    for i in range(n):
-        c = candidates[(queue.rr + i) % n]
-        if c.ready() and c.accepts(msg) and (not new_stream or c.can_open_stream()):
-            queue.rr = (queue.rr + i + 1) % n
-            return c
+    for candidates in levels:
+        n = len(candidates)
+        for i in range(n):
+            c = candidates[(queue.rr + i) % n]
+            if c.ready() and c.accepts(msg) and (not new_stream or c.can_open_stream()):
+                queue.rr = (queue.rr + i + 1) % n
+                return c
     return None
 
 
@@ -46,6 +56,7 @@ def dispatch(queue: Queue, now_ms: int, scan_limit: int = DEFAULT_SCAN_LIMIT,
     candidates = _candidates(queue)
     if not candidates or not queue.pending:
         return 0
+    levels = _levels(candidates)
     delivered = 0
     skipped: list[Message] = []
     expired: list[Message] = []
@@ -68,7 +79,7 @@ def dispatch(queue: Queue, now_ms: int, scan_limit: int = DEFAULT_SCAN_LIMIT,
                 consumer = owner if owner.ready() and owner in candidates else None
             else:
                 chunk = is_chunk(msg)
-                consumer = _pick(queue, candidates, msg, chunk)
+                consumer = _pick(queue, levels, msg, chunk)
                 if consumer is not None:
                     queue.groups[msg.group] = consumer
                     if chunk:
@@ -77,7 +88,7 @@ def dispatch(queue: Queue, now_ms: int, scan_limit: int = DEFAULT_SCAN_LIMIT,
                             consumer.resumed.add(msg.group)
                         queue.owner.stream_assigned(queue, msg.group, consumer)
         else:
-            consumer = _pick(queue, candidates, msg)
+            consumer = _pick(queue, levels, msg)
         if consumer is None:
             skipped.append(msg)
             continue

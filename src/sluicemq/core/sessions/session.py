@@ -581,6 +581,7 @@ class Session:
         except ValueError:
             raise ProtocolError(f"invalid {MAX_STREAMS} {h.get(MAX_STREAMS)!r}",
                                 fatal=False) from None
+        priority = _consumer_priority(h)  # checked before anything is created for it
         index = next(self._indexes)
         queue: Queue
         consumer_selector = selector
@@ -606,7 +607,7 @@ class Session:
         consumer = Consumer(self, sub_id, index, destination or "", queue, ack_mode=ack_mode,
                             prefetch=prefetch, selector=consumer_selector,
                             exclusive=h.get("activemq.exclusive") == "true",
-                            max_streams=max_streams)
+                            max_streams=max_streams, priority=priority)
         self.consumers[sub_id] = consumer
         self.by_index[index] = consumer
         self.broker.attach(consumer)
@@ -845,3 +846,12 @@ _HANDLERS: dict[str, Callable[[Session, Frame], None]] = {
     "ABORT": Session._abort,
     "DISCONNECT": Session._disconnect,
 }
+
+
+def _consumer_priority(h: dict[str, str]) -> int:
+    """``activemq.priority`` of a SUBSCRIBE: 0 (the default) to 127, as ActiveMQ takes it."""
+    value = h.get("activemq.priority", "0")
+    if not (value.isascii() and value.isdigit()) or int(value) > 127:
+        raise ProtocolError(f"invalid activemq.priority {value[:20]!r}: expected 0-127",
+                            fatal=False)
+    return int(value)
