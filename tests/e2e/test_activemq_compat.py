@@ -105,3 +105,46 @@ def test_an_invalid_consumer_priority_is_refused(broker) -> None:
     c.send("SUBSCRIBE", {"destination": "/queue/prio", "id": "x", "activemq.priority": "high"})
     frame = c.recv()
     assert frame.command == "ERROR" and "activemq.priority" in frame.headers["message"]
+
+
+def drain_one(c: RawStomp, destination: str, sub_id: str) -> bytes:
+    c.send("SUBSCRIBE", {"destination": destination, "id": sub_id})
+    frame = c.recv()
+    assert frame.command == "MESSAGE" and frame.headers["destination"] == destination, frame
+    return frame.body
+
+
+def test_a_composite_send_reaches_every_destination(broker) -> None:
+    listener = connect(broker)
+    listener.send("SUBSCRIBE", {"destination": "/topic/c", "id": "t", "receipt": "t"})
+    assert listener.recv().headers["receipt-id"] == "t"
+    c = connect(broker)
+    c.send("SEND", {"destination": "/queue/a,/queue/b,/topic/c,d", "persistent": "true",
+                    "receipt": "r"}, b"to all")
+    assert c.recv().headers["receipt-id"] == "r"
+    assert listener.recv().body == b"to all"
+    for i, queue in enumerate(("/queue/a", "/queue/b")):
+        assert drain_one(c, queue, f"s{i}") == b"to all"
+
+
+def test_a_persistent_composite_send_survives_kill_9_whole(broker) -> None:
+    c = connect(broker)
+    c.send("SEND", {"destination": "/queue/x,/queue/y", "persistent": "true", "receipt": "r"},
+           b"both or none")
+    assert c.recv().headers["receipt-id"] == "r"
+    broker.kill()
+    broker.restart()
+    c = connect(broker)
+    assert drain_one(c, "/queue/x", "1") == b"both or none"
+    assert drain_one(c, "/queue/y", "2") == b"both or none"
+
+
+def test_a_composite_send_with_a_bad_part_or_stream_headers_is_refused(broker) -> None:
+    c = connect(broker)
+    c.send("SEND", {"destination": "/queue/ok,/queue/bad name", "receipt": "r"}, b"x")
+    frame = c.recv()
+    assert frame.command == "ERROR" and "invalid destination" in frame.headers["message"]
+    c.send("SEND", {"destination": "/queue/a,/queue/b", "sluice-stream-id": "s",
+                    "receipt": "r2"}, b"x")
+    frame = c.recv()
+    assert frame.command == "ERROR" and "composite" in frame.headers["message"]

@@ -49,5 +49,28 @@ def _parse(destination: str | None) -> tuple[str, str]:
     )
 
 
+MAX_COMPOSITE = 64  # destinations one composite SEND may name
+
+
+def parse_composite(destination: str) -> list[tuple[str, str]]:
+    """An ActiveMQ composite destination, ``/queue/a,/topic/b,c``: each part as (kind, name),
+    in order, without repeats; a part without a prefix is of the kind of the part before it
+    (``/queue/a,b`` is two queues), as ActiveMQ reads it."""
+    out: list[tuple[str, str]] = []
+    kind: str | None = None
+    for raw in destination.split(","):
+        part = raw.strip()
+        if kind is not None and not part.startswith("/"):
+            part = destination_of(kind, part)
+        parsed = parse_destination(part)
+        if parsed not in out:
+            out.append(parsed)
+        kind = parsed[0]
+        if len(out) > MAX_COMPOSITE:
+            raise ProtocolError(f"a composite destination may name at most {MAX_COMPOSITE} "
+                                "destinations", fatal=False)
+    return out
+
+
 def destination_of(kind: str, name: str) -> str:
     return f"/{kind}/{name}"

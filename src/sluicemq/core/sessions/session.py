@@ -32,7 +32,7 @@ from sluicemq.core.routing.message import (
     parse_expires,
     parse_priority,
 )
-from sluicemq.core.routing.names import QUEUE, parse_destination
+from sluicemq.core.routing.names import QUEUE, destination_of, parse_composite, parse_destination
 from sluicemq.core.routing.queue import Queue
 from sluicemq.core.security.policy import READ, WRITE, User
 from sluicemq.core.selectors import SelectorError, compile_selector
@@ -67,6 +67,7 @@ MAX_HELD_FRAMES = 100  # frames pipelined behind a CONNECT whose login is still 
 MAX_HELD_BYTES = 16 << 20
 FRAMES_PER_TURN = 128  # frames of one connection handled per loop turn; the rest wait a turn
 _session_ids = itertools.count(1)
+_composite_ids = itertools.count(1)
 _BOOT = os.urandom(4).hex()
 
 
@@ -380,6 +381,9 @@ class Session:
     # -- SEND --------------------------------------------------------------------------------
     def _send(self, frame: Frame) -> None:
         h = frame.headers
+        if "," in h.get("destination", ""):
+            self._send_composite(frame)
+            return
         kind, name = parse_destination(h.get("destination"))
         self.authorize(WRITE, kind, name)
         self._admit_destination(kind, name)
@@ -433,6 +437,55 @@ class Session:
         self.broker.publish(kind, name, msg)
         if producer is not None:
             self.broker.producers.accepted(*producer, msg.timestamp, msg.ticket)
+        self.receipt(frame)
+
+    def _send_composite(self, frame: Frame) -> None:
+        """SEND to ``/queue/a,/topic/b``: a copy to each destination, stored as one journal
+        transaction when persistent (all copies or none survive a crash), each authorized
+        and flow-controlled as if sent there alone."""
+        h = frame.headers
+        targets = parse_composite(h["destination"])
+        for kind, name in targets:
+            self.authorize(WRITE, kind, name)
+            self._admit_destination(kind, name)
+        for special in (QUERY, STREAM_ID, stage_frames.FORMAT):
+            if special in h:
+                raise ProtocolError(f"{special} is not supported on a composite destination",
+                                    fatal=False)
+        for kind, name in targets:
+            if self._no_room(frame, kind, name):
+                return  # the whole SEND runs again once there is room
+        self.received += 1
+        txid = h.get("transaction")
+        producer = dedup.producer_of(h) if dedup.PRODUCER_ID in h or dedup.PRODUCER_SEQ in h \
+            else None
+        if (producer is not None and txid is None
+                and self.broker.producers.is_duplicate(*producer, self.broker.now_ms())):
+            self.receipt(frame, {dedup.DUPLICATE: "true"})
+            return
+        if txid is not None:
+            spool = self._tx(txid)
+            spools = self.transactions.values()
+            txlimits.admit(spools, len(frame.body) * len(targets), self._tx_limit)
+            txlimits.bound_memory(spools)
+            for kind, name in targets:
+                headers = {k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}
+                headers["destination"] = destination_of(kind, name)
+                spool.add(OP_SEND, records.encode_message(
+                    f"{kind}:{name}", 0, self.broker.now_ms(), parse_expires(h.get("expires")),
+                    parse_priority(h.get("priority")), headers, bytes(frame.body)))
+            self.receipt(frame)
+            return
+        copies = [(kind, name, self._message(kind, name, h, frame.body))
+                  for kind, name in targets]
+        if copies[0][2].persistent:
+            self.broker.commit(f"{self.id}:composite:{next(_composite_ids)}", copies, [], [])
+        else:
+            for kind, name, msg in copies:
+                self.broker.publish(kind, name, msg)
+        if producer is not None:
+            self.broker.producers.accepted(*producer, copies[-1][2].timestamp,
+                                           copies[-1][2].ticket)
         self.receipt(frame)
 
     def when_durable_retry(self, frame: Frame) -> None:
