@@ -11,6 +11,7 @@ import time
 import stomp
 
 from sluice_testing import BrokerProcess, RawStomp
+from sluicemq.core.security.policy import hash_password
 
 
 def connect(b: BrokerProcess, heart_beat: str = "0,0") -> RawStomp:
@@ -148,3 +149,105 @@ def test_a_composite_send_with_a_bad_part_or_stream_headers_is_refused(broker) -
                     "receipt": "r2"}, b"x")
     frame = c.recv()
     assert frame.command == "ERROR" and "composite" in frame.headers["message"]
+
+
+class Collector(stomp.ConnectionListener):
+    """stomp.py listener: MESSAGE bodies by subscription; an event per RECEIPT."""
+
+    def __init__(self) -> None:
+        self.bodies: dict[str, list[str]] = {}
+        self.receipts: dict[str, threading.Event] = {}
+        self.errors: list[str] = []
+        self.fenced = threading.Event()  # a MESSAGE on the subscription named "sync" came
+
+    def on_message(self, frame: stomp.utils.Frame) -> None:
+        self.bodies.setdefault(frame.headers["subscription"], []).append(
+            f"{frame.headers['destination']}={frame.body}")
+        if frame.headers["subscription"] == "sync":
+            self.fenced.set()
+
+    def on_receipt(self, frame: stomp.utils.Frame) -> None:
+        self.receipts.setdefault(frame.headers["receipt-id"], threading.Event()).set()
+
+    def on_error(self, frame: stomp.utils.Frame) -> None:
+        self.errors.append(frame.headers.get("message", ""))
+
+    def wait(self, receipt: str) -> None:
+        assert self.receipts.setdefault(receipt, threading.Event()).wait(10), receipt
+
+
+def stomp_client(b: BrokerProcess, login: str | None = None,
+                 passcode: str | None = None) -> tuple[stomp.Connection, Collector]:
+    conn = stomp.Connection([(b.host, b.port)])
+    listener = Collector()
+    conn.set_listener("c", listener)
+    conn.connect(login, passcode, wait=True)
+    return conn, listener
+
+
+def test_wildcard_topic_subscriptions_receive_every_matching_topic(broker) -> None:
+    """`*` is one segment, `>` the rest; topics created after the SUBSCRIBE count too; the
+    MESSAGE names the concrete topic."""
+    conn, seen = stomp_client(broker)
+    conn.subscribe("/topic/prices.*", id="star")
+    conn.subscribe("/topic/prices.>", id="rest", headers={"receipt": "subs"})
+    seen.wait("subs")
+    for topic in ("prices.ibm", "prices.ibm.eu", "orders.x"):
+        conn.send(f"/topic/{topic}", topic)
+    conn.send("/topic/prices.sun", "last", receipt="sent")
+    seen.wait("sent")
+    conn.unsubscribe("rest")
+    conn.send("/topic/prices.after", "after", receipt="after")
+    seen.wait("after")
+    conn.subscribe("/topic/prices.sun", id="sync", headers={"receipt": "sync"})
+    seen.wait("sync")
+    conn.send("/topic/prices.sun", "fence")  # delivered after everything above, in order
+    assert seen.fenced.wait(10)
+    conn.disconnect()
+    assert seen.bodies["star"] == ["/topic/prices.ibm=prices.ibm", "/topic/prices.sun=last",
+                                   "/topic/prices.after=after", "/topic/prices.sun=fence"]
+    assert seen.bodies["rest"] == ["/topic/prices.ibm=prices.ibm",
+                                   "/topic/prices.ibm.eu=prices.ibm.eu",
+                                   "/topic/prices.sun=last"]
+
+
+def test_a_wildcard_never_reaches_a_topic_its_user_may_not_read(broker_factory) -> None:
+    hashes = {n: hash_password(p) for n, p in (("reader", "r-pw"), ("writer", "w-pw"))}
+    b = broker_factory(config_text=f"""
+[[security.users]]
+name = "reader"
+password = "{hashes['reader']}"
+[[security.users]]
+name = "writer"
+password = "{hashes['writer']}"
+[[security.acl]]
+destination = "/topic/orders.>"
+write = ["writer"]
+[[security.acl]]
+destination = "/topic/orders.us"
+read = ["reader"]
+""")
+    reader, seen = stomp_client(b, "reader", "r-pw")
+    reader.subscribe("/topic/orders.>", id="all", headers={"receipt": "sub"})
+    seen.wait("sub")
+    writer, done = stomp_client(b, "writer", "w-pw")
+    writer.send("/topic/orders.eu", "secret")
+    writer.send("/topic/orders.us", "public", receipt="sent")
+    done.wait("sent")
+    reader.subscribe("/topic/orders.us", id="sync", headers={"receipt": "sync"})
+    seen.wait("sync")
+    writer.send("/topic/orders.us", "fence", receipt="fence")
+    done.wait("fence")
+    assert seen.fenced.wait(10)
+    reader.disconnect()
+    writer.disconnect()
+    assert seen.bodies["all"] == ["/topic/orders.us=public", "/topic/orders.us=fence"]
+    assert done.errors == [] and seen.errors == []
+
+
+def test_queue_wildcards_and_durable_wildcards_are_refused_clearly(broker) -> None:
+    c = connect(broker)
+    c.send("SUBSCRIBE", {"destination": "/queue/orders.>", "id": "q"})
+    assert "topics only" in c.recv().headers["message"]
+    c.send("SUBSCRIBE", {"destination": "/topic/a.>.b", "id": "bad"})
+    assert "invalid wildcard" in c.recv().headers["message"]

@@ -32,6 +32,7 @@ from sluicemq.core.routing.message import Message
 from sluicemq.core.routing.names import QUEUE, TOPIC, destination_of
 from sluicemq.core.routing.queue import Queue
 from sluicemq.core.routing.topic import Topic
+from sluicemq.core.routing.wildcards import MayRead, WildcardIndex
 from sluicemq.core.selectors import Selector, compile_selector
 from sluicemq.core.staging.stager import Stager
 from sluicemq.core.streams.chunks import (
@@ -83,6 +84,7 @@ class Broker:
         self._policies: dict[tuple[str, str], Policy] = {}
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
+        self.wildcards = WildcardIndex()  # topic subscriptions by pattern (prices.*, orders.>)
         self.durables: dict[str, tuple[records.DurableSub, Queue]] = {}
         self.sub_tickets: dict[str, TicketLike] = {}  # SUB records pin their segment
         self.client_ids: dict[tuple[str | None, str], object] = {}  # (owner, id) -> session
@@ -207,7 +209,7 @@ class Broker:
             return
         topic = self.topic(name)
         topic.published += 1
-        targets = topic.targets(msg)
+        targets = self._topic_targets(topic, msg)
         ticket = None
         durable = [q for q in targets if q.durable]
         if msg.persistent and durable:
@@ -589,10 +591,27 @@ class Broker:
         topic.subscribers[key] = q
         return q
 
+    def subscribe_topic_pattern(self, pattern: str, key: str, selector: Selector | None,
+                                may_read: MayRead) -> Queue:
+        """A private, non-durable queue that receives the messages of every topic matching
+        ``pattern`` (existing or future) that ``may_read`` allows, from now on."""
+        q = Queue(self, key, destination_of(TOPIC, pattern), self.policy(TOPIC, pattern),
+                  durable=False, selector=selector)
+        self.wildcards.add(pattern, key, q, may_read)
+        return q
+
     def drop_topic_subscription(self, name: str, key: str) -> None:
         topic = self.topics.get(name)
         if topic is not None:
             topic.subscribers.pop(key, None)
+        self.wildcards.remove(key)
+
+    def _topic_targets(self, topic: Topic, msg: Message) -> list[Queue]:
+        """The topic's own subscribers, then wildcard subscribers whose pattern matches it."""
+        targets = topic.targets(msg)
+        if self.wildcards:
+            targets += self.wildcards.targets(topic.name, msg)
+        return targets
 
     def durable_subscription(self, client_id: str, sub_name: str, topic_name: str,
                              selector_text: str | None) -> Queue:
@@ -672,7 +691,7 @@ class Broker:
             else:
                 topic = self.topic(name)
                 topic.published += 1
-                targets = topic.targets(msg)
+                targets = self._topic_targets(topic, msg)
                 key = f"t:{name}"
             durable_targets = [q for q in targets if q.durable]
             for q in targets:

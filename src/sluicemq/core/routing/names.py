@@ -49,6 +49,29 @@ def _parse(destination: str | None) -> tuple[str, str]:
     )
 
 
+_SEGMENT_RE = re.compile(r"[A-Za-z0-9_\-:@#$]{1,200}|\*|>")
+
+
+def parse_subscription(destination: str | None) -> tuple[str, str, bool]:
+    """A SUBSCRIBE destination: (kind, name, is_pattern). Topics may be ActiveMQ wildcard
+    patterns (``/topic/prices.*``, ``/topic/orders.>``: ``*`` one segment, ``>`` the rest)."""
+    for prefix, kind in _PREFIXES.items():
+        if destination and destination.startswith(prefix):
+            segs = destination[len(prefix):].split(".")
+            if "*" in segs or ">" in segs:
+                if kind == QUEUE:
+                    raise ProtocolError(f"wildcard subscriptions are for topics only (not yet "
+                                        f"queues): {destination!r}", fatal=False)
+                if (not all(_SEGMENT_RE.fullmatch(s) for s in segs) or ">" in segs[:-1]
+                        or len(destination) > 220):
+                    raise ProtocolError(f"invalid wildcard destination {destination!r}: "
+                                        "segments of A-Z a-z 0-9 _-:@#$, '*', and '>' last",
+                                        fatal=False)
+                return kind, ".".join(segs), True
+    kind, name = parse_destination(destination)
+    return kind, name, False
+
+
 MAX_COMPOSITE = 64  # destinations one composite SEND may name
 
 

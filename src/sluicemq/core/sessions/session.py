@@ -32,7 +32,13 @@ from sluicemq.core.routing.message import (
     parse_expires,
     parse_priority,
 )
-from sluicemq.core.routing.names import QUEUE, destination_of, parse_composite, parse_destination
+from sluicemq.core.routing.names import (
+    QUEUE,
+    destination_of,
+    parse_composite,
+    parse_destination,
+    parse_subscription,
+)
 from sluicemq.core.routing.queue import Queue
 from sluicemq.core.security.policy import READ, WRITE, User
 from sluicemq.core.selectors import SelectorError, compile_selector
@@ -547,6 +553,10 @@ class Session:
         self.broker.destinations.admit(kind, name,
                                        owner_of(self.user.name if self.user else None, self.peer))
 
+    def _may_read_topic(self, name: str) -> bool:
+        """A wildcard subscription reaches a topic only if this user may read it."""
+        return self.security.authorize(self.user, READ, f"/topic/{name}")
+
     def authorize(self, action: str, kind: str, name: str) -> None:
         if not self.security.authorize(self.user, action, f"/{kind}/{name}"):
             who = self.user.name if self.user else "anonymous"
@@ -591,12 +601,17 @@ class Session:
     def _subscribe(self, frame: Frame) -> None:
         h = frame.headers
         destination = h.get("destination")
-        kind, name = parse_destination(destination)
-        self.authorize(READ, kind, name)
-        if h.get("browser") == "true":  # range read, head query or ledger commit
-            self.ranges.subscribe(self, frame, kind, name)
-            return
-        self._admit_destination(kind, name)
+        kind, name, pattern = parse_subscription(destination)
+        if pattern:  # read rights are checked per topic the pattern reaches, per message
+            if h.get("browser") == "true":
+                raise ProtocolError("a range read needs one destination, not a wildcard",
+                                    fatal=False)
+        else:
+            self.authorize(READ, kind, name)
+            if h.get("browser") == "true":  # range read, head query or ledger commit
+                self.ranges.subscribe(self, frame, kind, name)
+                return
+            self._admit_destination(kind, name)
         limits = self.broker.config.limits
         if len(self.consumers) >= limits.max_subscriptions:
             raise ProtocolError(f"too many subscriptions on this connection (limit "
@@ -643,6 +658,13 @@ class Session:
                                 "subscriptions are for topics (/topic/...)", fatal=False)
         if kind == QUEUE:
             queue = self.broker.subscribe_queue(name)
+        elif pattern:
+            if durable_name:
+                raise ProtocolError("durable subscriptions to a wildcard pattern are not "
+                                    "supported yet", fatal=False)
+            queue = self.broker.subscribe_topic_pattern(name, f"s:{self.id}:{index}", selector,
+                                                        self._may_read_topic)
+            consumer_selector = None
         elif durable_name:
             if not self.client_id:
                 raise ProtocolError("a durable subscription needs a client-id on CONNECT",
