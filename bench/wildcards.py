@@ -53,13 +53,13 @@ async def run(port: int, topics: int, subs: int, count: int, wildcard: bool) -> 
     done = asyncio.Event()
     if wildcard:
         for i in range(subs):
-            r, w = conns[i % len(conns)]
+            _r, w = conns[i % len(conns)]
             w.write(encode_frame(Frame("SUBSCRIBE", {"destination": f"/topic/w.{i}.*",
                                                      "id": str(i)})))
     else:
         conns[0][1].write(encode_frame(Frame("SUBSCRIBE", {"destination": "/topic/plain",
                                                            "id": "p"})))
-    for r, w in conns:
+    for _r, w in conns:
         w.write(encode_frame(Frame("SUBSCRIBE", {"destination": "/queue/sync", "id": "sync",
                                                  "receipt": "ready"})))
         await w.drain()
