@@ -168,6 +168,17 @@ class HaSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class VirtualTopics:
+    """`[virtual_topics]`: ActiveMQ's virtual topics. A SEND to ``/topic/<topic_prefix>X``
+    also goes to every queue ``/queue/<consumer_prefix><group>.<topic_prefix>X``, so each
+    consumer group load-balances its own copy of the topic."""
+
+    enabled: bool = True
+    topic_prefix: str = "VirtualTopic."
+    consumer_prefix: str = "Consumer."
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerConfig:
     """Everything `sluice broker` needs; built from CLI flags over an optional TOML file."""
 
@@ -183,6 +194,7 @@ class BrokerConfig:
     security: SecuritySettings = field(default_factory=SecuritySettings)
     tls: TlsSettings = field(default_factory=TlsSettings)
     ha: HaSettings = field(default_factory=HaSettings)
+    virtual_topics: VirtualTopics = field(default_factory=VirtualTopics)
 
     def policy_for(self, kind: str, name: str) -> Policy:
         """The default policy with every matching `[[policy]]` entry applied in file order."""
@@ -240,6 +252,9 @@ def _from_toml(data: dict[str, Any]) -> BrokerConfig:
             raise ValueError('[ha] lock must be "kernel" or "lease"')
         if not 0 < ha.lease_renew < ha.lease_seconds / 2:
             raise ValueError("[ha] lease_renew must be > 0 and < lease_seconds / 2")
+    if "virtual_topics" in data or "virtual-topics" in data:
+        raw = data.get("virtual_topics", data.get("virtual-topics", {}))
+        kwargs["virtual_topics"] = _section(VirtualTopics, raw, "virtual_topics")
     if "defaults" in data:
         kwargs["policy"] = _section(Policy, data["defaults"], "defaults")
     entries = []

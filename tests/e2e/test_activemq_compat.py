@@ -251,3 +251,43 @@ def test_queue_wildcards_and_durable_wildcards_are_refused_clearly(broker) -> No
     assert "topics only" in c.recv().headers["message"]
     c.send("SUBSCRIBE", {"destination": "/topic/a.>.b", "id": "bad"})
     assert "invalid wildcard" in c.recv().headers["message"]
+
+
+def test_a_virtual_topic_gives_each_consumer_group_its_own_copy(broker) -> None:
+    """SEND to /topic/VirtualTopic.orders: every /queue/Consumer.<group>.VirtualTopic.orders
+    gets a copy (persistent: one transaction), shared by that group's consumers; a plain
+    topic subscriber still gets its own."""
+    a1, a2, b1, topic_sub, producer = (connect(broker) for _ in range(5))
+    for c, dest, sid in ((a1, "/queue/Consumer.A.VirtualTopic.orders", "a1"),
+                         (a2, "/queue/Consumer.A.VirtualTopic.orders", "a2"),
+                         (b1, "/queue/Consumer.B.VirtualTopic.orders", "b1"),
+                         (topic_sub, "/topic/VirtualTopic.orders", "t")):
+        c.send("SUBSCRIBE", {"destination": dest, "id": sid, "receipt": sid})
+        assert c.recv().headers["receipt-id"] == sid
+    for i in range(4):
+        producer.send("SEND", {"destination": "/topic/VirtualTopic.orders", "n": str(i),
+                               "persistent": "true", "receipt": str(i)})
+        assert producer.recv().headers["receipt-id"] == str(i)
+    got_b = [b1.recv().headers["n"] for _ in range(4)]
+    got_t = [topic_sub.recv().headers["n"] for _ in range(4)]
+    got_a = [a1.recv().headers["n"] for _ in range(2)] + [a2.recv().headers["n"]
+                                                          for _ in range(2)]
+    assert got_b == got_t == ["0", "1", "2", "3"]
+    assert sorted(got_a) == ["0", "1", "2", "3"]  # group A shares its copy
+
+
+def test_a_virtual_topics_group_queue_keeps_its_copies_while_its_consumers_are_away(
+        broker) -> None:
+    c = connect(broker)
+    c.send("SUBSCRIBE", {"destination": "/queue/Consumer.A.VirtualTopic.x", "id": "s",
+                         "receipt": "s"})
+    assert c.recv().headers["receipt-id"] == "s"
+    c.send("UNSUBSCRIBE", {"id": "s", "receipt": "u"})
+    assert c.recv().headers["receipt-id"] == "u"
+    c.send("SEND", {"destination": "/topic/VirtualTopic.x", "persistent": "true",
+                    "receipt": "r"}, b"kept")
+    assert c.recv().headers["receipt-id"] == "r"
+    broker.kill()
+    broker.restart()
+    c = connect(broker)
+    assert drain_one(c, "/queue/Consumer.A.VirtualTopic.x", "again") == b"kept"

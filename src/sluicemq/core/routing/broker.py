@@ -32,6 +32,7 @@ from sluicemq.core.routing.message import Message
 from sluicemq.core.routing.names import QUEUE, TOPIC, destination_of
 from sluicemq.core.routing.queue import Queue
 from sluicemq.core.routing.topic import Topic
+from sluicemq.core.routing.virtual import VirtualTopicIndex
 from sluicemq.core.routing.wildcards import MayRead, WildcardIndex
 from sluicemq.core.selectors import Selector, compile_selector
 from sluicemq.core.staging.stager import Stager
@@ -85,6 +86,7 @@ class Broker:
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
         self.wildcards = WildcardIndex()  # topic subscriptions by pattern (prices.*, orders.>)
+        self.virtual = VirtualTopicIndex(config.virtual_topics)  # Consumer.<g>.VirtualTopic.X
         self.durables: dict[str, tuple[records.DurableSub, Queue]] = {}
         self.sub_tickets: dict[str, TicketLike] = {}  # SUB records pin their segment
         self.client_ids: dict[tuple[str | None, str], object] = {}  # (owner, id) -> session
@@ -166,6 +168,7 @@ class Broker:
         if q is None:
             q = Queue(self, f"q:{name}", destination_of(QUEUE, name), self.policy(QUEUE, name))
             self.queues[name] = q
+            self.virtual.added(name)
         return q
 
     def topic(self, name: str) -> Topic:
@@ -605,6 +608,14 @@ class Broker:
         if topic is not None:
             topic.subscribers.pop(key, None)
         self.wildcards.remove(key)
+
+    def virtual_queues(self, topic: str) -> list[str]:
+        """The consumer-group queues (that exist now) copying virtual topic ``topic``."""
+        names = self.virtual.queues(topic)
+        gone = [n for n in names if n not in self.queues]
+        for n in gone:
+            self.virtual.removed(n)
+        return [n for n in names if n in self.queues]
 
     def _topic_targets(self, topic: Topic, msg: Message) -> list[Queue]:
         """The topic's own subscribers, then wildcard subscribers whose pattern matches it."""

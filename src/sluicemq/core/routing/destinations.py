@@ -88,7 +88,8 @@ class DestinationBudget:
         seen: set[Key] = set()
         for name, q in list(broker.queues.items()):
             key = (QUEUE, name)
-            if _queue_idle(q) and q.key not in busy_keys and not broker.is_dirty(q):
+            if (_queue_idle(q) and q.key not in busy_keys and not broker.is_dirty(q)
+                    and broker.virtual.topic_of(name) is None):  # a group's copy must stay
                 seen.add(key)
                 if force or now - self._idle_since.setdefault(key, now) >= grace:
                     del broker.queues[name]

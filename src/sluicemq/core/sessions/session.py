@@ -34,6 +34,7 @@ from sluicemq.core.routing.message import (
 )
 from sluicemq.core.routing.names import (
     QUEUE,
+    TOPIC,
     destination_of,
     parse_composite,
     parse_destination,
@@ -388,9 +389,14 @@ class Session:
     def _send(self, frame: Frame) -> None:
         h = frame.headers
         if "," in h.get("destination", ""):
-            self._send_composite(frame)
+            self._send_composite(frame, parse_composite(h["destination"]))
             return
         kind, name = parse_destination(h.get("destination"))
+        if kind == TOPIC and (groups := self.broker.virtual_queues(name)):
+            # a virtual topic: its consumer groups' queues get a copy each, atomically
+            self._send_composite(frame, [(kind, name), *((QUEUE, g) for g in groups)],
+                                 authorize_all=False)
+            return
         self.authorize(WRITE, kind, name)
         self._admit_destination(kind, name)
         if QUERY not in h and self._no_room(frame, kind, name):
@@ -445,13 +451,14 @@ class Session:
             self.broker.producers.accepted(*producer, msg.timestamp, msg.ticket)
         self.receipt(frame)
 
-    def _send_composite(self, frame: Frame) -> None:
-        """SEND to ``/queue/a,/topic/b``: a copy to each destination, stored as one journal
-        transaction when persistent (all copies or none survive a crash), each authorized
-        and flow-controlled as if sent there alone."""
+    def _send_composite(self, frame: Frame, targets: list[tuple[str, str]], *,
+                        authorize_all: bool = True) -> None:
+        """SEND to ``/queue/a,/topic/b`` (or a virtual topic and its group queues): a copy
+        to each destination, stored as one journal transaction when persistent (all copies
+        or none survive a crash), each flow-controlled as if sent there alone and, unless
+        the broker adds them itself (virtual topics), authorized."""
         h = frame.headers
-        targets = parse_composite(h["destination"])
-        for kind, name in targets:
+        for kind, name in targets if authorize_all else targets[:1]:
             self.authorize(WRITE, kind, name)
             self._admit_destination(kind, name)
         for special in (QUERY, STREAM_ID, stage_frames.FORMAT):
