@@ -159,11 +159,14 @@ class Collector(stomp.ConnectionListener):
         self.receipts: dict[str, threading.Event] = {}
         self.errors: list[str] = []
         self.fenced = threading.Event()  # a MESSAGE on the subscription named "sync" came
+        self.arrived: dict[str, threading.Event] = {}  # subscription -> its first MESSAGE
+        self.errored = threading.Event()
 
     def on_message(self, frame: stomp.utils.Frame) -> None:
-        self.bodies.setdefault(frame.headers["subscription"], []).append(
-            f"{frame.headers['destination']}={frame.body}")
-        if frame.headers["subscription"] == "sync":
+        sub = frame.headers["subscription"]
+        self.bodies.setdefault(sub, []).append(f"{frame.headers['destination']}={frame.body}")
+        self.arrived.setdefault(sub, threading.Event()).set()
+        if sub == "sync":
             self.fenced.set()
 
     def on_receipt(self, frame: stomp.utils.Frame) -> None:
@@ -171,6 +174,11 @@ class Collector(stomp.ConnectionListener):
 
     def on_error(self, frame: stomp.utils.Frame) -> None:
         self.errors.append(frame.headers.get("message", ""))
+        self.errored.set()
+
+    def first(self, sub: str) -> str:
+        assert self.arrived.setdefault(sub, threading.Event()).wait(10), sub
+        return self.bodies[sub][0]
 
     def wait(self, receipt: str) -> None:
         assert self.receipts.setdefault(receipt, threading.Event()).wait(10), receipt
@@ -291,3 +299,54 @@ def test_a_virtual_topics_group_queue_keeps_its_copies_while_its_consumers_are_a
     broker.restart()
     c = connect(broker)
     assert drain_one(c, "/queue/Consumer.A.VirtualTopic.x", "again") == b"kept"
+
+
+def test_request_reply_over_a_temporary_queue_with_stomp_py(broker) -> None:
+    """The requester's /temp-queue/ is its own; the reply-to the service sees is rewritten to
+    an address any connection can SEND to; only the requester may consume it; it goes away
+    with the requester's connection."""
+    requester, replies = stomp_client(broker)
+    requester.subscribe("/temp-queue/replies", id="r", headers={"receipt": "sub"})
+    replies.wait("sub")
+    service, requests = stomp_client(broker)
+    got_request = threading.Event()
+    reply_to: list[str] = []
+
+    class Service(stomp.ConnectionListener):
+        def on_message(self, frame: stomp.utils.Frame) -> None:
+            reply_to.append(frame.headers["reply-to"])
+            service.send(frame.headers["reply-to"], f"re: {frame.body}")
+            got_request.set()
+
+    service.set_listener("svc", Service())
+    service.subscribe("/queue/service", id="s", headers={"receipt": "svc"})
+    requests.wait("svc")
+    requester.send("/queue/service", "ping", headers={"reply-to": "/temp-queue/replies"},
+                   receipt="sent")
+    replies.wait("sent")
+    assert got_request.wait(10)
+    assert reply_to[0].startswith("/remote-temp-queue/")
+
+    thief, seen = stomp_client(broker)
+    thief.subscribe(reply_to[0], id="steal")
+    assert seen.errored.wait(10)
+    assert "only the connection" in seen.errors[0]
+    thief.disconnect()
+
+    assert replies.first("r").endswith("=re: ping")
+    requester.disconnect()
+    late = connect(broker)
+    late.send("SEND", {"destination": reply_to[0], "receipt": "late"}, b"too late")
+    frame = late.recv()
+    assert frame.command == "ERROR" and "does not exist" in frame.headers["message"]
+    service.disconnect()
+
+
+def test_two_connections_temporary_queues_of_the_same_name_are_two_queues(broker) -> None:
+    a, b = connect(broker), connect(broker)
+    for c, body in ((a, b"for a"), (b, b"for b")):
+        c.send("SEND", {"destination": "/temp-queue/mine", "receipt": "r"}, body)
+        assert c.recv().headers["receipt-id"] == "r"
+    a.send("SUBSCRIBE", {"destination": "/temp-queue/mine", "id": "x"})
+    b.send("SUBSCRIBE", {"destination": "/temp-queue/mine", "id": "x"})
+    assert a.recv().body == b"for a" and b.recv().body == b"for b"

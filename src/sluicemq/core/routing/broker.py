@@ -31,6 +31,7 @@ from sluicemq.core.routing.dispatch import dispatch
 from sluicemq.core.routing.message import Message
 from sluicemq.core.routing.names import QUEUE, TOPIC, destination_of
 from sluicemq.core.routing.queue import Queue
+from sluicemq.core.routing.temporary import TempDestinations
 from sluicemq.core.routing.topic import Topic
 from sluicemq.core.routing.virtual import VirtualTopicIndex
 from sluicemq.core.routing.wildcards import MayRead, WildcardIndex
@@ -87,6 +88,7 @@ class Broker:
         self.topics: dict[str, Topic] = {}
         self.wildcards = WildcardIndex()  # topic subscriptions by pattern (prices.*, orders.>)
         self.virtual = VirtualTopicIndex(config.virtual_topics)  # Consumer.<g>.VirtualTopic.X
+        self.temps = TempDestinations()  # /temp-queue/, /temp-topic/: owned by a connection
         self.durables: dict[str, tuple[records.DurableSub, Queue]] = {}
         self.sub_tickets: dict[str, TicketLike] = {}  # SUB records pin their segment
         self.client_ids: dict[tuple[str | None, str], object] = {}  # (owner, id) -> session
@@ -608,6 +610,15 @@ class Broker:
         if topic is not None:
             topic.subscribers.pop(key, None)
         self.wildcards.remove(key)
+
+    def drop_temporary(self, kind: str, name: str) -> None:
+        """Its connection ended: a temporary destination goes, with what it holds."""
+        if kind == QUEUE:
+            q = self.queues.pop(name, None)
+            if q is not None:
+                q.purge()
+        else:
+            self.topics.pop(name, None)
 
     def virtual_queues(self, topic: str) -> list[str]:
         """The consumer-group queues (that exist now) copying virtual topic ``topic``."""

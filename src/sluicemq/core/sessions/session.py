@@ -41,6 +41,8 @@ from sluicemq.core.routing.names import (
     parse_subscription,
 )
 from sluicemq.core.routing.queue import Queue
+from sluicemq.core.routing.temporary import PREFIX as TEMP_PREFIX
+from sluicemq.core.routing.temporary import is_temporary
 from sluicemq.core.security.policy import READ, WRITE, User
 from sluicemq.core.selectors import SelectorError, compile_selector
 from sluicemq.core.sessions.peer import Outbound
@@ -380,18 +382,37 @@ class Session:
             spool.close()
         self.transactions.clear()
         self.broker.consumer_waits.cancel(self)
+        for kind, name in self.broker.temps.release(self.id):
+            self.broker.drop_temporary(kind, name)
         if self.client_id:
             lock = (self.security.owner(self.user), self.client_id)
             if self.broker.client_ids.get(lock) is self:
                 del self.broker.client_ids[lock]
 
     # -- SEND --------------------------------------------------------------------------------
+    def _temporary(self, frame: Frame) -> None:
+        """``/temp-queue/NAME`` and friends become this connection's own destinations, and a
+        ``reply-to`` naming one becomes the address other connections can send to."""
+        h = frame.headers
+        destination = h.get("destination", "")
+        if is_temporary(destination):
+            kind, name, _mine = self.broker.temps.resolve(destination, self.id)
+            h["destination"] = destination_of(kind, name)
+        reply_to = h.get("reply-to", "")
+        if reply_to.startswith(("/temp-queue/", "/temp-topic/")):
+            h["reply-to"] = self.broker.temps.remote_address(reply_to, self.id)
+
     def _send(self, frame: Frame) -> None:
         h = frame.headers
+        if h.get("destination", "").startswith(("/temp-", "/remote-temp-")) or "reply-to" in h:
+            self._temporary(frame)
         if "," in h.get("destination", ""):
             self._send_composite(frame, parse_composite(h["destination"]))
             return
         kind, name = parse_destination(h.get("destination"))
+        if name.startswith(TEMP_PREFIX):  # kept in memory only, as ActiveMQ's temporaries
+            self.broker.temps.check(kind, name, self.id, consuming=False)
+            h.pop("persistent", None)
         if kind == TOPIC and (groups := self.broker.virtual_queues(name)):
             # a virtual topic: its consumer groups' queues get a copy each, atomically
             self._send_composite(frame, [(kind, name), *((QUEUE, g) for g in groups)],
@@ -607,8 +628,12 @@ class Session:
     # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------------
     def _subscribe(self, frame: Frame) -> None:
         h = frame.headers
+        if h.get("destination", "").startswith(("/temp-", "/remote-temp-")):
+            self._temporary(frame)
         destination = h.get("destination")
         kind, name, pattern = parse_subscription(destination)
+        if name.startswith(TEMP_PREFIX):
+            self.broker.temps.check(kind, name, self.id, consuming=True)
         if pattern:  # read rights are checked per topic the pattern reaches, per message
             if h.get("browser") == "true":
                 raise ProtocolError("a range read needs one destination, not a wildcard",
