@@ -113,6 +113,9 @@ class Policy:
     fail_if_no_space: bool = False  # a full destination answers SEND with ERROR, not a wait
     max_message_bytes: int | str = 0  # 0: the broker-wide [limits] max_message_bytes
     max_consumers: int = 0  # subscriptions at once; 0: unlimited
+    # ActiveMQ's processExpired: expired persistent messages go to the DLQ (reason "expired")
+    # instead of being dropped.
+    dead_letter_expired: bool = False
     # Producer pacing: body bytes a destination WITH consumers may hold undelivered before
     # non-persistent SENDs to it wait (0: no pacing); persistent ones too with pace_persistent.
     max_consumer_lag: int | str = "4 MiB"

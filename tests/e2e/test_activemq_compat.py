@@ -350,3 +350,26 @@ def test_two_connections_temporary_queues_of_the_same_name_are_two_queues(broker
     a.send("SUBSCRIBE", {"destination": "/temp-queue/mine", "id": "x"})
     b.send("SUBSCRIBE", {"destination": "/temp-queue/mine", "id": "x"})
     assert a.recv().body == b"for a" and b.recv().body == b"for b"
+
+
+def test_expired_persistent_messages_go_to_the_dlq_by_policy(broker_factory) -> None:
+    """ActiveMQ's processExpired: with dead_letter_expired, an expired persistent message is
+    moved to DLQ.<name> with the reason, and does not expire there; without it, dropped."""
+    b = broker_factory(config_text='[[policy]]\nqueue = "keep.>"\ndead_letter_expired = true\n')
+    c = connect(b)
+    past = str(int(time.time() * 1000) - 1000)
+    for dest in ("/queue/keep.orders", "/queue/drop.orders"):
+        c.send("SEND", {"destination": dest, "persistent": "true", "expires": past,
+                        "receipt": dest}, b"late")
+        assert c.recv().headers["receipt-id"] == dest
+    for i, dest in enumerate(("/queue/keep.orders", "/queue/drop.orders")):
+        c.send("SUBSCRIBE", {"destination": dest, "id": f"s{i}", "receipt": f"s{i}"})
+        assert c.recv().headers["receipt-id"] == f"s{i}"  # the pass that expires them ran
+    c.send("SUBSCRIBE", {"destination": "/queue/DLQ.keep.orders", "id": "dlq"})
+    dead = c.recv()
+    assert (dead.body, dead.headers["sluice-dlq-reason"], dead.headers["expires"],
+            dead.headers["sluice-dlq-origin"]) == (b"late", "expired", "0", "/queue/keep.orders")
+    c.send("SUBSCRIBE", {"destination": "/queue/DLQ.drop.orders", "id": "none",
+                         "receipt": "none"})
+    frame = c.recv()
+    assert frame.command == "RECEIPT"  # nothing was moved there: no MESSAGE before it

@@ -553,14 +553,19 @@ class Broker:
         if queue.durable:
             self.store.remove_run(queue.key, mids, segments, offsets)
 
-    def dead_letter(self, queue: Queue, msg: Message) -> None:
-        """Move a message that exhausted its redeliveries to ``/queue/DLQ.<name>`` atomically."""
+    def dead_letter(self, queue: Queue, msg: Message, reason: str = "redelivered") -> None:
+        """Move a message that exhausted its redeliveries (or, by policy, expired) to
+        ``/queue/DLQ.<name>`` atomically; an expired one never expires there."""
         origin = queue.destination.split("/", 2)[2]
         dlq = self.queue(f"{queue.policy.dlq_prefix}{origin}")
         moved = msg.moved_to(dlq.destination, self.allocate_mid())  # a fresh seq in the DLQ
         moved.body = bytes(self.body_of(msg))
         moved.headers.update({"sluice-dlq-origin": queue.destination,
-                              "sluice-dlq-deliveries": str(msg.deliveries)})
+                              "sluice-dlq-deliveries": str(msg.deliveries),
+                              "sluice-dlq-reason": reason})
+        if reason == "expired":
+            moved.expires = 0
+            moved.headers.pop("expires", None)
         if msg.persistent:
             ops: list[tuple[int, bytes]] = []
             if queue.durable and msg.ticket is not None:

@@ -1,7 +1,8 @@
 """The dispatch pass: hand a queue's pending messages to consumers that have room.
 
 Rules, in the order they apply to each message (highest priority first, FIFO within):
-1. an expired message is dropped (and counted), never delivered;
+1. an expired message is dropped (and counted), never delivered - or, with the policy's
+   ``dead_letter_expired`` (ActiveMQ's processExpired), a persistent one moves to the DLQ;
 2. if any consumer subscribed with ``activemq.exclusive:true``, only the first of them receives;
 3. a message with ``JMSXGroupID`` goes to the consumer that owns its group (assigned on the
    group's first message, released when that consumer leaves); it waits while the owner is full;
@@ -106,7 +107,14 @@ def dispatch(queue: Queue, now_ms: int, scan_limit: int = DEFAULT_SCAN_LIMIT,
     pending.restore(skipped)
     if expired:
         queue.stats.expired += len(expired)
-        queue.owner.record_removal(queue, expired)
+        dlq = queue.policy.dlq_prefix
+        kept = [m for m in expired if m.persistent] if (
+            queue.policy.dead_letter_expired
+            and not queue.destination.startswith(f"/queue/{dlq}")) else []
+        for msg in kept:
+            queue.owner.dead_letter(queue, msg, "expired")
+        moved = {id(m) for m in kept}
+        queue.owner.record_removal(queue, [m for m in expired if id(m) not in moved])
     if auto_acked:
         queue.stats.dequeued += len(auto_acked)
         queue.owner.record_removal(queue, auto_acked)
