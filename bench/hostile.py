@@ -48,9 +48,9 @@ class Broker:
     ws: str = ""
 
     @classmethod
-    def start(cls, tmp: Path) -> Broker:
+    def start(cls, tmp: Path, extra_limits: str = "") -> Broker:
         config = tmp / "broker.toml"
-        config.write_text(f'[limits]\nmemory-limit = "{LIMIT // MiB} MiB"\n')
+        config.write_text(f'[limits]\nmemory-limit = "{LIMIT // MiB} MiB"\n{extra_limits}\n')
         proc = subprocess.Popen([sys.executable, "-m", "sluicemq", "broker", "--port", "0",
                                  "--data-dir", str(tmp / "data"), "--config", str(config),
                                  "--console-port", "auto", "--ws-port", "auto",
@@ -386,11 +386,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--extra-limits", default="",
+                    help='more [limits] lines, e.g. \'journal_backlog = "100 GiB"\' for an A/B')
     args = ap.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     with tempfile.TemporaryDirectory() as tmp:
-        b = Broker.start(Path(tmp))
+        b = Broker.start(Path(tmp), args.extra_limits)
         stop = mp.Event()
         here, there = mp.Pipe()
         prober = mp.Process(target=probe, args=(b.port, there, stop), daemon=True)

@@ -46,6 +46,9 @@ class Limits:
     store_limit: int | str = 0  # journal disk space; persistent producers wait beyond it
     temp_limit: int | str = 0  # temp files of non-persistent overflow; producers wait beyond it
     max_message_bytes: int | str = 0  # one message's body; 0: max_frame_bytes
+    # Persistent messages accepted but not yet written to disk, broker-wide: beyond it
+    # persistent SENDs wait for the journal (their records are held in RAM until written).
+    journal_backlog: int | str = "64 MiB"
     # Exactly-once pipelines (docs/replay-protocol.md), in seconds.
     stage_timeout: float = 900.0  # a staged part nobody publishes is discarded after this
     stage_memory: float = 7 * 86400.0  # published (sink, batch) ids are remembered this long

@@ -136,6 +136,7 @@ class Journal:
         self._state = "new"
         self._pending: list[_Entry] = []
         self._unwritten: dict[Location, bytes] = {}
+        self.unwritten_bytes = 0  # appended, not yet written: flow control bounds it
         self._writer_idle = False
         self._closing = False
         self.wake_on_append = True  # False: the caller ends each batch with kick() or commit_now()
@@ -275,6 +276,7 @@ class Journal:
             ticket = Ticket(self._seq, loc)
             self._pending.append(_Entry(ticket, loc, rtype, data))
             self._unwritten[loc] = data
+            self.unwritten_bytes += size
             self._last[loc.segment] = (ticket.seq, loc.offset)
             self._tail = (loc.segment, loc.offset)
             if self._writer_idle and self.wake_on_append:
@@ -562,6 +564,7 @@ class Journal:
         with self._lock:
             for entry in batch:
                 del self._unwritten[entry.loc]
+            self.unwritten_bytes -= nbytes
             self._durable = last
         stats = self.stats
         stats.records += len(batch)
@@ -607,7 +610,8 @@ class Journal:
             failed = batch + self._pending
             self._pending = []
             for entry in failed:
-                self._unwritten.pop(entry.loc, None)
+                if self._unwritten.pop(entry.loc, None) is not None:
+                    self.unwritten_bytes -= HEADER_SIZE + entry.loc.length
                 entry.ticket.loc = None
             self._seg, self._off = first.segment, first.offset
             upto = batch[-1].loc.segment

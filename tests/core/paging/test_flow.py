@@ -55,12 +55,26 @@ class Usage:
     def __init__(self) -> None:
         self.store = 0
         self.temp = 0
+        self.unwritten = 0
 
 
 def flow_with(usage: Usage, memory: MemoryAccount) -> FlowControl:
     return FlowControl(ResolvedLimits(memory=memory.limit, store=1000, temp=500,
-                                      max_message=100),
-                       memory, lambda: usage.store, lambda: usage.temp)
+                                      max_message=100, journal_backlog=300),
+                       memory, lambda: usage.store, lambda: usage.temp,
+                       unwritten=lambda: usage.unwritten)
+
+
+def test_persistent_sends_wait_while_the_journal_is_behind_the_disk() -> None:
+    """Records accepted but not yet written are RAM: past journal_backlog, persistent SENDs
+    wait (and resume on the next durability report); non-persistent ones are not held."""
+    usage, memory = Usage(), MemoryAccount(10_000)
+    flow = flow_with(usage, memory)
+    usage.unwritten = 300
+    assert "journal writes behind" in (flow.full(Policy(), True, 0) or "")
+    assert flow.full(Policy(), False, 0) is None
+    usage.unwritten = 299
+    assert flow.full(Policy(), True, 0) is None
 
 
 def test_persistent_sends_wait_for_store_space_non_persistent_for_temp_space() -> None:

@@ -54,6 +54,7 @@ class ResolvedLimits:
     store: int
     temp: int
     max_message: int
+    journal_backlog: int = 64 * MiB
 
 
 def physical_memory() -> int:
@@ -76,7 +77,8 @@ def resolve_limits(limits: Limits, data_dir: Path, journal_bytes: int = 0) -> Re
     if temp <= 0:
         temp = min(100 * GiB, free // 2)
     max_message = parse_size(limits.max_message_bytes) or limits.max_frame_bytes
-    return ResolvedLimits(memory, store, temp, max_message)
+    return ResolvedLimits(memory, store, temp, max_message,
+                          parse_size(limits.journal_backlog) or 64 * MiB)
 
 
 def _free_disk(path: Path) -> int:
@@ -124,9 +126,11 @@ class FlowControl:
 
     def __init__(self, limits: ResolvedLimits, memory: MemoryAccount,
                  store_used: Callable[[], int], temp_used: Callable[[], int],
-                 trimmer: HeapTrimmer | None = None) -> None:
+                 trimmer: HeapTrimmer | None = None,
+                 unwritten: Callable[[], int] = lambda: 0) -> None:
         self.limits = limits
         self.memory = memory
+        self._unwritten = unwritten
         self.trimmer = trimmer or HeapTrimmer(None)
         self._store_used = store_used
         self._temp_used = temp_used
@@ -150,6 +154,9 @@ class FlowControl:
             most = parse_size(policy.max_consumer_lag)
             if most and lag >= most:
                 return Pacing(f"consumers are {lag} bytes behind (max_consumer_lag {most})")
+        if persistent and self._unwritten() >= self.limits.journal_backlog:
+            return (f"journal writes behind ({self._unwritten()} bytes not yet on disk, "
+                    f"journal_backlog {self.limits.journal_backlog})")
         if persistent and self._store_used() >= self.limits.store:
             return f"store limit reached ({self.limits.store} bytes of journal)"
         dest_limit = parse_size(policy.memory_limit)
@@ -185,6 +192,8 @@ class FlowControl:
             "memory": {"used": self.memory.used, "limit": self.limits.memory},
             "store": {"used": self._store_used(), "limit": self.limits.store},
             "temp": {"used": self._temp_used(), "limit": self.limits.temp},
+            "journal_backlog": {"used": self._unwritten(),
+                                "limit": self.limits.journal_backlog},
         }
 
     def tick(self) -> None:

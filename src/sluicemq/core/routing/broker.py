@@ -108,7 +108,8 @@ class Broker:
         self.temp = TempStore(config.data_dir / "tmp")
         self.pager = Pager(store, self.temp, config.journal.spill_bytes)
         self.flow = FlowControl(self.limits, self.memory, store.disk_estimate,
-                                lambda: self.temp.bytes_used, HeapTrimmer(trim_heap))
+                                lambda: self.temp.bytes_used, HeapTrimmer(trim_heap),
+                                lambda: store.journal.unwritten_bytes)
         self.compactor = Compactor(store, self._compaction_holders, self._compaction_relocate)
         self.stager = Stager(self)  # staged publishing (docs/replay-protocol.md, section 3)
         self.producers = Producers(store, config.limits.dedup_window)  # section 4
