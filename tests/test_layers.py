@@ -17,7 +17,6 @@ KNOWN_CYCLES = [
      "client.sync_failover", "client.sync_handles"},
     {"client.aio", "client.aio_failover", "client.aio_handles", "client.aio_ranges",
      "client.aio_streams"},
-    {"core.routing.consumer", "core.routing.queue"},
     {"core.persistence.capture", "core.persistence.parts", "core.persistence.recovery",
      "core.routing.broker", "core.routing.destinations", "core.staging.stager"},
 ]

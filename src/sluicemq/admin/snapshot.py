@@ -19,9 +19,8 @@ from sluicemq.core.routing.names import QUEUE, TOPIC
 if TYPE_CHECKING:
     from sluicemq.admin.sampler import RateSampler, StreamRates
     from sluicemq.core.routing.broker import Broker
-    from sluicemq.core.routing.consumer import Consumer
     from sluicemq.core.routing.message import Message
-    from sluicemq.core.routing.queue import Queue
+    from sluicemq.core.routing.queue import Consumer, Queue
     from sluicemq.core.routing.topic import Topic
     from sluicemq.core.sessions.session import Session
     from sluicemq.storage.store import Store

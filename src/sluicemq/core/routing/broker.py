@@ -25,12 +25,11 @@ from sluicemq.core.paging.pager import Pager
 from sluicemq.core.paging.trim import HeapTrimmer
 from sluicemq.core.persistence.parts import StatePart, check_parts
 from sluicemq.core.persistence.recovery import replay
-from sluicemq.core.routing.consumer import Consumer
 from sluicemq.core.routing.destinations import DestinationBudget, check_durable_cap
 from sluicemq.core.routing.dispatch import dispatch
 from sluicemq.core.routing.message import Message
 from sluicemq.core.routing.names import QUEUE, TOPIC, destination_of
-from sluicemq.core.routing.queue import Queue
+from sluicemq.core.routing.queue import Consumer, Queue
 from sluicemq.core.routing.temporary import TempDestinations
 from sluicemq.core.routing.topic import Topic
 from sluicemq.core.routing.virtual import VirtualTopicIndex

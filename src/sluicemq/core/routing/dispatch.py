@@ -18,9 +18,8 @@ A message no consumer can take now is skipped, not lost. A pass looks at no more
 
 from __future__ import annotations
 
-from sluicemq.core.routing.consumer import AUTO, Consumer
 from sluicemq.core.routing.message import Message
-from sluicemq.core.routing.queue import Queue
+from sluicemq.core.routing.queue import AUTO, Consumer, Queue
 from sluicemq.core.streams.chunks import SEQ, is_chunk, is_final
 
 DEFAULT_SCAN_LIMIT = 10_000

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from sluicemq.core.routing.broker import Broker
-    from sluicemq.core.routing.consumer import Consumer
+    from sluicemq.core.routing.queue import Consumer
     from sluicemq.core.security.policy import Security, User
     from sluicemq.protocol.frames import Frame
 

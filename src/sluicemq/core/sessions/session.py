@@ -24,7 +24,6 @@ from sluicemq import __version__
 from sluicemq.core.dedup import producers as dedup
 from sluicemq.core.limits import txlimits
 from sluicemq.core.paging.flow import Pacing, parse_size
-from sluicemq.core.routing.consumer import ACK_MODES, AUTO, CLIENT, Consumer
 from sluicemq.core.routing.destinations import owner_of
 from sluicemq.core.routing.message import (
     TRANSPORT_HEADERS,
@@ -40,7 +39,7 @@ from sluicemq.core.routing.names import (
     parse_destination,
     parse_subscription,
 )
-from sluicemq.core.routing.queue import Queue
+from sluicemq.core.routing.queue import ACK_MODES, AUTO, CLIENT, Consumer, Queue
 from sluicemq.core.routing.temporary import PREFIX as TEMP_PREFIX
 from sluicemq.core.routing.temporary import is_temporary
 from sluicemq.core.security.policy import READ, WRITE, User
