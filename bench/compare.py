@@ -38,7 +38,9 @@ from stompload import MIB, read_rss
 HERE = Path(__file__).resolve().parent
 
 Result = dict[str, Any]
-SHARED = Path(os.environ.get("SLUICE_SHARED_BENCH", "/work/shared/bench"))
+# The peers' start scripts live beside the repository (../shared/bench); override if elsewhere.
+SHARED = Path(os.environ.get("SLUICE_SHARED_BENCH",
+                             Path(__file__).resolve().parent.parent.parent / "shared" / "bench"))
 AMQ_SCRIPT = SHARED / "brokers" / "activemq.sh"
 TMP = Path(os.environ.get("TMPDIR", "/tmp"))
 AMQ_BASE = Path(os.environ.get("AMQ_BASE", TMP / "sluice-bench" / "amq"))  # as activemq.sh
