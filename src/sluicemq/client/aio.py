@@ -21,7 +21,12 @@ from sluicemq.client.aio_failover import dial_async
 from sluicemq.client.aio_handles import AsyncSubscription, AsyncTransaction
 from sluicemq.client.aio_ranges import AsyncRangeRead, open_range
 from sluicemq.client.aio_streams import AsyncStreamSubscription, AsyncStreamWriter
-from sluicemq.client.failover import FailoverCallback, PendingSend, TransactionRolledBack
+from sluicemq.client.failover import (
+    EarlyAcks,
+    FailoverCallback,
+    PendingSend,
+    TransactionRolledBack,
+)
 from sluicemq.client.files import Progress
 from sluicemq.client.inbox import Ended
 from sluicemq.client.machine import (
@@ -69,6 +74,7 @@ class AsyncClient:
         self._up = asyncio.Event()  # cleared while failing over: new frames wait
         self._up.set()
         self._epoch = 0
+        self._early_acks = EarlyAcks()  # acked after their connection was lost
         self._inflight: dict[str, PendingSend] = {}  # receipt id -> unconfirmed SEND
         self._queued = itertools.count(1)  # keys of sends made while failing over
         self._sub_receipts: dict[str, str] = {}
@@ -358,12 +364,19 @@ class AsyncClient:
     async def _acknowledge(self, command: str, message: _Received, tx: str | None,
                            receipt: bool = False) -> None:
         self._check_transaction(tx)
-        if getattr(message, "epoch", self._epoch) != self._epoch and message.ack_mode != "auto":
+        epoch = getattr(message, "epoch", self._epoch)
+        if epoch != self._epoch and message.ack_mode != "auto":
+            if command == "ACK":
+                self._early_acks.note(message.subscription, message.message_id)
             if receipt:
                 raise ClientError(f"message {message.message_id} came before a failover; the "
                                   "broker redelivers it, so this acknowledgement is void")
             return
         await self._wait_up()
+        if epoch != self._epoch and message.ack_mode != "auto":
+            if command == "ACK":  # a failover happened while we waited
+                self._early_acks.note(message.subscription, message.message_id)
+            return
         act = ClientMachine.ack if command == "ACK" else ClientMachine.nack
         _, future = self._submit(lambda m: act(m, message.ack_id, message.subscription,
                                                transaction=tx, receipt=receipt))
@@ -434,9 +447,14 @@ class AsyncClient:
         if isinstance(event, MessageReceived):
             sub = self._subscriptions.get(event.subscription)
             if sub is not None:
-                sub._queue.put_nowait(AsyncMessage(event.frame, event.subscription,
-                                                   event.ack_id, event.ack_mode,
-                                                   self._acknowledge, self._epoch))
+                message = AsyncMessage(event.frame, event.subscription, event.ack_id,
+                                       event.ack_mode, self._acknowledge, self._epoch)
+                if self._early_acks.take(event.subscription, message.message_id):
+                    task = asyncio.get_running_loop().create_task(
+                        self._acknowledge("ACK", message, None))  # acknowledged before
+                    self._tasks.append(task)
+                else:
+                    sub._queue.put_nowait(message)
         elif isinstance(event, ReceiptReceived):
             self._inflight.pop(event.receipt_id, None)
             self._sub_receipts.pop(event.receipt_id, None)

@@ -120,3 +120,30 @@ def dial(address: Address, machine: ClientMachine, timeout: float,
     except SluiceError as exc:  # a malformed CONNECTED
         sock.close()
         raise ClientError(f"bad answer from {host}:{port}: {exc}") from exc
+
+
+class EarlyAcks:
+    """Messages the caller acknowledged after the connection that delivered them was lost.
+
+    Such an ACK cannot be sent (the new broker would read the old ack id as one of its own
+    deliveries), yet the caller has processed the message: when the new broker redelivers it
+    (same subscription, same message-id), the client acknowledges it at once instead of
+    handing it out again, so a failover duplicates nothing the caller already acknowledged.
+    Bounded: the oldest are forgotten past ``limit`` (a broker that had the ACK before it
+    died never redelivers those).
+    """
+
+    def __init__(self, limit: int = 65_536) -> None:
+        self.limit = limit
+        self._keys: dict[tuple[str, str], None] = {}
+
+    def note(self, subscription: str, message_id: str) -> None:
+        self._keys[(subscription, message_id)] = None
+        if len(self._keys) > self.limit:
+            del self._keys[next(iter(self._keys))]
+
+    def take(self, subscription: str, message_id: str | None) -> bool:
+        """Is this delivery one the caller already acknowledged? (Forgets it.)"""
+        if message_id is None or not self._keys:
+            return False
+        return self._keys.pop((subscription, message_id), 0) is None

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from sluicemq.client import files, sync_failover
 from sluicemq.client.failover import (
+    EarlyAcks,
     FailoverCallback,
     PendingSend,
     TransactionRolledBack,
@@ -112,6 +113,7 @@ class Client:
         self._closing = False
         self._up = threading.Event()  # cleared while failing over: new frames wait
         self._epoch = 0  # bumped by every failover; messages of older epochs cannot be acked
+        self._early_acks = EarlyAcks()  # acked after their connection was lost
         self._inflight: dict[str, PendingSend] = {}  # receipt id -> unconfirmed SEND
         self._sub_receipts: dict[str, str] = {}  # receipt id -> subscription id, in flight
         self._open_tx: set[str] = set()
@@ -399,6 +401,9 @@ class Client:
         self._check_transaction(tx)
         epoch = getattr(message, "epoch", self._epoch)
         if epoch != self._epoch and message.ack_mode != "auto":
+            if command == "ACK":
+                with self._state:
+                    self._early_acks.note(message.subscription, message.message_id)
             if receipt:
                 raise ClientError(f"message {message.message_id} came before a failover; the "
                                   "broker redelivers it, so this acknowledgement is void")
@@ -406,8 +411,19 @@ class Client:
             done.set_result({})
             return Receipt(done, self.timeout)
         act = ClientMachine.ack if command == "ACK" else ClientMachine.nack
-        _, waiter = self._submit(lambda m: act(m, message.ack_id, message.subscription,
-                                               transaction=tx, receipt=receipt))
+
+        def build(m: ClientMachine) -> Outgoing:
+            # Checked again when the frame is built (under the state lock): a failover may
+            # have happened while this call waited, and the new broker would take the old
+            # connection's ack id for one of its own deliveries.
+            if epoch != self._epoch and message.ack_mode != "auto":
+                if command == "ACK":
+                    self._early_acks.note(message.subscription, message.message_id)
+                return Outgoing(b"")
+            return act(m, message.ack_id, message.subscription, transaction=tx,
+                       receipt=receipt)
+
+        _, waiter = self._submit(build)
         if receipt and wait:
             waiter.result()
         return waiter
@@ -477,6 +493,10 @@ class Client:
         except (OSError, ValueError):
             return False
 
+    def _ack_again(self, message: Message) -> None:
+        """A redelivery of a message the caller acknowledged before the failover."""
+        self._acknowledge("ACK", message, None)
+
     def _route(self, event: Event) -> Callable[[], None]:
         """Decide under the state lock what an event means; the returned action runs outside
         it, because resolving a future may run user callbacks that call back into us."""
@@ -486,6 +506,8 @@ class Client:
                 return _nothing
             message = Message(event.frame, event.subscription, event.ack_id, event.ack_mode,
                               self._acknowledge, self._epoch)
+            if self._early_acks.take(event.subscription, message.message_id):
+                return lambda: self._ack_again(message)
             return lambda: found._deliver(message)
         if isinstance(event, ReceiptReceived):
             self._inflight.pop(event.receipt_id, None)
