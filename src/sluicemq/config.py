@@ -185,6 +185,13 @@ class VirtualTopics:
 
 
 @dataclass(frozen=True, slots=True)
+class AdvisorySettings:
+    """`[advisories]`: ActiveMQ's advisory topics (core/routing/advisories.py)."""
+
+    enabled: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerConfig:
     """Everything `sluice broker` needs; built from CLI flags over an optional TOML file."""
 
@@ -201,6 +208,7 @@ class BrokerConfig:
     tls: TlsSettings = field(default_factory=TlsSettings)
     ha: HaSettings = field(default_factory=HaSettings)
     virtual_topics: VirtualTopics = field(default_factory=VirtualTopics)
+    advisories: AdvisorySettings = field(default_factory=AdvisorySettings)
 
     def policy_for(self, kind: str, name: str) -> Policy:
         """The default policy with every matching `[[policy]]` entry applied in file order."""
@@ -261,6 +269,8 @@ def _from_toml(data: dict[str, Any]) -> BrokerConfig:
     if "virtual_topics" in data or "virtual-topics" in data:
         raw = data.get("virtual_topics", data.get("virtual-topics", {}))
         kwargs["virtual_topics"] = _section(VirtualTopics, raw, "virtual_topics")
+    if "advisories" in data:
+        kwargs["advisories"] = _section(AdvisorySettings, data["advisories"], "advisories")
     if "defaults" in data:
         kwargs["policy"] = _section(Policy, data["defaults"], "defaults")
     entries = []

@@ -5,6 +5,7 @@ Each case is a behaviour ActiveMQ 5.17 shows and STOMP clients written against i
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -373,3 +374,47 @@ def test_expired_persistent_messages_go_to_the_dlq_by_policy(broker_factory) -> 
                          "receipt": "none"})
     frame = c.recv()
     assert frame.command == "RECEIPT"  # nothing was moved there: no MESSAGE before it
+
+
+def test_advisories_tell_of_consumers_connections_and_dead_letters(broker_factory) -> None:
+    """ActiveMQ.Advisory.Consumer.Queue.X, .Connection and .MessageDLQd.Queue.X, JSON bodies
+    and the facts in headers; published only to whoever listens."""
+    b = broker_factory(config_text='[[policy]]\nqueue = "adv.>"\nmax_redeliveries = 0\n')
+    watcher = connect(b)
+    for i, topic in enumerate(("Consumer.Queue.adv.work", "Connection", "MessageDLQd.>")):
+        watcher.send("SUBSCRIBE", {"destination": f"/topic/ActiveMQ.Advisory.{topic}",
+                                   "id": f"w{i}", "receipt": f"w{i}"})
+        assert watcher.recv().headers["receipt-id"] == f"w{i}"
+    worker = connect(b)
+    joined = watcher.recv()
+    assert joined.headers["advisory-type"] == "ConnectionInfo"
+    assert joined.headers["event"] == "added"
+    worker.send("SUBSCRIBE", {"destination": "/queue/adv.work", "id": "job",
+                              "ack": "client-individual", "receipt": "s"})
+    assert worker.recv().headers["receipt-id"] == "s"
+    added = watcher.recv()
+    assert (added.headers["advisory-type"], added.headers["event"],
+            added.headers["destination"], added.headers["subscription"]) == (
+        "ConsumerInfo", "added", "/queue/adv.work", "job")
+    assert json.loads(added.body)["destination"] == "/queue/adv.work"
+    worker.send("SEND", {"destination": "/queue/adv.work", "receipt": "p"}, b"poison")
+    assert worker.recv().headers["receipt-id"] == "p"
+    msg = worker.recv()
+    worker.send("NACK", {"id": msg.headers["ack"]})  # no redeliveries allowed: to the DLQ
+    dead = watcher.recv()
+    assert (dead.headers["advisory-type"], dead.headers["dlq"]) == (
+        "MessageDLQd", "/queue/DLQ.adv.work")
+    worker.send("UNSUBSCRIBE", {"id": "job", "receipt": "u"})
+    assert worker.recv().headers["receipt-id"] == "u"
+    assert watcher.recv().headers["event"] == "removed"
+
+
+def test_advisories_can_be_switched_off(broker_factory) -> None:
+    b = broker_factory(config_text="[advisories]\nenabled = false\n")
+    watcher = connect(b)
+    watcher.send("SUBSCRIBE", {"destination": "/topic/ActiveMQ.Advisory.Connection", "id": "w",
+                               "receipt": "w"})
+    assert watcher.recv().headers["receipt-id"] == "w"
+    connect(b)
+    watcher.send("SUBSCRIBE", {"destination": "/queue/fence", "id": "f", "receipt": "f"})
+    assert watcher.recv().command == "RECEIPT"  # no advisory came before it

@@ -25,6 +25,7 @@ from sluicemq.core.paging.pager import Pager
 from sluicemq.core.paging.trim import HeapTrimmer
 from sluicemq.core.persistence.parts import StatePart, check_parts
 from sluicemq.core.persistence.recovery import replay
+from sluicemq.core.routing.advisories import Advisories
 from sluicemq.core.routing.destinations import DestinationBudget, check_durable_cap
 from sluicemq.core.routing.dispatch import dispatch
 from sluicemq.core.routing.message import Message
@@ -88,6 +89,9 @@ class Broker:
         self.wildcards = WildcardIndex()  # topic subscriptions by pattern (prices.*, orders.>)
         self.virtual = VirtualTopicIndex(config.virtual_topics)  # Consumer.<g>.VirtualTopic.X
         self.temps = TempDestinations()  # /temp-queue/, /temp-topic/: owned by a connection
+        self.advisories = Advisories(config.advisories.enabled, self.has_listeners,
+                                     lambda name, msg: self.publish(TOPIC, name, msg),
+                                     self.allocate_mid)
         self.durables: dict[str, tuple[records.DurableSub, Queue]] = {}
         self.sub_tickets: dict[str, TicketLike] = {}  # SUB records pin their segment
         self.client_ids: dict[tuple[str | None, str], object] = {}  # (owner, id) -> session
@@ -566,6 +570,8 @@ class Broker:
         if reason == "expired":
             moved.expires = 0
             moved.headers.pop("expires", None)
+        self.advisories.dead_lettered(queue.destination, dlq.destination, msg.message_id,
+                                      reason)
         if msg.persistent:
             ops: list[tuple[int, bytes]] = []
             if queue.durable and msg.ticket is not None:
@@ -615,6 +621,14 @@ class Broker:
         if topic is not None:
             topic.subscribers.pop(key, None)
         self.wildcards.remove(key)
+
+    def has_listeners(self, topic: str) -> bool:
+        """Would a message published to ``topic`` reach anyone (plain or wildcard)?"""
+        t = self.topics.get(topic)
+        if t is not None and t.subscribers:
+            return True
+        probe = Message(0, "", {}, b"", persistent=False)
+        return bool(self.wildcards) and bool(self.wildcards.targets(topic, probe))
 
     def drop_temporary(self, kind: str, name: str) -> None:
         """Its connection ended: a temporary destination goes, with what it holds."""

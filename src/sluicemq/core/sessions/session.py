@@ -339,6 +339,8 @@ class Session:
             self.client_id = client_id
         self.login = h.get("login")
         self.connected = True
+        self.broker.advisories.connection("added", self.id, self.peer,
+                                          self.user.name if self.user else None)
         self.parser.version = self.version
         self.on_version(self.version)
         reply = {"version": self.version, "session": self.id,
@@ -370,6 +372,9 @@ class Session:
     def connection_lost(self) -> None:
         self.closed = True
         self._release()
+        if self.connected:
+            self.broker.advisories.connection("removed", self.id, self.peer,
+                                              self.user.name if self.user else None)
 
     def _release(self) -> None:
         """Give back everything the connection held: in-flight messages, groups, transactions."""
@@ -717,6 +722,7 @@ class Session:
         self.consumers[sub_id] = consumer
         self.by_index[index] = consumer
         self.broker.attach(consumer)
+        self.broker.advisories.consumer("added", kind, name, self.id, sub_id)
         self.receipt(frame)
 
     def _unsubscribe(self, frame: Frame) -> None:
@@ -754,6 +760,8 @@ class Session:
     def _drop_consumer(self, consumer: Consumer) -> None:
         queue = consumer.queue
         queue.remove_consumer(consumer)
+        kind, _, name = consumer.destination[1:].partition("/")
+        self.broker.advisories.consumer("removed", kind, name, self.id, consumer.sub_id)
         if queue.key.startswith("s:"):
             self.broker.drop_topic_subscription(queue.destination.split("/", 2)[2], queue.key)
 
