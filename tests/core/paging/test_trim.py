@@ -62,3 +62,15 @@ def test_glibc_trim_is_found_and_runs() -> None:
     trim = malloc_trim()
     assert trim is not None  # the broker's supported platform is glibc Linux
     trim()
+
+
+def test_a_burst_between_two_looks_is_seen_through_the_peak() -> None:
+    """The account remembers its peak since the last look: a burst that filled and drained
+    between two ticks is trimmed after too."""
+    calls = Calls()
+    t = HeapTrimmer(calls)
+    t.observe(0)
+    t.observe(0, peak=100 * MIB)  # the burst came and went between these two looks
+    for _ in range(3):
+        t.observe(0)  # (the account's peak restarts from what is used at each look)
+    assert calls.n == 1

@@ -75,8 +75,11 @@ class PendingList:
         cost = footprint(msg)
         self.memory += cost
         self.bytes += msg.size if msg.body is not None else 0
-        if self.account is not None:
-            self.account.used += cost
+        account = self.account
+        if account is not None:
+            account.used += cost
+            if account.used > account.peak:
+                account.peak = account.used
 
     def _settled(self, msg: Message) -> None:
         """A paged-out object became a journal slot (its record is durable): it is stored now,

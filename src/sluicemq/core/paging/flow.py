@@ -91,12 +91,13 @@ def _free_disk(path: Path) -> int:
 class MemoryAccount:
     """RAM held by queued messages across the broker (cursors add and subtract)."""
 
-    __slots__ = ("high_water", "limit", "used")
+    __slots__ = ("high_water", "limit", "peak", "used")
 
     def __init__(self, limit: int, high_water: float = CURSOR_HIGH_WATER) -> None:
         self.limit = limit
         self.high_water = int(limit * high_water)
         self.used = 0
+        self.peak = 0  # the most ``used`` reached since the heap trimmer last looked
 
     def cursor_room(self) -> bool:
         """May a store cursor keep one more message in memory?"""
@@ -199,7 +200,9 @@ class FlowControl:
     def tick(self) -> None:
         """Once a second: give the heap back once queued bytes fell far below their peak and
         held still (``trim.py`` counts looks, so this must not run per dispatch pass)."""
-        self.trimmer.observe(self.memory.used)
+        memory = self.memory
+        self.trimmer.observe(memory.used, memory.peak)
+        memory.peak = memory.used  # a burst filled and drained between two looks still counts
         self.poll()
 
     def poll(self) -> None:

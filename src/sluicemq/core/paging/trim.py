@@ -38,11 +38,13 @@ class HeapTrimmer:
     def available(self) -> bool:
         return self._trim is not None
 
-    def observe(self, used: int) -> bool:
-        """Record ``used``; trim (and say so) if it fell far enough below the peak and held
-        still since the last look."""
+    def observe(self, used: int, peak: int = 0) -> bool:
+        """Record ``used`` (and ``peak``, the most used since the last look: a burst may fill
+        and drain between two looks); trim (and say so) if it fell far enough below the peak
+        and held still since the last look."""
         self.still = self.still + 1 if used == self.last else 0
         falling, self.last = used < self.last, used
+        self.peak = max(self.peak, peak)
         if used >= self.peak:
             self.peak = used
             return False
