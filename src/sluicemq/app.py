@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import gc
 import logging
 import signal
 import time
@@ -223,6 +224,19 @@ def return_large_frees_to_the_os() -> None:
         ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, 1 << 20)
 
 
+def quiet_gc() -> None:
+    """Collect cycles rarely, and never scan what start-up built (``gc.freeze``).
+
+    Why: the broker makes millions of short-lived, acyclic objects (frames, views, tuples);
+    CPython's default runs a young collection every 700 net allocations and, every few of
+    those, an older one that walks everything recovered at start. Measured on a column-batch
+    range read of 200,000 x 1 KiB: 105-161k msgs/s before, 165-200k after (2 vCPU). Cyclic
+    garbage still goes within 20,000 allocations.
+    """
+    gc.freeze()
+    gc.set_threshold(20_000, 10, 10)
+
+
 def run(config: BrokerConfig) -> None:
     """Run the broker until SIGTERM/SIGINT (uvloop when installed)."""
     return_large_frees_to_the_os()
@@ -244,6 +258,7 @@ def run(config: BrokerConfig) -> None:
         try:
             server = BrokerServer(config, ha, stopped)
             await server.start()
+            quiet_gc()
             await server.serve_until_stopped()
         finally:
             ha.lock.release()  # after the journal closed: a standby takes over at once

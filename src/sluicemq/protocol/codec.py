@@ -300,14 +300,15 @@ def _slice(b: bytes | bytearray, start: int, end: int) -> bytes:
         return view[start:end].tobytes()
 
 
-def encode_head(frame: Frame, version: str = "1.2") -> bytes:
+def encode_head(frame: Frame, version: str = "1.2", body_length: int | None = None) -> bytes:
     """Encode everything before the body: command, escaped headers, content-length, blank line.
 
     Lets a transport write ``head``, the body and ``b"\\0"`` separately so a large body is never
     copied. content-length is always computed from the body: a stale value in ``frame.headers``
-    (say, from a forwarded SEND) is ignored. Raises ValueError for a header the version cannot
-    represent (a newline, a colon in a key, or a trailing CR in an unescaped header; a NUL
-    anywhere), because sending it would corrupt the peer's view of the stream.
+    (say, from a forwarded SEND) is ignored; ``body_length`` gives it for a body written in
+    pieces (``frame.body`` empty) that is never joined. Raises ValueError for a header the
+    version cannot represent (a newline, a colon in a key, or a trailing CR in an unescaped
+    header; a NUL anywhere), because sending it would corrupt the peer's view of the stream.
     """
     command = frame.command
     parts = [command]
@@ -334,7 +335,7 @@ def encode_head(frame: Frame, version: str = "1.2") -> bytes:
             if key != "content-length":
                 _check_raw(key, value)
                 append(f"{key}:{value}")
-    size = len(frame.body)
+    size = len(frame.body) if body_length is None else body_length
     if size:
         append(f"content-length:{size}")
     append("\n")

@@ -137,7 +137,7 @@ def assemble(count: int, fixed: list[array | bytes | bytearray | memoryview],
         data = part.tobytes() if isinstance(part, array) else memoryview(part)
         out += [data, bytes(_pad(size + len(data)))]
         size += len(data) + _pad(size + len(data))
-    out += hdata
+    out.append(b"".join(hdata))  # small pieces: one buffer writes cheaper than thousands
     out.append(bytes(_pad(hlen)))
     out += bdata
     return out

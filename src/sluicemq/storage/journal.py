@@ -345,11 +345,31 @@ class Journal:
     def read_many(self, locs: list[tuple[int, int, int]], *, span: int = 4 << 20,
                   gap: int = 64 << 10) -> list[bytes | memoryview]:
         """The payloads of the records at ``locs`` ((segment, offset, length) like a
-        ``Location``), checksum-verified, in order. Neighbouring records of one segment are
-        read with one ``pread`` of up to ``span`` bytes (bridging gaps of up to ``gap`` bytes
-        of other records), so a range read of a backlog costs a syscall per few MiB, not two
-        per message. Pending records are served from memory."""
+        ``Location``), checksum-verified, in order; read as ``read_spans`` groups them."""
         out: list[bytes | memoryview] = []
+        for buf, first, i, j in self.read_spans(locs, span=span, gap=gap):
+            if first < 0:
+                out.append(buf)
+                continue
+            for seg, off, size in locs[i:j]:
+                at = off - first
+                if not intact_at(buf, at, seg, off, size):
+                    why = verify_record(bytes(buf[at:at + HEADER_SIZE]),
+                                        buf[at + HEADER_SIZE:at + HEADER_SIZE + size],
+                                        Location(seg, off, size))
+                    raise StorageError(f"bad record at {Location(seg, off, size)}: {why}")
+                out.append(buf[at + HEADER_SIZE:at + HEADER_SIZE + size])
+        return out
+
+    def read_spans(self, locs: list[tuple[int, int, int]], *, span: int = 4 << 20,
+                   gap: int = 64 << 10) -> Iterator[tuple[bytes | memoryview, int, int, int]]:
+        """The records at ``locs`` as groups ``(buf, first, i, j)`` covering ``locs[i:j]``,
+        NOT verified (callers check each record, ``read_many`` or ``storage/runread.py``).
+        Neighbouring records of one segment come from one ``pread`` of up to ``span`` bytes
+        starting at offset ``first`` (bridging gaps of up to ``gap`` bytes of other records):
+        a range read of a backlog costs a syscall per few MiB, not two per message. A record
+        still pending in memory is a group of its own with ``first == -1`` and ``buf`` its
+        payload (verified: it never left memory)."""
         i, n = 0, len(locs)
         while i < n:
             seg, first, length = locs[i]
@@ -357,7 +377,7 @@ class Journal:
                 pending = self._unwritten
                 data = pending.get(Location(seg, first, length)) if pending else None
                 if data is not None:
-                    out.append(data)
+                    yield data, -1, i, i + 1
                     i += 1
                     continue
                 if seg not in self._segs and self._state != "recovering":
@@ -381,16 +401,8 @@ class Journal:
                 raise StorageError(f"cannot read segment {seg} at {first}: {exc}") from exc
             finally:
                 os.close(fd)
-            for _seg, off, size in locs[i:j]:
-                at = off - first
-                payload = buf[at + HEADER_SIZE:at + HEADER_SIZE + size]
-                if not intact_at(buf, at, seg, off, size):
-                    why = verify_record(bytes(buf[at:at + HEADER_SIZE]), payload,
-                                        Location(seg, off, size))
-                    raise StorageError(f"bad record at {Location(seg, off, size)}: {why}")
-                out.append(payload)
+            yield buf, first, i, j
             i = j
-        return out
 
     def peek(self, loc: Location, start: int, length: int) -> bytes:
         """Up to ``length`` bytes of loc's payload from ``start``, NOT checksum-verified: a

@@ -79,26 +79,6 @@ def message_columns(payload: bytes | memoryview
     return ts, expires, priority, view[pos:pos + hlen], view[pos + hlen:]
 
 
-def message_column_lists(payloads: list[memoryview]
-                         ) -> tuple[list[int], list[int], list[memoryview], list[memoryview]]:
-    """``message_columns`` of many plain MSG records at once, as columns: (timestamps,
-    expiries, header JSON views, body views). One tight loop: a column batch of a backlog
-    spends its per-message time here."""
-    ts: list[int] = []
-    exp: list[int] = []
-    heads: list[memoryview] = []
-    bodies: list[memoryview] = []
-    unpack, size = _MSG_HEAD.unpack_from, _MSG_HEAD.size
-    for p in payloads:
-        _mid, t, e, _prio, _flags, klen, hlen = unpack(p)
-        pos = size + klen
-        ts.append(t)
-        exp.append(e)
-        heads.append(p[pos:pos + hlen])
-        bodies.append(p[pos + hlen:])
-    return ts, exp, heads, bodies
-
-
 def encode_headers(headers: dict[str, str]) -> bytes:
     """Headers as a MSG record stores them (compact JSON, UTF-8)."""
     return json.dumps(headers, separators=(",", ":"), ensure_ascii=False).encode()

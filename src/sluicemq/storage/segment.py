@@ -123,7 +123,8 @@ def verify_record(head: bytes, payload: bytes | memoryview, loc: Location) -> in
     return rtype
 
 
-def intact_at(buf: memoryview, at: int, segment: int, offset: int, length: int) -> bool:
+def intact_at(buf: bytes | memoryview, at: int, segment: int, offset: int,
+             length: int) -> bool:
     """Whether ``buf[at:]`` starts with the intact record of ``length`` payload bytes written
     at (segment, offset): ``verify_record`` without copies, for batched reads."""
     if len(buf) < at + HEADER_SIZE + length:

@@ -23,7 +23,7 @@ from sluicemq.core.paging.spill import JOURNAL, OBJ, SpillFifo
 from sluicemq.core.replay.seqindex import TailRef
 from sluicemq.core.routing.message import Message
 from sluicemq.protocol.columns import PERSISTENT, REDELIVERED, ColumnWriter
-from sluicemq.storage import records
+from sluicemq.storage import records, runread
 from sluicemq.storage.slotpack import Fields
 
 if TYPE_CHECKING:
@@ -89,10 +89,10 @@ def _plain_run(writer: ColumnWriter, fetcher: Fetcher,
     prio, _tail, _first, (mid, src, seg, off, length, inner, _size) = source
     if src[:n].tobytes().count(JOURNAL) != n or any(inner[:n]):
         return False
-    payloads = fetcher.store.journal.read_many(list(zip(seg[:n], off[:n], length[:n],
-                                                        strict=True)))
-    ts, expires, headers, bodies = records.message_column_lists(payloads)  # type: ignore[arg-type]
-    writer.extend(list(mid[:n]), ts, expires, bytes([prio]) * n, bytes([PERSISTENT]) * n,
+    seqs = list(mid[:n])
+    ts, expires, headers, bodies = runread.message_columns(
+        fetcher.store.journal, list(zip(seg[:n], off[:n], length[:n], strict=True)), seqs)
+    writer.extend(seqs, ts, expires, bytes([prio]) * n, bytes([PERSISTENT]) * n,
                   headers, bodies)
     return True
 

@@ -494,13 +494,15 @@ class _Read(_Job):
         if not writer:
             self.write_end(view.lowest(), self.to, self.sent)
             return
-        body = b"".join(writer.finish())
+        parts = writer.finish()  # written as they are: the bodies are views of the journal
         h = {"subscription": self.sub_id, "destination": self.target.destination,
              "message-id": f"{self.sub_id}-{self.cursor}", BATCH: str(len(writer)),
              "content-type": COLUMNS_TYPE}
         out = self.session.out
-        out.write(encode_head(Frame("MESSAGE", h, body), self.session.version))
-        out.write(body)
+        out.write(encode_head(Frame("MESSAGE", h), self.session.version,
+                              body_length=sum(map(len, parts))))
+        for part in parts:
+            out.write(part)
         out.write(b"\x00")
         self.sent += len(writer)
         self.cursor = cursor
