@@ -195,3 +195,32 @@ def test_a_misspelt_option_fails_the_read_and_names_the_right_one(spark, broker)
     with pytest.raises(Exception, match=r"did you mean maxMessagesPerTrigger"):
         (spark.read.format("sluice").option("url", broker.url)
          .option("destination", "/queue/a").option("maxMessagesPerTriger", "5").load().collect())
+
+
+PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
+
+
+def test_offset_filters_narrow_a_batch_read_when_pushdown_is_on(spark, broker):
+    send_many(broker, "/queue/pushed", 30)
+    with Client(broker.url) as c:
+        first = c.head("/queue/pushed").first
+    def df(**options: str):  # a fresh reader each time: DataFrameReader.option mutates it
+        reader = spark.read.format("sluice").option("url", broker.url).option(
+            "destination", "/queue/pushed").option("pushdown", "true")
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return reader.load()
+
+    spark.conf.set(PUSHDOWN, "true")
+    try:
+        some = df(consume="true").where(
+            f"offset >= {first + 10} AND offset < {first + 20}").collect()
+        listed = df().where(f"offset IN ({first + 1}, {first + 25})").collect()
+        none = df().where(f"offset > {first + 100}").collect()
+    finally:
+        spark.conf.unset(PUSHDOWN)
+    assert sorted(r.offset for r in some) == list(range(first + 10, first + 20))
+    # only the pushed range was read, so only it was consumed: the rest is still there
+    assert retained(broker, "/queue/pushed") == 20
+    assert sorted(r.offset for r in listed) == [first + 1, first + 25]
+    assert none == []

@@ -18,7 +18,7 @@ from sluicemq.spark import schema
 from sluicemq.spark.arrow_sink import SluiceBatchArrowWriter, SluiceStreamArrowWriter
 from sluicemq.spark.files import TEXT_SCHEMA
 from sluicemq.spark.options import OptionError, SinkOptions, SourceOptions
-from sluicemq.spark.reader import SluiceBatchReader
+from sluicemq.spark.reader import SluiceBatchReader, SluicePushdownReader
 from sluicemq.spark.stream_reader import SluiceStreamReader
 from sluicemq.spark.writer import SluiceBatchWriter, SluiceStreamWriter
 
@@ -47,7 +47,8 @@ class SluiceDataSource(DataSource):
         return schema.for_options(opts.get("mode", "messages").lower(), shape)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return SluiceBatchReader(_with_schema(SourceOptions.parse(self.options), schema))
+        opts = _with_schema(SourceOptions.parse(self.options), schema)
+        return SluicePushdownReader(opts) if opts.pushdown else SluiceBatchReader(opts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return SluiceStreamReader(_with_schema(SourceOptions.parse(self.options), schema))

@@ -31,7 +31,7 @@ SOURCE_OPTIONS = (*CONNECTION_OPTIONS, "destination", "subscription", "selector"
                   "mode", "startingOffsets", "maxMessagesPerTrigger", "partitions",
                   "streams.output", "streams.format", "path", "consume", "headers",
                   "headerColumns", "bulk", "batchBytes", "streams.csv.header",
-                  "streams.csv.delimiter")
+                  "streams.csv.delimiter", "pushdown")
 SINK_OPTIONS = (*CONNECTION_OPTIONS, "destination", "sinkId", "bulk")
 # Added by Spark itself: `load(path)` / `save(path)` / `start(path)`, a stream's checkpoint.
 SPARK_OPTIONS = ("path", "checkpointLocation")
@@ -141,6 +141,7 @@ class SourceOptions:
     stream_format: str | None = None  # streams.format: parse each file's rows (spark/files.py)
     file_schema: str | None = None  # the query's schema (StructType JSON) for stream_format
     file_options: dict[str, str] = field(default_factory=dict)  # streams.csv.*
+    pushdown: bool = False  # batch reads take `offset` filters (spark/pushdown.py)
 
     @property
     def streams(self) -> bool:
@@ -214,6 +215,7 @@ class SourceOptions:
             batch_bytes=batch_bytes,
             stream_format=stream_format,
             file_options={k: v for k, v in opts.items() if k.startswith("streams.csv.")},
+            pushdown=_flag(opts.get("pushdown"), False),
         )
 
 

@@ -7,23 +7,26 @@ reads the same slice again).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
-from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
 from sluicemq.spark.options import SourceOptions
+from sluicemq.spark.pushdown import SeqBounds
 from sluicemq.spark.ranges import RangePartition, connect, read_rows, slices, target
 
 
 class SluiceBatchReader(DataSourceReader):
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
+        self.bounds = SeqBounds()  # stays unbounded unless filters were pushed
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.opts
         with connect(opts.connection) as client:
             head = client.head(opts.destination, **target(opts))
-            return slices(client, opts, head.first, head.next)
+            start, end = self.bounds.clamp(head.first, head.next)
+            return slices(client, opts, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         if not isinstance(partition, RangePartition):
@@ -34,3 +37,16 @@ class SluiceBatchReader(DataSourceReader):
             with connect(opts.connection) as client:
                 client.commit_upto(opts.destination, partition.end, ledger=opts.ledger,
                                    start=partition.start, **target(opts))
+
+
+class SluicePushdownReader(SluiceBatchReader):
+    """A batch read that takes filters (option ``pushdown``). Its own class because PySpark
+    refuses any reader that implements ``pushFilters`` unless
+    ``spark.sql.python.filterPushdown.enabled`` is true, and a source cannot see that conf."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Comparisons on ``offset`` narrow the range read (spark/pushdown.py); a file or
+        stream row's offset is where its stream completed, so those reads push nothing."""
+        if self.opts.streams:
+            return filters
+        return list(self.bounds.take(filters))
