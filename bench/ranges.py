@@ -4,9 +4,11 @@ commits cost (docs/replay-protocol.md, sections 1-2).
 Queues N persistent messages (no consumer, so nearly all are paged out to the journal), then
 measures with the blocking client: head-query latency on the idle queue (what a Spark driver
 polls), a head with splits, range-read throughput (a slice and the whole backlog), and
-commit-upto of half the backlog; the broker's CPU time and RSS around each step.
+commit-upto of half the backlog; the broker's CPU time and RSS around each step. The whole
+backlog is read one MESSAGE frame a message and then ``--repeat`` times as column batches
+(what the Spark source reads): median msgs/s and the broker's CPU microseconds a message.
 
-Usage: python bench/ranges.py [--count 1000000] [--size 100] [--polls 1000]
+Usage: python bench/ranges.py [--count 1000000] [--size 100] [--polls 1000] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=1_000_000)
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--polls", type=int, default=1000)
+    ap.add_argument("--repeat", type=int, default=5, help="column-batch reads of the backlog")
     args = ap.parse_args()
     data = Path(tempfile.mkdtemp(prefix="sluice-ranges-"))
     proc = subprocess.Popen([sys.executable, "-m", "sluicemq", "broker", "--port", "0",
@@ -93,21 +96,33 @@ def main() -> None:
             print(f"head with 8 splits: {(time.perf_counter() - t) * 1000:.1f} ms "
                   f"(first query after a change: no cache)")
 
-            def read(start: int, end: int) -> None:
+            def read(start: int, end: int, batch_bytes: int | None = None) -> tuple[float, float]:
                 cpu0, t = broker_cpu(proc.pid), time.perf_counter()
                 n = nbytes = 0
-                with c.read_range(q, start, end) as rng:
-                    for msg in rng:
-                        n += 1
-                        nbytes += len(msg.body)
+                with c.read_range(q, start, end, batch_bytes=batch_bytes) as rng:
+                    if batch_bytes is None:
+                        for msg in rng:
+                            n += 1
+                            nbytes += len(msg.body)
+                    else:
+                        for cols in rng.batches():
+                            n += cols.count
+                            nbytes += cols.body_offsets[-1]
                 dt = time.perf_counter() - t
-                print(f"read {n:,} messages in {dt:.2f}s: {n / dt:,.0f} msgs/s, "
-                      f"{nbytes / dt / 1e6:.1f} MB/s of bodies; broker CPU "
-                      f"{broker_cpu(proc.pid) - cpu0:.1f}s, RSS {rss_mib(proc.pid):.0f} MiB")
+                cpu = broker_cpu(proc.pid) - cpu0
+                print(f"read {n:,} messages{' as column batches' if batch_bytes else ''} in "
+                      f"{dt:.2f}s: {n / dt:,.0f} msgs/s, {nbytes / dt / 1e6:.1f} MB/s of bodies; "
+                      f"broker CPU {cpu:.1f}s ({cpu / n * 1e6:.2f} us a message), "
+                      f"RSS {rss_mib(proc.pid):.0f} MiB")
+                return n / dt, cpu / n * 1e6
 
             mid = h.splits[len(h.splits) // 2]
             read(h.splits[0], h.splits[1])
             read(h.first, h.end)
+            runs = [read(h.first, h.end, 4 << 20) for _ in range(args.repeat)]
+            print(f"column batches (4 MiB), median of {args.repeat}: "
+                  f"{statistics.median(r[0] for r in runs):,.0f} msgs/s, broker "
+                  f"{statistics.median(r[1] for r in runs):.2f} us a message")
 
             t = time.perf_counter()
             done = c.commit_upto(q, mid, ledger="bench")

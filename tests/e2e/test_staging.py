@@ -471,6 +471,35 @@ def test_a_column_batch_send_stages_many_messages_in_one_frame(broker) -> None:
     assert priorities == bytes([4]) + bytes([7]) * 500
 
 
+def test_column_batch_rows_keep_their_headers_whatever_json_they_came_as(broker) -> None:
+    """Each row's JSON is stored with the frame's headers added (spliced, not re-encoded, when
+    no key clashes): spacing, escapes, an empty object, a transport header or a
+    ``persistent:false`` all come out as the row said, with ``persistent:true`` enforced."""
+    import json
+
+    from sluicemq.protocol.columns import ColumnWriter
+
+    texts = [b'  { "a" : "1" ,\n "b":"\\u00e9\\n\\"q\\"" }  ', b"{}", b"{ }",
+             b'{"receipt":"r-1","c":"3"}', b'{"persistent":"false","d":"4"}']
+    want = [{"a": "1", "b": "\u00e9\n\"q\""}, {}, {}, {"c": "3"}, {"d": "4"}]
+    w = ColumnWriter()
+    for i, text in enumerate(texts):
+        w.add(0, 0, 0, 4, 0, text, b"row%d" % i)
+    with Client(broker.url) as c:
+        with c.stage("sink", "json", "p0") as p:
+            p.send_batch("/queue/json", b"".join(w.finish()), len(texts), {"from": "frame"})
+        assert c.publish_stage("sink", "json", ["p0"]) == ("published", len(texts))
+        with c.read_range("/queue/json") as rng:
+            got = list(rng)
+        with c.read_range("/queue/json", batch_bytes=1 << 20) as rng:
+            stored = [json.loads(b.headers_json(i)) for b in rng.batches() for i in range(b.count)]
+    for m, expected, raw_json in zip(got, want, stored, strict=True):
+        assert {k: m.headers[k] for k in expected} == expected
+        assert (m.headers["from"], m.headers["persistent"]) == ("frame", "true")
+        assert "receipt" not in m.headers
+        assert raw_json == {**expected, "from": "frame", "persistent": "true"}
+
+
 @pytest.mark.parametrize(("body", "says"), [
     (b"not a batch", "bad column batch"),
     (batch_of([({"n": "1"}, b"x")])[:-1], "bad column batch"),

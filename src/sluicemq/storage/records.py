@@ -45,12 +45,21 @@ class StoredMessage:
 
 
 def encode_message(key: str, mid: int, timestamp: int, expires: int, priority: int,
-                   headers: dict[str, str], body: bytes) -> bytes:
+                   headers: dict[str, str], body: bytes | memoryview) -> bytes:
     k = key.encode()
     h = encode_headers(headers)
     flags = PRODUCER_FLAG if PRODUCER_HEADER in headers else 0
     return b"".join((_MSG_HEAD.pack(mid, timestamp, expires, priority, flags, len(k), len(h)),
                      k, h, body))
+
+
+def encode_message_json(key: str, mid: int, timestamp: int, expires: int, priority: int,
+                        headers_json: bytes, body: bytes | memoryview) -> bytes:
+    """``encode_message`` with the headers already encoded (a JSON object of strings without
+    a producer id: staged column batches splice each row's JSON instead of re-encoding it)."""
+    k = key.encode()
+    return b"".join((_MSG_HEAD.pack(mid, timestamp, expires, priority, 0, len(k),
+                                    len(headers_json)), k, headers_json, body))
 
 
 def decode_message(payload: bytes | memoryview) -> StoredMessage:

@@ -125,8 +125,9 @@ def _add_batch(spool: TxSpool, frame: Frame, key: str, common: dict[str, str],
     try:
         batch = columns.decode(frame.body)
         offsets, base, raw = batch.header_offsets, batch.hdata_at, batch.body
-        own = [json.loads(bytes(raw[base + offsets[i]:base + offsets[i + 1]]))
-               for i in range(batch.count)]
+        texts = [bytes(raw[base + offsets[i]:base + offsets[i + 1]])
+                 for i in range(batch.count)]
+        own = [json.loads(t) for t in texts]
     except ValueError as exc:
         raise ProtocolError(f"bad column batch: {exc}", fatal=False) from None
     for i, h in enumerate(own):
@@ -137,8 +138,19 @@ def _add_batch(spool: TxSpool, frame: Frame, key: str, common: dict[str, str],
     priority, expires = batch.priority, batch.expires
     if any(p > MAX_PRIORITY for p in priority):
         raise ProtocolError(f"bad column batch: a priority above {MAX_PRIORITY}", fatal=False)
+    common["persistent"] = "true"
+    tail = records.encode_headers(common)[1:]  # '"k":"v",...}': spliced after each row's own
+    taken = frozenset(common) | TRANSPORT_HEADERS | {records.PRODUCER_HEADER}
+    boff, bbase = batch.body_offsets, batch.bdata_at
     payloads = []
-    for i, (h, body) in enumerate(zip(own, batch.bodies(), strict=True)):
+    for i, h in enumerate(own):
+        body = raw[bbase + boff[i]:bbase + boff[i + 1]]
+        if taken.isdisjoint(h):  # the row's JSON as sent, the frame's headers added: no re-encoding
+            stored = texts[i].strip()[:-1].rstrip()
+            stored += b"," + tail if len(stored) > 1 else tail
+            payloads.append(records.encode_message_json(key, 0, now_ms, expires[i], priority[i],
+                                                        stored, body))
+            continue
         headers = {**common, **{k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}}
         headers["persistent"] = "true"
         payloads.append(records.encode_message(key, 0, now_ms, expires[i], priority[i],
