@@ -26,6 +26,8 @@ from sluicemq.core.persistence.checkpoint import Checkpointer
 from sluicemq.core.persistence.recovery import save_snapshot
 from sluicemq.core.replay.ranges import RangeService
 from sluicemq.core.routing.broker import Broker
+from sluicemq.core.scheduling.scheduler import NAME as SCHEDULED
+from sluicemq.core.scheduling.scheduler import Scheduler
 from sluicemq.core.security.policy import build_security
 from sluicemq.core.sessions.services import Services
 from sluicemq.core.staging.recovery import StagingPart
@@ -75,10 +77,15 @@ class BrokerServer:
         self.store = Store(journal, loop.call_soon)
         self.broker = Broker(self.config, self.store, loop.call_soon, trim_heap=malloc_trim(),
                              parts=STATE_PARTS)
+        scheduler = Scheduler(self.broker, loop.call_later,
+                              enabled=self.config.scheduler.enabled)
         self.services = services = Services(self.broker, build_security(self.config),
-                                 RangeService(self.broker))
+                                 RangeService(self.broker), scheduler)
         t0 = time.monotonic()
         counts = self.broker.recover()
+        waiting = scheduler.recover()
+        if waiting:
+            log.info("%d scheduled messages wait in /queue/%s", waiting, SCHEDULED)
         report = getattr(journal, "report", None)
         dropped = getattr(report, "dropped", None) or []
         for segment, offset, nbytes, reason in dropped:

@@ -192,6 +192,15 @@ class AdvisorySettings:
 
 
 @dataclass(frozen=True, slots=True)
+class SchedulerSettings:
+    """`[scheduler]`: ActiveMQ's scheduled delivery (core/scheduling/scheduler.py); off, the
+    AMQ_SCHEDULED_* headers are ordinary headers and messages go at once (ActiveMQ's
+    ``schedulerSupport="false"``)."""
+
+    enabled: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerConfig:
     """Everything `sluice broker` needs; built from CLI flags over an optional TOML file."""
 
@@ -209,6 +218,7 @@ class BrokerConfig:
     ha: HaSettings = field(default_factory=HaSettings)
     virtual_topics: VirtualTopics = field(default_factory=VirtualTopics)
     advisories: AdvisorySettings = field(default_factory=AdvisorySettings)
+    scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
 
     def policy_for(self, kind: str, name: str) -> Policy:
         """The default policy with every matching `[[policy]]` entry applied in file order."""
@@ -271,6 +281,8 @@ def _from_toml(data: dict[str, Any]) -> BrokerConfig:
         kwargs["virtual_topics"] = _section(VirtualTopics, raw, "virtual_topics")
     if "advisories" in data:
         kwargs["advisories"] = _section(AdvisorySettings, data["advisories"], "advisories")
+    if "scheduler" in data:
+        kwargs["scheduler"] = _section(SchedulerSettings, data["scheduler"], "scheduler")
     if "defaults" in data:
         kwargs["policy"] = _section(Policy, data["defaults"], "defaults")
     entries = []

@@ -231,3 +231,22 @@ def test_browser_borne_requests_are_refused(console) -> None:
     assert code == 415
     code, data = console.request("POST", "/api/destinations/queue/x/send", raw=b"{not json")
     assert code == 400 and "JSON" in data["error"]
+
+
+def test_scheduled_messages_are_browsable_and_cancellable(console, producer) -> None:
+    """They wait in /queue/sluice.scheduled: browsing shows where and when each goes;
+    deleting one cancels it (nothing is delivered when its time comes)."""
+    for body, delay in (("first", "600000"), ("second", "1500")):
+        send(producer, "/queue/jobs", body, persistent="true", AMQ_SCHEDULED_DELAY=delay)
+    waiting = console.get("/api/destinations/queue/sluice.scheduled/messages")["messages"]
+    assert sorted(m["body_preview"] for m in waiting) == ["first", "second"]
+    second = next(m for m in waiting if m["body_preview"] == "second")
+    assert second["headers"]["sluice-scheduled-destination"] == "/queue/jobs"
+    assert int(second["headers"]["sluice-scheduled-at"]) > time.time() * 1000
+    assert console.delete(f"/api/destinations/queue/sluice.scheduled/messages/{second['mid']}"
+                          ) == {"removed": 1}
+    producer.send("SUBSCRIBE", {"destination": "/queue/jobs", "id": "s"})
+    with pytest.raises(TimeoutError):
+        producer.recv(timeout=3.0)  # its time came and went: cancelled
+    left = console.get("/api/destinations/queue/sluice.scheduled/messages")["messages"]
+    assert [m["body_preview"] for m in left] == ["first"]

@@ -12,8 +12,10 @@ everything stays in memory.
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterator
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from sluicemq.core.paging.pager import Pager
@@ -22,6 +24,8 @@ from sluicemq.core.routing.message import MAX_PRIORITY, Message
 from sluicemq.errors import StorageError
 from sluicemq.storage import slotpack
 from sluicemq.storage.slotpack import Fields
+
+_mid_of = attrgetter("mid")
 
 if TYPE_CHECKING:
     from sluicemq.core.paging.flow import MemoryAccount
@@ -216,6 +220,28 @@ class PendingList:
             if i >= 0:
                 slot = lane.tail.delete(i)
                 return self._take_slot(lane, slot, prio)
+        return None
+
+    def remove_ordered(self, mid: int) -> Message | None:
+        """``remove`` for a queue nobody consumes from, whose lanes hold messages in the order
+        they came (nothing was ever put back): each lane's head and each ascending run of its
+        tail is bisected, so a removal costs O(log n), not a scan (the scheduler's queue)."""
+        for prio, lane in enumerate(self._lanes):
+            head = lane.head
+            if head and head[0].mid <= mid <= head[-1].mid:
+                k = bisect_left(head, mid, key=_mid_of)
+                if k < len(head) and head[k].mid == mid:
+                    msg = head[k]
+                    del head[k]
+                    self._size -= 1
+                    self._in_head -= 1
+                    self._unhold(msg)
+                    return msg
+            tail = lane.tail
+            span = tail.indexes()  # one ascending run: removals in the middle keep it so
+            k = tail.bisect(mid, span.start, span.stop)
+            if k < span.stop and tail.id_at(k) == mid:
+                return self._take_slot(lane, tail.delete(k), prio)
         return None
 
     def _take_slot(self, lane: _Lane, slot: Slot, prio: int) -> Message:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from sluicemq.core.routing.broker import Broker
     from sluicemq.core.routing.queue import Queue
+    from sluicemq.core.scheduling.scheduler import Scheduler
     from sluicemq.core.security.policy import Security
     from sluicemq.core.sessions.peer import SessionPeer
     from sluicemq.protocol.frames import Frame
@@ -32,3 +33,4 @@ class Services:
     broker: Broker
     security: Security
     ranges: RangeReads
+    scheduler: Scheduler

@@ -42,6 +42,7 @@ from sluicemq.core.routing.names import (
 from sluicemq.core.routing.queue import ACK_MODES, AUTO, CLIENT, Consumer, Queue
 from sluicemq.core.routing.temporary import PREFIX as TEMP_PREFIX
 from sluicemq.core.routing.temporary import is_temporary
+from sluicemq.core.scheduling import scheduler as scheduled
 from sluicemq.core.security.policy import READ, WRITE, User
 from sluicemq.core.selectors import SelectorError, compile_selector
 from sluicemq.core.sessions.peer import Outbound
@@ -96,6 +97,7 @@ class Session:
         self.cert_user: str | None = None  # CN of a verified TLS client certificate
         self.security = services.security
         self.ranges = services.ranges
+        self.scheduler = services.scheduler
         self._held: list[Frame] | None = None  # set while a login is being verified
         self._waiting: deque[Frame] | None = None  # a SEND waiting for room, and what follows
         self.heartbeat = (0, 0)  # (we send every ms, we expect every ms)
@@ -414,6 +416,7 @@ class Session:
             self._send_composite(frame, parse_composite(h["destination"]))
             return
         kind, name = parse_destination(h.get("destination"))
+        scheduled.refuse_direct(kind, name)
         if name.startswith(TEMP_PREFIX):  # kept in memory only, as ActiveMQ's temporaries
             self.broker.temps.check(kind, name, self.id, consuming=False)
             h.pop("persistent", None)
@@ -455,6 +458,9 @@ class Session:
                 self.error(str(exc), frame, fatal=False, extra=extra)
                 return
         if txid is not None:
+            if self.scheduler.wants(h):
+                raise ProtocolError("a scheduled SEND inside a transaction is not supported",
+                                    fatal=False)
             spool = self._tx(txid)
             spools = self.transactions.values()
             txlimits.admit(spools, len(frame.body), self._tx_limit)
@@ -471,7 +477,8 @@ class Session:
             return
         stage_frames.refuse_batch(h)
         msg = self._message(kind, name, h, frame.body)
-        self.broker.publish(kind, name, msg)
+        if not (self.scheduler.wants(h) and self.scheduler.schedule(kind, name, msg)):
+            self.broker.publish(kind, name, msg)
         if producer is not None:
             self.broker.producers.accepted(*producer, msg.timestamp, msg.ticket)
         self.receipt(frame)
@@ -490,6 +497,9 @@ class Session:
             if special in h:
                 raise ProtocolError(f"{special} is not supported on a composite destination",
                                     fatal=False)
+        if self.scheduler.wants(h):
+            raise ProtocolError("a scheduled SEND to several destinations is not supported",
+                                fatal=False)
         for kind, name in targets:
             if self._no_room(frame, kind, name):
                 return  # the whole SEND runs again once there is room
@@ -636,6 +646,7 @@ class Session:
             self._temporary(frame)
         destination = h.get("destination")
         kind, name, pattern = parse_subscription(destination)
+        scheduled.refuse_direct(kind, name)
         if name.startswith(TEMP_PREFIX):
             self.broker.temps.check(kind, name, self.id, consuming=True)
         if pattern:  # read rights are checked per topic the pattern reaches, per message

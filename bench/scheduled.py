@@ -1,0 +1,127 @@
+"""Scheduled delivery accuracy: N persistent messages with AMQ_SCHEDULED_DELAY, lateness of each.
+
+Every message carries its due time (the client's clock before the SEND + its delay, spread
+uniformly over [--min-delay, --max-delay] ms); a consumer subscribed from the start notes how
+late each arrives. Prints p50/p99/max lateness, how many came early (must be 0) or never, and
+the broker's peak RSS. Broker-agnostic over stomp.py: without --url it starts a SluiceMQ on a
+throwaway data directory; for ActiveMQ 5.17, start it with ``schedulerSupport="true"`` on its
+``<broker>`` element and pass --url and --pid.
+
+    python bench/scheduled.py [--count 100000] [--min-delay 5000] [--max-delay 15000]
+                              [--url stomp://127.0.0.1:61613 --pid PID] [--json out.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import stomp
+
+sys.path.insert(0, str(Path(__file__).parent))
+from streams import start_broker
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class Lateness(stomp.ConnectionListener):
+    def __init__(self, expected: int) -> None:
+        self.late: list[int] = []
+        self.expected = expected
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+
+    def on_message(self, frame: Any) -> None:
+        now = int(time.time() * 1000)
+        with self.lock:
+            self.late.append(now - int(frame.headers["due-ms"]))
+            if len(self.late) >= self.expected:
+                self.done.set()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--count", type=int, default=100_000)
+    ap.add_argument("--min-delay", type=int, default=5_000)
+    ap.add_argument("--max-delay", type=int, default=15_000)
+    ap.add_argument("--url", help="a running broker (default: start a SluiceMQ)")
+    ap.add_argument("--pid", type=int, help="its process id, for RSS")
+    ap.add_argument("--label", default=None)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    proc = None
+    if args.url is None:
+        proc, url = start_broker(Path(tempfile.mkdtemp(prefix="sluice-sched-")) / "data")
+        pid = proc.pid
+    else:
+        url, pid = args.url, args.pid
+    host, port = url.removeprefix("stomp://").rsplit(":", 1)
+    try:
+        listener = Lateness(args.count)
+        consumer = stomp.Connection12([(host, int(port))], heartbeats=(0, 0))
+        consumer.set_listener("l", listener)
+        consumer.connect("admin", "admin", wait=True)
+        consumer.subscribe("/queue/bench.scheduled", id="1", ack="auto")
+        producer = stomp.Connection12([(host, int(port))], heartbeats=(0, 0))
+        receipts = threading.Semaphore(0)
+        producer.set_listener("r", type("R", (stomp.ConnectionListener,), {
+            "on_receipt": lambda self, frame: receipts.release()})())
+        producer.connect("admin", "admin", wait=True)
+        rng = random.Random(1)
+        peak = rss_mib(pid) if pid else 0.0
+        started = time.time()
+        for i in range(args.count):
+            delay = rng.randint(args.min_delay, args.max_delay)
+            due = int(time.time() * 1000) + delay
+            receipt = f"r{i}" if i % 1000 == 999 or i == args.count - 1 else None
+            headers = {"AMQ_SCHEDULED_DELAY": str(delay), "due-ms": str(due),
+                       "persistent": "true"}
+            if receipt:
+                headers["receipt"] = receipt
+            producer.send("/queue/bench.scheduled", b"x" * 100, headers=headers)
+            if receipt:
+                receipts.acquire(timeout=120)
+                if pid:
+                    peak = max(peak, rss_mib(pid))
+        sent_s = time.time() - started
+        deadline = time.time() + args.max_delay / 1000 + 120
+        while not listener.done.wait(0.5) and time.time() < deadline:
+            if pid:
+                peak = max(peak, rss_mib(pid))
+        late = sorted(listener.late)
+        result = {
+            "date": time.strftime("%Y-%m-%d %H:%M"), "broker": args.label or (
+                "sluice" if proc else url), "scenario": "scheduled-delivery",
+            "messages": args.count, "delay_ms": [args.min_delay, args.max_delay],
+            "send_msgs_per_s": round(args.count / sent_s), "received": len(late),
+            "early": sum(1 for x in late if x < 0),
+            "late_p50_ms": statistics.median(late) if late else None,
+            "late_p99_ms": late[int(len(late) * 0.99) - 1] if late else None,
+            "late_max_ms": late[-1] if late else None, "rss_peak_mib": round(peak, 1)}
+        print(json.dumps(result), flush=True)
+        if args.json:
+            with args.json.open("a") as fh:
+                fh.write(json.dumps(result) + "\n")
+        producer.disconnect()
+        consumer.disconnect()
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(30)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Scheduled delivery the ActiveMQ way: ``AMQ_SCHEDULED_DELAY``, ``_PERIOD`` and ``_REPEAT``.
+
+Where a scheduled message waits: in the broker's own queue ``sluice.scheduled``, stored and
+paged like any other message - a persistent one is in the journal before its RECEIPT, a
+restart keeps the schedule, and a million waiting messages cost their index slots in memory,
+not their bodies. Its headers say where it goes (``sluice-scheduled-destination``), when
+(``sluice-scheduled-at``, ms since the epoch) and how many repetitions are left.
+
+When it is due it moves in one journal transaction: removed from ``sluice.scheduled``, a copy
+under a fresh id stored at its destination and, if it repeats, the next repetition stored back
+in ``sluice.scheduled`` - so a crash at any moment neither loses a scheduled message nor
+delivers one twice. In memory the scheduler keeps a heap of (due time, id): ~60 bytes a
+scheduled message. Nobody may send to, subscribe to or read ``sluice.scheduled`` directly;
+the admin API lists and purges it like any queue (that cancels what it removes).
+
+``AMQ_SCHEDULED_CRON`` is refused with an ERROR (not supported yet), as is a scheduled SEND in
+a transaction or to several destinations at once.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from sluicemq.core.routing.names import QUEUE, parse_destination
+from sluicemq.errors import ProtocolError
+
+if TYPE_CHECKING:
+    from sluicemq.core.routing.broker import Broker
+    from sluicemq.core.routing.message import Message
+
+log = logging.getLogger(__name__)
+
+NAME = "sluice.scheduled"  # the queue scheduled messages wait in
+DELAY = "AMQ_SCHEDULED_DELAY"
+PERIOD = "AMQ_SCHEDULED_PERIOD"
+REPEAT = "AMQ_SCHEDULED_REPEAT"
+CRON = "AMQ_SCHEDULED_CRON"
+HEADERS = (DELAY, PERIOD, REPEAT, CRON)
+DESTINATION = "sluice-scheduled-destination"
+AT = "sluice-scheduled-at"
+LEFT = "sluice-scheduled-repeats-left"
+INTERNAL = (DESTINATION, AT, LEFT)
+MAX_FIRES_PER_TURN = 500  # a burst of due messages yields the loop between turns
+_MAX_MS = 10 * 365 * 24 * 3600 * 1000  # ten years: anything longer is surely a mistake
+
+Timer = Callable[[float, Callable[[], None]], Any]  # loop.call_later
+
+
+def asks_for_schedule(headers: dict[str, str]) -> bool:
+    """Whether a SEND carries any of ActiveMQ's scheduling headers."""
+    return DELAY in headers or PERIOD in headers or REPEAT in headers or CRON in headers
+
+
+def refuse_direct(kind: str, name: str) -> None:
+    """``sluice.scheduled`` belongs to the broker: clients reach it only through the headers."""
+    if kind == QUEUE and name == NAME:
+        raise ProtocolError(f"/queue/{NAME} is the broker's own queue of scheduled messages: "
+                            f"send with {DELAY} instead", fatal=False)
+
+
+def _millis(headers: dict[str, str], key: str) -> int:
+    raw = headers.get(key)
+    if raw is None:
+        return 0
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ProtocolError(f"invalid {key} {raw[:40]!r}: a whole number is needed",
+                            fatal=False) from None
+    if not 0 <= value <= _MAX_MS:
+        raise ProtocolError(f"invalid {key} {value}: 0 to {_MAX_MS} is allowed", fatal=False)
+    return value
+
+
+class Scheduler:
+    """Holds scheduled messages until they are due, then moves them (see the module doc)."""
+
+    def __init__(self, broker: Broker, call_later: Timer, *, enabled: bool = True) -> None:
+        self.broker = broker
+        self.enabled = enabled
+        self._call_later = call_later
+        self._heap: list[tuple[int, int]] = []  # (due ms, id in sluice.scheduled)
+        self._armed_for: int | None = None
+        self._handle: Any = None
+        self.fired_total = 0
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def wants(self, headers: dict[str, str]) -> bool:
+        """Whether this SEND is to be scheduled (the switch is on and it asks for it)."""
+        return self.enabled and asks_for_schedule(headers)
+
+    def schedule(self, kind: str, name: str, msg: Message) -> bool:
+        """Park ``msg`` (built for ``/kind/name``) until it is due; False when the headers
+        ask for nothing later than now (the caller publishes it at once). ProtocolError
+        for headers that cannot be honoured."""
+        h = msg.headers
+        if CRON in h:
+            raise ProtocolError(f"{CRON} is not supported (use {DELAY}, {PERIOD} and "
+                                f"{REPEAT})", fatal=False)
+        delay, period = _millis(h, DELAY), _millis(h, PERIOD)
+        repeat = _millis(h, REPEAT)
+        if repeat and not period:
+            raise ProtocolError(f"{REPEAT} needs {PERIOD} (the time between repetitions)",
+                                fatal=False)
+        if delay == 0 and repeat == 0:
+            return False
+        for key in INTERNAL:
+            h.pop(key, None)
+        due = self.broker.now_ms() + delay
+        h[DESTINATION] = msg.destination
+        h[AT] = str(due)
+        h[LEFT] = str(repeat)
+        msg.destination = f"/queue/{NAME}"
+        self.broker.publish(QUEUE, NAME, msg)
+        self._add(due, msg.mid)
+        return True
+
+    def recover(self) -> int:
+        """After the broker recovered: rebuild the heap from what ``sluice.scheduled`` holds
+        (each waiting message is read once); returns how many wait."""
+        queue = self.broker.queues.get(NAME)
+        if queue is None:
+            return 0
+        for msg in queue.pending:
+            try:
+                due = int(msg.headers[AT])
+            except (KeyError, ValueError):
+                due = 0  # unreadable schedule: deliver it now rather than never
+            self._heap.append((due, msg.mid))
+        heapq.heapify(self._heap)
+        self._arm()
+        return len(self._heap)
+
+    # -- firing ------------------------------------------------------------------------------
+    def _add(self, due: int, mid: int) -> None:
+        heapq.heappush(self._heap, (due, mid))
+        if self._armed_for is None or due < self._armed_for:
+            self._arm()
+
+    def _arm(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self._armed_for = None
+        if not self._heap:
+            return
+        due = self._heap[0][0]
+        self._armed_for = due
+        self._handle = self._call_later(max(0.0, (due - self.broker.now_ms()) / 1000), self.fire)
+
+    def fire(self) -> None:
+        """Move what is due (up to a turn's worth, as one journal transaction), then wait for
+        the next."""
+        self._handle = None
+        now = self.broker.now_ms()
+        queue = self.broker.queue(NAME)
+        moves: list[tuple[str, str, Message]] = []
+        taken: list[Message] = []
+        again: list[tuple[int, int]] = []
+        while self._heap and self._heap[0][0] <= now and len(taken) < MAX_FIRES_PER_TURN:
+            due, mid = heapq.heappop(self._heap)
+            msg = queue.pending.remove_ordered(mid)
+            if msg is None:
+                continue  # purged or moved by an admin: cancelled
+            try:
+                moves += self._moves(queue, msg, due, again)
+            except (ProtocolError, ValueError) as exc:
+                log.error("scheduled message %s cannot be delivered (%s): dropped",
+                          msg.message_id, exc)
+            taken.append(msg)
+        if taken:
+            self.broker.commit(f"sched:{taken[0].mid}", moves, [(queue, taken)], [])
+            self.fired_total += len(taken)
+        for entry in again:
+            heapq.heappush(self._heap, entry)
+        self._arm()
+
+    def _moves(self, queue: Any, msg: Message, due: int, again: list[tuple[int, int]]
+               ) -> list[tuple[str, str, Message]]:
+        """Where ``msg`` goes now: its destination and, while it repeats, back here."""
+        h = msg.headers
+        target = h[DESTINATION]
+        kind, name = parse_destination(target)
+        left = int(h.get(LEFT, "0"))
+        body = bytes(self.broker.body_of(msg))
+        out = msg.moved_to(target, self.broker.allocate_mid())
+        out.body = body
+        for key in INTERNAL:
+            out.headers.pop(key, None)
+        moves: list[tuple[str, str, Message]] = [(kind, name, out)]
+        if left > 0:
+            period = _millis(h, PERIOD)
+            nxt = msg.moved_to(queue.destination, self.broker.allocate_mid())
+            nxt.body = body
+            nxt.headers[AT] = str(due + period)
+            nxt.headers[LEFT] = str(left - 1)
+            moves.append((QUEUE, NAME, nxt))
+            again.append((due + period, nxt.mid))
+        return moves

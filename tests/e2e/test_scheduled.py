@@ -1,0 +1,112 @@
+"""Spec: scheduled delivery with ActiveMQ's headers (AMQ_SCHEDULED_DELAY, _PERIOD, _REPEAT).
+
+A scheduled message waits in the broker's own queue, stored like any message, and moves to its
+destination in one journal transaction when due: never before its time, never lost across a
+kill -9, never delivered twice. Times are checked against the client's clock taken before the
+SEND, so a slow machine can only make a delivery later, never make a spec pass early.
+"""
+
+from __future__ import annotations
+
+import time
+
+import stomp
+from stomp_helpers import Collector, connect, send_with_receipt
+
+from sluice_testing import RawStomp
+from sluicemq import Client
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def test_a_delayed_message_arrives_after_its_delay_and_after_later_plain_ones(broker) -> None:
+    conn, got = connect(broker)
+    conn.subscribe("/queue/later", id="s", ack="auto")
+    sent = now_ms()
+    send_with_receipt(conn, got, "/queue/later", "delayed", "r1",
+                      AMQ_SCHEDULED_DELAY="1500", persistent="true")
+    send_with_receipt(conn, got, "/queue/later", "plain", "r2")
+    first, second = got.next(), got.next(timeout=15)
+    arrived = now_ms()
+    assert (first.body, second.body) == ("plain", "delayed")
+    assert arrived - sent >= 1500
+    assert second.headers["AMQ_SCHEDULED_DELAY"] == "1500"
+    assert not any(k.startswith("sluice-scheduled") for k in second.headers)
+    conn.disconnect()
+
+
+def test_period_and_repeat_deliver_repeat_plus_one_copies_each_a_period_apart(broker) -> None:
+    with Client(broker.url) as c:
+        sub = c.subscribe("/queue/ticks")
+        sent = now_ms()
+        c.send("/queue/ticks", b"tick", headers={"AMQ_SCHEDULED_DELAY": "200",
+                                                "AMQ_SCHEDULED_PERIOD": "300",
+                                                "AMQ_SCHEDULED_REPEAT": "3"})
+        copies = [sub.get(timeout=15) for _ in range(4)]
+        last = now_ms()
+        assert [m.body for m in copies] == [b"tick"] * 4
+        assert len({m.headers["message-id"] for m in copies}) == 4
+        assert last - sent >= 200 + 3 * 300
+        assert sub.get(timeout=1.0) is None  # a fifth would have come 300 ms after the fourth
+
+
+def test_a_schedule_survives_kill_9_and_fires_exactly_once(broker) -> None:
+    with Client(broker.url) as c:
+        c.send("/queue/wake", b"soon", persistent=True, headers={"AMQ_SCHEDULED_DELAY": "1000"})
+        c.send("/queue/wake", b"much later", persistent=True,
+               headers={"AMQ_SCHEDULED_DELAY": "600000"})
+    broker.kill()
+    broker.restart()
+    assert "2 scheduled messages wait" in broker.log()
+    with Client(broker.url) as c:
+        sub = c.subscribe("/queue/wake", ack="client-individual")
+        m = sub.get(timeout=15)
+        assert m.body == b"soon"
+        m.ack(receipt=True)
+        assert sub.get(timeout=1.5) is None  # the far one waits; the near one came once
+    broker.kill()
+    broker.restart()  # the move was journaled: after another crash it is not sent again
+    assert "1 scheduled messages wait" in broker.log()
+    with Client(broker.url) as c:
+        assert c.head("/queue/wake").count == 0
+
+
+def test_bad_schedules_and_the_internal_queue_get_a_readable_error(broker) -> None:
+    c = RawStomp(broker.host, broker.port)
+    c.send("CONNECT", {"accept-version": "1.2", "host": "localhost"})
+    assert c.recv().command == "CONNECTED"
+    cases = [
+        ({"destination": "/queue/x", "AMQ_SCHEDULED_DELAY": "soon"}, "whole number"),
+        ({"destination": "/queue/x", "AMQ_SCHEDULED_DELAY": "-5"}, "0 to"),
+        ({"destination": "/queue/x", "AMQ_SCHEDULED_CRON": "* * * * *"}, "not supported"),
+        ({"destination": "/queue/x", "AMQ_SCHEDULED_REPEAT": "3"}, "needs AMQ_SCHEDULED_PERIOD"),
+        ({"destination": "/queue/sluice.scheduled"}, "broker's own"),
+        ({"destination": "/queue/a,/queue/b", "AMQ_SCHEDULED_DELAY": "10"}, "several"),
+        ({"destination": "/queue/x", "AMQ_SCHEDULED_DELAY": "10", "transaction": "t"},
+         "transaction"),
+    ]
+    c.send("BEGIN", {"transaction": "t"})
+    for i, (headers, says) in enumerate(cases):
+        c.send("SEND", {**headers, "receipt": str(i)}, b"x")
+        frame = c.recv()
+        assert frame.command == "ERROR" and says in frame.headers["message"], frame.headers
+    c.send("SUBSCRIBE", {"destination": "/queue/sluice.scheduled", "id": "1", "receipt": "s"})
+    frame = c.recv()
+    assert frame.command == "ERROR" and "broker's own" in frame.headers["message"]
+    c.send("SEND", {"destination": "/queue/x", "receipt": "ok"}, b"still served")
+    assert c.recv().headers["receipt-id"] == "ok"
+
+
+def test_with_the_scheduler_off_the_headers_are_ordinary(broker_factory) -> None:
+    b = broker_factory(config_text="[scheduler]\nenabled = false\n")
+    conn = stomp.Connection12([(b.host, b.port)], heartbeats=(0, 0))
+    got = Collector()
+    conn.set_listener("c", got)
+    conn.connect(wait=True)
+    conn.subscribe("/queue/now", id="s")
+    conn.send("/queue/now", "at once", headers={"AMQ_SCHEDULED_DELAY": "600000"})
+    m = got.next()
+    assert (m.body, m.headers["AMQ_SCHEDULED_DELAY"]) == ("at once", "600000")
+    conn.disconnect()
