@@ -194,6 +194,27 @@ def test_remove_by_id_finds_paged_messages(h: Harness) -> None:
     assert [m.mid for m in drain(pending)] == [m.mid for i, m in enumerate(sent) if i != 7]
 
 
+def test_ordered_removal_takes_any_message_from_memory_or_pages_in_any_order(h: Harness) -> None:
+    """A queue nobody consumes from (the scheduler's): its lanes stay in id order, so a
+    removal bisects; persistent and non-persistent, in memory and paged out, all come back
+    whole, and what is left drains in order."""
+    pending = PendingList(h.pager, destination=DEST, window=4)
+    sent = [h.message(persistent=i % 3 != 0, priority=4 + i % 2) for i in range(40)]
+    h.settle()
+    for m in sent:
+        pending.push(m)
+    h.settle()
+    order = [sent[k] for k in (17, 2, 39, 0, 25, 8, 31)]
+    for m in order:
+        taken = pending.remove_ordered(m.mid)
+        assert taken is not None and (taken.mid, taken.headers) == (m.mid, m.headers)
+        assert taken.loaded_body == m.loaded_body
+    assert pending.remove_ordered(order[0].mid) is None
+    assert pending.remove_ordered(12345) is None
+    left = [m for m in sent if m not in order]
+    assert sorted(m.mid for m in drain(pending)) == sorted(m.mid for m in left)
+
+
 def test_drain_stubs_empties_without_reading_and_keeps_what_removal_needs(h: Harness) -> None:
     pending = PendingList(h.pager, destination=DEST, window=2)
     sent = [h.message() for _ in range(10)]

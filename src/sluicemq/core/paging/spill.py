@@ -356,6 +356,10 @@ class SpillFifo:
             i = position - self.base + self._start
             if self._start <= i < self._end and self.id_at(i) == mid:
                 return i
+        if self._start < self._end:  # ids mostly ascend (a FIFO): one block is looked at
+            i = self.bisect(mid, self._start, self._end)
+            if i < self._end and self.id_at(i) == mid:
+                return i
         for k, first in enumerate(list(self._starts)):
             ids = self._fields(k)[0]
             try:

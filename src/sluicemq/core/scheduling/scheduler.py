@@ -162,9 +162,13 @@ class Scheduler:
         moves: list[tuple[str, str, Message]] = []
         taken: list[Message] = []
         again: list[tuple[int, int]] = []
-        while self._heap and self._heap[0][0] <= now and len(taken) < MAX_FIRES_PER_TURN:
-            due, mid = heapq.heappop(self._heap)
-            msg = queue.pending.remove_ordered(mid)
+        due_now: list[tuple[int, int]] = []
+        while self._heap and self._heap[0][0] <= now and len(due_now) < MAX_FIRES_PER_TURN:
+            due_now.append(heapq.heappop(self._heap))
+        # taken out in id order (neighbours in the queue's paged blocks), moved in due order
+        found = {mid: queue.pending.remove_ordered(mid) for mid in sorted(m for _d, m in due_now)}
+        for due, mid in due_now:
+            msg = found[mid]
             if msg is None:
                 continue  # purged or moved by an admin: cancelled
             try:
