@@ -8,7 +8,8 @@ throwaway data directory; for ActiveMQ 5.17, start it with ``schedulerSupport="t
 ``<broker>`` element and pass --url and --pid.
 
     python bench/scheduled.py [--count 100000] [--min-delay 5000] [--max-delay 15000]
-                              [--url stomp://127.0.0.1:61613 --pid PID] [--json out.jsonl]
+                              [--rate 2000] [--url stomp://127.0.0.1:61613 --pid PID]
+                              [--json out.jsonl]
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ def main() -> None:
     ap.add_argument("--max-delay", type=int, default=15_000)
     ap.add_argument("--url", help="a running broker (default: start a SluiceMQ)")
     ap.add_argument("--pid", type=int, help="its process id, for RSS")
+    ap.add_argument("--rate", type=float, default=0, help="sends per second (0: as fast as "
+                    "receipts allow); equal rates make brokers comparable")
     ap.add_argument("--label", default=None)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -84,6 +87,10 @@ def main() -> None:
         peak = rss_mib(pid) if pid else 0.0
         started = time.time()
         for i in range(args.count):
+            if args.rate:
+                ahead = started + i / args.rate - time.time()
+                if ahead > 0:
+                    time.sleep(ahead)
             delay = rng.randint(args.min_delay, args.max_delay)
             due = int(time.time() * 1000) + delay
             receipt = f"r{i}" if i % 1000 == 999 or i == args.count - 1 else None
@@ -106,6 +113,7 @@ def main() -> None:
             "date": time.strftime("%Y-%m-%d %H:%M"), "broker": args.label or (
                 "sluice" if proc else url), "scenario": "scheduled-delivery",
             "messages": args.count, "delay_ms": [args.min_delay, args.max_delay],
+            "rate": args.rate or None,
             "send_msgs_per_s": round(args.count / sent_s), "received": len(late),
             "early": sum(1 for x in late if x < 0),
             "late_p50_ms": statistics.median(late) if late else None,
