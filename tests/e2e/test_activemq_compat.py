@@ -409,6 +409,40 @@ def test_advisories_tell_of_consumers_connections_and_dead_letters(broker_factor
     assert watcher.recv().headers["event"] == "removed"
 
 
+def test_advisories_tell_of_new_and_temporary_destinations_and_expired_messages(broker) -> None:
+    """ActiveMQ.Advisory.Queue / .TempQueue (added, then removed with its connection) and
+    .Expired.Queue.X for a message that expired before anyone took it."""
+    watcher = connect(broker)
+    for i, topic in enumerate(("Queue", "TempQueue", "Expired.Queue.adv.late")):
+        watcher.send("SUBSCRIBE", {"destination": f"/topic/ActiveMQ.Advisory.{topic}",
+                                   "id": f"w{i}", "receipt": f"w{i}"})
+        assert watcher.recv().headers["receipt-id"] == f"w{i}"
+    other = connect(broker)
+    other.send("SEND", {"destination": "/queue/adv.fresh", "receipt": "1"}, b"x")
+    created = watcher.recv()
+    assert (created.headers["advisory-type"], created.headers["event"],
+            created.headers["destination"]) == ("DestinationInfo", "added", "/queue/adv.fresh")
+    assert other.recv().headers["receipt-id"] == "1"
+    other.send("SUBSCRIBE", {"destination": "/temp-queue/replies", "id": "t", "receipt": "t"})
+    temp = watcher.recv()
+    assert temp.headers["event"] == "added"
+    assert temp.headers["destination"].startswith("/queue/sluice.temp.")
+    assert other.recv().headers["receipt-id"] == "t"
+    other.send("SEND", {"destination": "/queue/adv.late", "expires": "1", "persistent": "true",
+                        "receipt": "2"}, b"too late")
+    assert watcher.recv().headers["destination"] == "/queue/adv.late"  # the queue, added
+    assert other.recv().headers["receipt-id"] == "2"
+    other.send("SUBSCRIBE", {"destination": "/queue/adv.late", "id": "l", "receipt": "l"})
+    expired = watcher.recv()
+    assert (expired.headers["advisory-type"], expired.headers["destination"]) == (
+        "MessageExpired", "/queue/adv.late")
+    assert json.loads(expired.body)["message-id"] == expired.headers["message-id"]
+    other.send("DISCONNECT", {"receipt": "bye"})
+    gone = watcher.recv()
+    assert (gone.headers["event"], gone.headers["destination"]) == (
+        "removed", temp.headers["destination"])
+
+
 def test_advisories_can_be_switched_off(broker_factory) -> None:
     b = broker_factory(config_text="[advisories]\nenabled = false\n")
     watcher = connect(b)

@@ -79,6 +79,7 @@ def delete(broker: Broker, kind: str, name: str) -> int:
             raise Conflict(f"queue {name!r} has {len(q.consumers)} consumer(s); close them first")
         dropped = q.purge()
         del broker.queues[name]
+        broker.advisories.destination("removed", QUEUE, name)
         return dropped
     if kind != TOPIC:
         raise NotFound(f"unknown destination kind {kind!r}")
@@ -92,6 +93,7 @@ def delete(broker: Broker, kind: str, name: str) -> int:
         if key in broker.durables:
             broker.remove_durable(key)
     del broker.topics[name]
+    broker.advisories.destination("removed", TOPIC, name)
     return dropped
 
 

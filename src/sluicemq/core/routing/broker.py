@@ -175,6 +175,7 @@ class Broker:
             q = Queue(self, f"q:{name}", destination_of(QUEUE, name), self.policy(QUEUE, name))
             self.queues[name] = q
             self.virtual.added(name)
+            self.advisories.destination("added", QUEUE, name)
         return q
 
     def topic(self, name: str) -> Topic:
@@ -182,6 +183,7 @@ class Broker:
         if t is None:
             t = Topic(name, destination_of(TOPIC, name))
             self.topics[name] = t
+            self.advisories.destination("added", TOPIC, name)
         return t
 
     def allocate_mid(self) -> int:
@@ -557,6 +559,11 @@ class Broker:
         if queue.durable:
             self.store.remove_run(queue.key, mids, segments, offsets)
 
+    def note_expired(self, queue: Queue, msgs: list[Message]) -> None:
+        """Expired before anyone took them: advisories (the removal is journaled apart)."""
+        if self.advisories.enabled:
+            self.advisories.expired(queue.destination, [m.message_id for m in msgs])
+
     def dead_letter(self, queue: Queue, msg: Message, reason: str = "redelivered") -> None:
         """Move a message that exhausted its redeliveries (or, by policy, expired) to
         ``/queue/DLQ.<name>`` atomically; an expired one never expires there."""
@@ -638,6 +645,7 @@ class Broker:
                 q.purge()
         else:
             self.topics.pop(name, None)
+        self.advisories.destination("removed", kind, name)
 
     def virtual_queues(self, topic: str) -> list[str]:
         """The consumer-group queues (that exist now) copying virtual topic ``topic``."""

@@ -93,6 +93,7 @@ class DestinationBudget:
                 seen.add(key)
                 if force or now - self._idle_since.setdefault(key, now) >= grace:
                     del broker.queues[name]
+                    broker.advisories.destination("removed", QUEUE, name)
                     dropped += 1
         for name, t in list(broker.topics.items()):
             key = (TOPIC, name)
@@ -100,6 +101,7 @@ class DestinationBudget:
                 seen.add(key)
                 if force or now - self._idle_since.setdefault(key, now) >= grace:
                     del broker.topics[name]
+                    broker.advisories.destination("removed", TOPIC, name)
                     dropped += 1
         self._idle_since = {k: v for k, v in self._idle_since.items()
                             if k in seen and self._exists(*k)}

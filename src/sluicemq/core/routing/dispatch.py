@@ -106,6 +106,7 @@ def dispatch(queue: Queue, now_ms: int, scan_limit: int = DEFAULT_SCAN_LIMIT,
     pending.restore(skipped)
     if expired:
         queue.stats.expired += len(expired)
+        queue.owner.note_expired(queue, expired)
         dlq = queue.policy.dlq_prefix
         kept = [m for m in expired if m.persistent] if (
             queue.policy.dead_letter_expired
