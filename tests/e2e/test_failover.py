@@ -13,8 +13,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from ha_helpers import Cluster
 
+from ha_helpers import Cluster
 from sluicemq import Client, ClientError
 from sluicemq.client.failover import FailoverEvent, TransactionRolledBack
 

@@ -9,8 +9,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from ha_helpers import Cluster
 
+from ha_helpers import Cluster
 from sluicemq.client import AsyncClient
 from sluicemq.client.failover import FailoverEvent, TransactionRolledBack
 

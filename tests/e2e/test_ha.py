@@ -16,8 +16,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from ha_helpers import RETRY_RE, STANDBY_RE, Cluster, first_listening, wait_lines
 
+from ha_helpers import RETRY_RE, STANDBY_RE, Cluster, first_listening, wait_lines
 from sluice_testing import BrokerProcess
 from sluicemq import Client
 

@@ -12,8 +12,8 @@ import signal
 from pathlib import Path
 
 import pytest
-from ha_helpers import RETRY_RE, Cluster, wait_lines
 
+from ha_helpers import RETRY_RE, Cluster, wait_lines
 from sluice_testing import RawStomp
 from sluicemq import Client
 from sluicemq.storage.lease import FENCED_EXIT

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 
 from ha_helpers import wait_lines
-
 from sluice_testing import BrokerProcess, RawStomp
 from sluicemq.protocol.codec import encode_frame
 from sluicemq.protocol.frames import Frame

@@ -12,8 +12,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from ha_helpers import Cluster
 
+from ha_helpers import Cluster
 from sluicemq import Client
 
 SIZE = 24 << 20
