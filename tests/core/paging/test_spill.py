@@ -142,12 +142,16 @@ def test_relocate_and_journal_slots_find_packed_slots_by_segment() -> None:
 def test_any_sequence_of_operations_matches_a_plain_list(ops: list[tuple[str, int]]) -> None:
     fifo, model = SpillFifo(), []
     mid = 0
+    used: set[int] = set()  # message ids are unique, as in a queue
     rnd = random.Random(0)
     for op, x in ops:
         if op in ("add", "obj", "temp"):
             for _ in range(1 + x % 7):
                 mid += 1 if x % 5 else -3  # now and then an id out of order (a new run)
                 mid = max(mid, 1)
+                while mid in used:
+                    mid += 1
+                used.add(mid)
                 if op == "obj":
                     m = Message(mid + 10**6, "/queue/q", {}, b"x", persistent=True)
                     fifo.append_obj(m)
@@ -158,7 +162,9 @@ def test_any_sequence_of_operations_matches_a_plain_list(ops: list[tuple[str, in
                     model.append(s)
         elif op == "bulk":
             n = x % 20
+            mid = max([mid, *used]) if used else mid
             mids = array("Q", range(mid + 1, mid + 1 + n))
+            used.update(mids)
             mid += n
             fifo.extend(mids, array("I", [3] * n), array("Q", mids), array("I", [7] * n),
                         array("I", [0] * n), array("I", [1] * n))

@@ -351,7 +351,8 @@ class SpillFifo:
         return first + j
 
     def index_of(self, mid: int, position: int | None = None) -> int:
-        """Array index of the slot for ``mid`` (hint: its absolute position), or -1."""
+        """Array index of the slot for ``mid`` (hint: its absolute position), or -1. Ids are
+        message ids, unique in a FIFO: the slot found is the only one."""
         if position is not None:
             i = position - self.base + self._start
             if self._start <= i < self._end and self.id_at(i) == mid:
