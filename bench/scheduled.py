@@ -28,14 +28,8 @@ from typing import Any
 import stomp
 
 sys.path.insert(0, str(Path(__file__).parent))
+from ranges import rss_mib
 from streams import start_broker
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 class Lateness(stomp.ConnectionListener):

@@ -376,15 +376,21 @@ def test_expired_persistent_messages_go_to_the_dlq_by_policy(broker_factory) -> 
     assert frame.command == "RECEIPT"  # nothing was moved there: no MESSAGE before it
 
 
+def watch_advisories(b: BrokerProcess, *topics: str) -> RawStomp:
+    """A connection subscribed (receipted) to ``/topic/ActiveMQ.Advisory.<topic>`` for each."""
+    watcher = connect(b)
+    for i, topic in enumerate(topics):
+        watcher.send("SUBSCRIBE", {"destination": f"/topic/ActiveMQ.Advisory.{topic}",
+                                   "id": f"w{i}", "receipt": f"w{i}"})
+        assert watcher.recv().headers["receipt-id"] == f"w{i}"
+    return watcher
+
+
 def test_advisories_tell_of_consumers_connections_and_dead_letters(broker_factory) -> None:
     """ActiveMQ.Advisory.Consumer.Queue.X, .Connection and .MessageDLQd.Queue.X, JSON bodies
     and the facts in headers; published only to whoever listens."""
     b = broker_factory(config_text='[[policy]]\nqueue = "adv.>"\nmax_redeliveries = 0\n')
-    watcher = connect(b)
-    for i, topic in enumerate(("Consumer.Queue.adv.work", "Connection", "MessageDLQd.>")):
-        watcher.send("SUBSCRIBE", {"destination": f"/topic/ActiveMQ.Advisory.{topic}",
-                                   "id": f"w{i}", "receipt": f"w{i}"})
-        assert watcher.recv().headers["receipt-id"] == f"w{i}"
+    watcher = watch_advisories(b, "Consumer.Queue.adv.work", "Connection", "MessageDLQd.>")
     worker = connect(b)
     joined = watcher.recv()
     assert joined.headers["advisory-type"] == "ConnectionInfo"
@@ -412,11 +418,7 @@ def test_advisories_tell_of_consumers_connections_and_dead_letters(broker_factor
 def test_advisories_tell_of_new_and_temporary_destinations_and_expired_messages(broker) -> None:
     """ActiveMQ.Advisory.Queue / .TempQueue (added, then removed with its connection) and
     .Expired.Queue.X for a message that expired before anyone took it."""
-    watcher = connect(broker)
-    for i, topic in enumerate(("Queue", "TempQueue", "Expired.Queue.adv.late")):
-        watcher.send("SUBSCRIBE", {"destination": f"/topic/ActiveMQ.Advisory.{topic}",
-                                   "id": f"w{i}", "receipt": f"w{i}"})
-        assert watcher.recv().headers["receipt-id"] == f"w{i}"
+    watcher = watch_advisories(broker, "Queue", "TempQueue", "Expired.Queue.adv.late")
     other = connect(broker)
     other.send("SEND", {"destination": "/queue/adv.fresh", "receipt": "1"}, b"x")
     created = watcher.recv()

@@ -23,7 +23,7 @@ UNSUB = 5  # a durable subscription removed, with everything it held
 PRODUCER_HEADER = "sluice-producer-id"
 PRODUCER_FLAG = 1  # MSG flags bit: the headers name a producer (replay reads them for dedup)
 
-_MSG_HEAD = struct.Struct("<QqqBBHI")  # mid, timestamp, expires, priority, flags, keylen, hdrlen
+MSG_HEAD = struct.Struct("<QqqBBHI")  # mid, timestamp, expires, priority, flags, keylen, hdrlen
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _TX_HEAD = struct.Struct("<BH")  # final flag, txid length
@@ -49,7 +49,7 @@ def encode_message(key: str, mid: int, timestamp: int, expires: int, priority: i
     k = key.encode()
     h = encode_headers(headers)
     flags = PRODUCER_FLAG if PRODUCER_HEADER in headers else 0
-    return b"".join((_MSG_HEAD.pack(mid, timestamp, expires, priority, flags, len(k), len(h)),
+    return b"".join((MSG_HEAD.pack(mid, timestamp, expires, priority, flags, len(k), len(h)),
                      k, h, body))
 
 
@@ -58,13 +58,13 @@ def encode_message_json(key: str, mid: int, timestamp: int, expires: int, priori
     """``encode_message`` with the headers already encoded (a JSON object of strings without
     a producer id: staged column batches splice each row's JSON instead of re-encoding it)."""
     k = key.encode()
-    return b"".join((_MSG_HEAD.pack(mid, timestamp, expires, priority, 0, len(k),
+    return b"".join((MSG_HEAD.pack(mid, timestamp, expires, priority, 0, len(k),
                                     len(headers_json)), k, headers_json, body))
 
 
 def decode_message(payload: bytes | memoryview) -> StoredMessage:
-    mid, ts, expires, priority, _flags, klen, hlen = _MSG_HEAD.unpack_from(payload, 0)
-    pos = _MSG_HEAD.size
+    mid, ts, expires, priority, _flags, klen, hlen = MSG_HEAD.unpack_from(payload, 0)
+    pos = MSG_HEAD.size
     key = bytes(payload[pos:pos + klen]).decode()
     pos += klen
     headers = json.loads(bytes(payload[pos:pos + hlen]))
@@ -74,17 +74,17 @@ def decode_message(payload: bytes | memoryview) -> StoredMessage:
 
 def message_body(payload: bytes | memoryview) -> memoryview:
     """Just the body of a MSG record, without decoding its headers (delivery of large bodies)."""
-    _mid, _ts, _exp, _prio, _flags, klen, hlen = _MSG_HEAD.unpack_from(payload, 0)
-    return memoryview(payload)[_MSG_HEAD.size + klen + hlen:]
+    _mid, _ts, _exp, _prio, _flags, klen, hlen = MSG_HEAD.unpack_from(payload, 0)
+    return memoryview(payload)[MSG_HEAD.size + klen + hlen:]
 
 
 def message_columns(payload: bytes | memoryview
                     ) -> tuple[int, int, int, memoryview, memoryview]:
     """(timestamp, expires, priority, headers as stored JSON, body) of a MSG record, as views
     and without decoding the headers: a column batch carries the JSON as it is."""
-    _mid, ts, expires, priority, _flags, klen, hlen = _MSG_HEAD.unpack_from(payload, 0)
+    _mid, ts, expires, priority, _flags, klen, hlen = MSG_HEAD.unpack_from(payload, 0)
     view = memoryview(payload)
-    pos = _MSG_HEAD.size + klen
+    pos = MSG_HEAD.size + klen
     return ts, expires, priority, view[pos:pos + hlen], view[pos + hlen:]
 
 
@@ -95,14 +95,14 @@ def encode_headers(headers: dict[str, str]) -> bytes:
 
 def message_prefix_size(payload: bytes | memoryview) -> int:
     """Bytes of a MSG record before its body: fixed head, key and headers."""
-    _mid, _ts, _exp, _prio, _flags, klen, hlen = _MSG_HEAD.unpack_from(payload, 0)
-    return _MSG_HEAD.size + klen + hlen
+    _mid, _ts, _exp, _prio, _flags, klen, hlen = MSG_HEAD.unpack_from(payload, 0)
+    return MSG_HEAD.size + klen + hlen
 
 
 def message_headers(prefix: bytes | memoryview) -> dict[str, str]:
     """The headers of a MSG record from a prefix holding at least ``message_prefix_size``."""
-    _mid, _ts, _exp, _prio, _flags, klen, hlen = _MSG_HEAD.unpack_from(prefix, 0)
-    pos = _MSG_HEAD.size + klen
+    _mid, _ts, _exp, _prio, _flags, klen, hlen = MSG_HEAD.unpack_from(prefix, 0)
+    pos = MSG_HEAD.size + klen
     headers: dict[str, str] = json.loads(bytes(prefix[pos:pos + hlen]))
     return headers
 
@@ -187,8 +187,8 @@ def tx_op_at(payload: bytes | memoryview, offset: int) -> memoryview:
 def message_head(payload: bytes | memoryview) -> tuple[int, int, int, str, int, int]:
     """(mid, priority, flags, key, header bytes offset, header length) without decoding the
     headers: replay needs no more for most records."""
-    mid, _ts, _exp, priority, flags, klen, hlen = _MSG_HEAD.unpack_from(payload, 0)
-    pos = _MSG_HEAD.size
+    mid, _ts, _exp, priority, flags, klen, hlen = MSG_HEAD.unpack_from(payload, 0)
+    pos = MSG_HEAD.size
     return mid, priority, flags, bytes(payload[pos:pos + klen]).decode(), pos + klen, hlen
 
 

@@ -28,9 +28,9 @@ from sluicemq.storage.segment import HEADER, HEADER_SIZE, MAGIC, Location, intac
 if TYPE_CHECKING:
     from sluicemq.storage.journal import Journal
 
-# The journal's record header followed by a MSG payload's fixed head (records._MSG_HEAD).
-_BOTH = struct.Struct(HEADER.format + "QqqBBHI")
-_MSG_HEAD_SIZE = _BOTH.size - HEADER_SIZE
+# The journal's record header followed by a MSG payload's fixed head, unpacked as one.
+_BOTH = struct.Struct(HEADER.format + records.MSG_HEAD.format.removeprefix("<"))
+_MSG_HEAD_SIZE = records.MSG_HEAD.size
 
 Columns = tuple[list[int], list[int], list[memoryview], list[memoryview]]
 

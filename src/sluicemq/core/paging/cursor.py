@@ -209,13 +209,9 @@ class PendingList:
     def remove(self, mid: int) -> Message | None:
         """Take one message out by id (admin actions, recovery); O(n), not for the hot path."""
         for prio, lane in enumerate(self._lanes):
-            for msg in lane.head:
+            for k, msg in enumerate(lane.head):
                 if msg.mid == mid:
-                    lane.head.remove(msg)
-                    self._size -= 1
-                    self._in_head -= 1
-                    self._unhold(msg)
-                    return msg
+                    return self._take_head_at(lane, k)
             i = lane.tail.index_of(mid)
             if i >= 0:
                 slot = lane.tail.delete(i)
@@ -231,18 +227,21 @@ class PendingList:
             if head and head[0].mid <= mid <= head[-1].mid:
                 k = bisect_left(head, mid, key=_mid_of)
                 if k < len(head) and head[k].mid == mid:
-                    msg = head[k]
-                    del head[k]
-                    self._size -= 1
-                    self._in_head -= 1
-                    self._unhold(msg)
-                    return msg
+                    return self._take_head_at(lane, k)
             tail = lane.tail
             span = tail.indexes()  # one ascending run: removals in the middle keep it so
             k = tail.bisect(mid, span.start, span.stop)
             if k < span.stop and tail.id_at(k) == mid:
                 return self._take_slot(lane, tail.delete(k), prio)
         return None
+
+    def _take_head_at(self, lane: _Lane, k: int) -> Message:
+        msg = lane.head[k]
+        del lane.head[k]
+        self._size -= 1
+        self._in_head -= 1
+        self._unhold(msg)
+        return msg
 
     def _take_slot(self, lane: _Lane, slot: Slot, prio: int) -> Message:
         assert self.pager is not None

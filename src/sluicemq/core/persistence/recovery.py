@@ -22,7 +22,6 @@ deleted and the whole journal is scanned, which is always correct.
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
@@ -60,7 +59,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("sluicemq.recovery")
 
 _STREAM_MARK = f'"{STREAM_ID}"'.encode()
-_HEAD = struct.Struct("<QqqBBHI")  # records.encode_message's fixed head
+_HEAD = records.MSG_HEAD  # records.encode_message's fixed head
 Handler = Callable[[bytes | memoryview, Location], None]
 
 

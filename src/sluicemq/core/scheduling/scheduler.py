@@ -51,7 +51,7 @@ Timer = Callable[[float, Callable[[], None]], Any]  # loop.call_later
 
 def asks_for_schedule(headers: dict[str, str]) -> bool:
     """Whether a SEND carries any of ActiveMQ's scheduling headers."""
-    return DELAY in headers or PERIOD in headers or REPEAT in headers or CRON in headers
+    return any(key in headers for key in HEADERS)
 
 
 def refuse_direct(kind: str, name: str) -> None:
@@ -85,10 +85,6 @@ class Scheduler:
         self._heap: list[tuple[int, int]] = []  # (due ms, id in sluice.scheduled)
         self._armed_for: int | None = None
         self._handle: Any = None
-        self.fired_total = 0
-
-    def __len__(self) -> int:
-        return len(self._heap)
 
     def wants(self, headers: dict[str, str]) -> bool:
         """Whether this SEND is to be scheduled (the switch is on and it asks for it)."""
@@ -179,7 +175,6 @@ class Scheduler:
             taken.append(msg)
         if taken:
             self.broker.commit(f"sched:{taken[0].mid}", moves, [(queue, taken)], [])
-            self.fired_total += len(taken)
         for entry in again:
             heapq.heappush(self._heap, entry)
         self._arm()
