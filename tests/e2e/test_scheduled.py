@@ -1,4 +1,4 @@
-"""Spec: scheduled delivery with ActiveMQ's headers (AMQ_SCHEDULED_DELAY, _PERIOD, _REPEAT).
+"""Spec: scheduled delivery with ActiveMQ's headers (AMQ_SCHEDULED_DELAY, _PERIOD, _REPEAT, _CRON).
 
 A scheduled message waits in the broker's own queue, stored like any message, and moves to its
 destination in one journal transaction when due: never before its time, never lost across a
@@ -8,7 +8,9 @@ SEND, so a slow machine can only make a delivery later, never make a spec pass e
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 
 import stomp
 from stomp_helpers import Collector, connect, send_with_receipt
@@ -80,7 +82,9 @@ def test_bad_schedules_and_the_internal_queue_get_a_readable_error(broker) -> No
     cases = [
         ({"destination": "/queue/x", "AMQ_SCHEDULED_DELAY": "soon"}, "whole number"),
         ({"destination": "/queue/x", "AMQ_SCHEDULED_DELAY": "-5"}, "0 to"),
-        ({"destination": "/queue/x", "AMQ_SCHEDULED_CRON": "* * * * *"}, "not supported"),
+        ({"destination": "/queue/x", "AMQ_SCHEDULED_CRON": "* * * MON *"},
+         "invalid AMQ_SCHEDULED_CRON"),
+        ({"destination": "/queue/x", "AMQ_SCHEDULED_CRON": "61 * * * *"}, "minute"),
         ({"destination": "/queue/x", "AMQ_SCHEDULED_REPEAT": "3"}, "needs AMQ_SCHEDULED_PERIOD"),
         ({"destination": "/queue/sluice.scheduled"}, "broker's own"),
         ({"destination": "/queue/a,/queue/b", "AMQ_SCHEDULED_DELAY": "10"}, "several"),
@@ -110,3 +114,47 @@ def test_with_the_scheduler_off_the_headers_are_ordinary(broker_factory) -> None
     m = got.next()
     assert (m.body, m.headers["AMQ_SCHEDULED_DELAY"]) == ("at once", "600000")
     conn.disconnect()
+
+
+def waiting(broker) -> list[dict]:
+    """What waits in /queue/sluice.scheduled, through the admin API."""
+    url = f"{broker.console_url}/api/destinations/queue/sluice.scheduled/messages"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.load(answer)["messages"]
+
+
+def test_a_cron_round_goes_at_the_entry_time_plus_delay_then_repeats_period_apart(
+        broker) -> None:
+    """As ActiveMQ: at each minute the entry names, the message goes after its delay, then
+    AMQ_SCHEDULED_REPEAT more copies AMQ_SCHEDULED_PERIOD apart; then it waits for the next
+    minute (it stays scheduled)."""
+    conn, got = connect(broker)
+    conn.subscribe("/queue/cron", id="s", ack="auto")
+    sent = now_ms()
+    send_with_receipt(conn, got, "/queue/cron", "round", "r", persistent="true",
+                      AMQ_SCHEDULED_CRON="* * * * *", AMQ_SCHEDULED_DELAY="200",
+                      AMQ_SCHEDULED_PERIOD="300", AMQ_SCHEDULED_REPEAT="2")
+    minute = (sent // 60_000 + 1) * 60_000  # the top of the next minute
+    copies = [got.next(timeout=75) for _ in range(3)]
+    last = now_ms()
+    assert [m.body for m in copies] == ["round"] * 3
+    assert last >= minute + 200 + 2 * 300
+    assert copies[0].headers["AMQ_SCHEDULED_CRON"] == "* * * * *"
+    assert got.none_within(1.0)  # the next round is a minute away
+    [left] = waiting(broker)
+    assert int(left["headers"]["sluice-scheduled-at"]) == minute + 60_000 + 200
+    conn.disconnect()
+
+
+def test_a_cron_schedule_survives_kill_9(broker) -> None:
+    with Client(broker.url) as c:
+        c.send("/queue/yearly", b"happy new year", persistent=True,
+               headers={"AMQ_SCHEDULED_CRON": "0 0 1 1 *", "AMQ_SCHEDULED_DELAY": "1000"})
+    [before] = waiting(broker)
+    new_year = time.mktime((time.localtime().tm_year + 1, 1, 1, 0, 0, 0, 0, 0, -1))
+    assert int(before["headers"]["sluice-scheduled-at"]) == int(new_year) * 1000 + 1000
+    broker.kill()
+    broker.restart()
+    assert "1 scheduled messages wait" in broker.log()
+    [after] = waiting(broker)
+    assert after["headers"] == before["headers"]

@@ -13,8 +13,12 @@ delivers one twice. In memory the scheduler keeps a heap of (due time, id): ~60 
 scheduled message. Nobody may send to, subscribe to or read ``sluice.scheduled`` directly;
 the admin API lists and purges it like any queue (that cancels what it removes).
 
-``AMQ_SCHEDULED_CRON`` is refused with an ERROR (not supported yet), as is a scheduled SEND in
-a transaction or to several destinations at once.
+``AMQ_SCHEDULED_CRON`` (core/scheduling/cron.py) combines with the others as in ActiveMQ: at
+each time the entry names, the message goes after ``AMQ_SCHEDULED_DELAY``, then
+``AMQ_SCHEDULED_REPEAT`` more times ``AMQ_SCHEDULED_PERIOD`` apart; then it waits for the
+entry's next time (counted from when the last copy went), for ever or until cancelled. The
+entry's current time rides in a header (``sluice-scheduled-cron-at``), so a restart keeps it.
+A scheduled SEND in a transaction or to several destinations at once gets an ERROR.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sluicemq.core.routing.names import QUEUE, parse_destination
+from sluicemq.core.scheduling import cron
 from sluicemq.errors import ProtocolError
 
 if TYPE_CHECKING:
@@ -42,7 +47,8 @@ HEADERS = (DELAY, PERIOD, REPEAT, CRON)
 DESTINATION = "sluice-scheduled-destination"
 AT = "sluice-scheduled-at"
 LEFT = "sluice-scheduled-repeats-left"
-INTERNAL = (DESTINATION, AT, LEFT)
+CRON_AT = "sluice-scheduled-cron-at"  # the cron entry's time the current round belongs to
+INTERNAL = (DESTINATION, AT, LEFT, CRON_AT)
 MAX_FIRES_PER_TURN = 500  # a burst of due messages yields the loop between turns
 _MAX_MS = 10 * 365 * 24 * 3600 * 1000  # ten years: anything longer is surely a mistake
 
@@ -95,19 +101,21 @@ class Scheduler:
         ask for nothing later than now (the caller publishes it at once). ProtocolError
         for headers that cannot be honoured."""
         h = msg.headers
-        if CRON in h:
-            raise ProtocolError(f"{CRON} is not supported (use {DELAY}, {PERIOD} and "
-                                f"{REPEAT})", fatal=False)
         delay, period = _millis(h, DELAY), _millis(h, PERIOD)
         repeat = _millis(h, REPEAT)
         if repeat and not period:
             raise ProtocolError(f"{REPEAT} needs {PERIOD} (the time between repetitions)",
                                 fatal=False)
-        if delay == 0 and repeat == 0:
+        entry = _cron(h)
+        if entry is None and delay == 0 and repeat == 0:
             return False
         for key in INTERNAL:
             h.pop(key, None)
         due = self.broker.now_ms() + delay
+        if entry is not None:
+            base = cron.next_after(entry, self.broker.now_ms())
+            h[CRON_AT] = str(base)
+            due = base + delay
         h[DESTINATION] = msg.destination
         h[AT] = str(due)
         h[LEFT] = str(repeat)
@@ -192,12 +200,31 @@ class Scheduler:
         for key in INTERNAL:
             out.headers.pop(key, None)
         moves: list[tuple[str, str, Message]] = [(kind, name, out)]
+        entry = _cron(h)
+        base = None
         if left > 0:
-            period = _millis(h, PERIOD)
-            nxt = msg.moved_to(queue.destination, self.broker.allocate_mid())
-            nxt.body = body
-            nxt.headers[AT] = str(due + period)
-            nxt.headers[LEFT] = str(left - 1)
-            moves.append((QUEUE, NAME, nxt))
-            again.append((due + period, nxt.mid))
+            at, left = due + _millis(h, PERIOD), left - 1
+        elif entry is not None:  # the round is over: the entry's next time, from now on
+            base = cron.next_after(entry, max(int(h.get(CRON_AT, "0")), self.broker.now_ms()))
+            at, left = base + _millis(h, DELAY), _millis(h, REPEAT)
+        else:
+            return moves
+        nxt = msg.moved_to(queue.destination, self.broker.allocate_mid())
+        nxt.body = body
+        nxt.headers[AT] = str(at)
+        nxt.headers[LEFT] = str(left)
+        if base is not None:
+            nxt.headers[CRON_AT] = str(base)
+        moves.append((QUEUE, NAME, nxt))
+        again.append((at, nxt.mid))
         return moves
+
+
+def _cron(headers: dict[str, str]) -> cron.Cron | None:
+    text = headers.get(CRON)
+    if text is None:
+        return None
+    try:
+        return cron.parse(text)
+    except ValueError as exc:
+        raise ProtocolError(f"invalid {CRON} {text[:60]!r}: {exc}", fatal=False) from None
