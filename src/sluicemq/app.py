@@ -79,6 +79,7 @@ class BrokerServer:
                              parts=STATE_PARTS)
         scheduler = Scheduler(self.broker, loop.call_later,
                               enabled=self.config.scheduler.enabled)
+        self.broker.redelivery = scheduler.redeliver
         self.services = services = Services(self.broker, build_security(self.config),
                                  RangeService(self.broker), scheduler)
         t0 = time.monotonic()

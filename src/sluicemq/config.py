@@ -105,6 +105,16 @@ class Policy:
     """Per-destination behaviour; `[[policy]]` entries in TOML override it by pattern."""
 
     max_redeliveries: int = 6  # deliveries beyond this move the message to DLQ.<name>
+    # ActiveMQ's redeliveryPolicy (broker side, through the scheduler): a queue message that
+    # is NACKed or given back by a departing consumer waits this long (ms) before it is
+    # delivered again: the first time initial_redelivery_delay, then redelivery_delay - or,
+    # with use_exponential_backoff, the previous wait times backoff_multiplier - never more
+    # than maximum_redelivery_delay (0: no cap). All 0: redelivered at once, in place.
+    initial_redelivery_delay: int = 0
+    redelivery_delay: int = 0
+    use_exponential_backoff: bool = False
+    backoff_multiplier: float = 5.0
+    maximum_redelivery_delay: int = 0
     dlq_prefix: str = "DLQ."
     default_prefetch: int = 1000
     stream_redelivery: str = "resume"  # resume | restart | discard, when a stream's consumer dies

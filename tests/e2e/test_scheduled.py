@@ -158,3 +158,104 @@ def test_a_cron_schedule_survives_kill_9(broker) -> None:
     assert "1 scheduled messages wait" in broker.log()
     [after] = waiting(broker)
     assert after["headers"] == before["headers"]
+
+
+BACKOFF = """
+[[policy]]
+queue = "retry.>"
+max_redeliveries = 3
+initial_redelivery_delay = 300
+redelivery_delay = 300
+use_exponential_backoff = true
+backoff_multiplier = 2.0
+maximum_redelivery_delay = 1000
+"""
+
+
+def raw_client(broker) -> RawStomp:
+    c = RawStomp(broker.host, broker.port)
+    c.send("CONNECT", {"accept-version": "1.2", "host": "localhost"})
+    assert c.recv().command == "CONNECTED"
+    return c
+
+
+def nack(c: RawStomp, frame, receipt: str) -> int:
+    """NACK ``frame``, wait for the receipt; returns the client's clock before the NACK."""
+    at = now_ms()
+    c.send("NACK", {"id": frame.headers["ack"], "receipt": receipt})
+    assert c.recv().headers["receipt-id"] == receipt
+    return at
+
+
+def test_a_nacked_message_comes_back_after_an_exponential_back_off_then_goes_to_the_dlq(
+        broker_factory) -> None:
+    """ActiveMQ's redeliveryPolicy: waits of 300, 600, then 1,000 ms (1,200 capped); the
+    redelivered copy goes to the queue's tail; after max_redeliveries, the DLQ."""
+    b = broker_factory(config_text=BACKOFF)
+    c = raw_client(b)
+    c.send("SUBSCRIBE", {"destination": "/queue/retry.jobs", "id": "s",
+                         "ack": "client-individual", "receipt": "s"})
+    assert c.recv().headers["receipt-id"] == "s"
+    c.send("SEND", {"destination": "/queue/retry.jobs", "persistent": "true", "receipt": "p"},
+           b"poison")
+    assert c.recv().headers["receipt-id"] == "p"
+    frame = c.recv()
+    assert frame.body == b"poison"
+    for i, wait in enumerate((300, 600, 1000)):
+        nacked = nack(c, frame, f"n{i}")
+        if i == 0:  # sent after the NACK, delivered before the redelivery
+            c.send("SEND", {"destination": "/queue/retry.jobs", "receipt": "later"}, b"later")
+            assert c.recv().headers["receipt-id"] == "later"
+            plain = c.recv(timeout=5)
+            assert plain.body == b"later"
+            c.send("ACK", {"id": plain.headers["ack"]})
+        frame = c.recv(timeout=15)
+        assert now_ms() - nacked >= wait
+        assert (frame.body, frame.headers["redelivered"]) == (b"poison", "true")
+        assert frame.headers["sluice-delivery-count"] == str(i + 2)
+        assert not any(k.startswith("sluice-scheduled") for k in frame.headers)
+    nack(c, frame, "last")  # a fourth delivery was the last allowed
+    c.send("SUBSCRIBE", {"destination": "/queue/DLQ.retry.jobs", "id": "dlq"})
+    dead = c.recv(timeout=10)
+    assert (dead.body, dead.headers["sluice-dlq-deliveries"]) == (b"poison", "4")
+
+
+def test_a_message_its_consumer_left_unacked_waits_the_delay_too(broker_factory) -> None:
+    b = broker_factory(config_text=BACKOFF)
+    first = raw_client(b)
+    first.send("SUBSCRIBE", {"destination": "/queue/retry.crash", "id": "s",
+                             "ack": "client-individual"})
+    first.send("SEND", {"destination": "/queue/retry.crash", "receipt": "p"}, b"crashes me")
+    assert first.recv().headers["receipt-id"] == "p"
+    assert first.recv().body == b"crashes me"
+    first.close()  # gone without an ACK
+    left = now_ms()
+    second = raw_client(b)
+    second.send("SUBSCRIBE", {"destination": "/queue/retry.crash", "id": "s",
+                              "ack": "client-individual"})
+    frame = second.recv(timeout=10)
+    assert frame.body == b"crashes me" and frame.headers["redelivered"] == "true"
+    assert now_ms() - left >= 300
+
+
+def test_a_delayed_redelivery_survives_kill_9_with_its_delivery_count(broker_factory) -> None:
+    b = broker_factory(config_text=BACKOFF.replace("initial_redelivery_delay = 300",
+                                                   "initial_redelivery_delay = 2000"))
+    c = raw_client(b)
+    c.send("SUBSCRIBE", {"destination": "/queue/retry.kept", "id": "s",
+                         "ack": "client-individual"})
+    c.send("SEND", {"destination": "/queue/retry.kept", "persistent": "true", "receipt": "p"},
+           b"again")
+    assert c.recv().headers["receipt-id"] == "p"
+    nacked = nack(c, c.recv(), "n")
+    b.kill()
+    b.restart()
+    assert "1 scheduled messages wait" in b.log()
+    c = raw_client(b)
+    c.send("SUBSCRIBE", {"destination": "/queue/retry.kept", "id": "s",
+                         "ack": "client-individual"})
+    frame = c.recv(timeout=15)
+    assert now_ms() - nacked >= 2000
+    assert (frame.body, frame.headers["sluice-delivery-count"]) == (b"again", "2")
+    c.send("ACK", {"id": frame.headers["ack"], "receipt": "a"})
+    assert c.recv().headers["receipt-id"] == "a"

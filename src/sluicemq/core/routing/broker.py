@@ -93,6 +93,7 @@ class Broker:
                                      lambda name, msg: self.publish(TOPIC, name, msg),
                                      self.allocate_mid)
         self.durables: dict[str, tuple[records.DurableSub, Queue]] = {}
+        self.redelivery: Callable[[Queue, list[Message]], list[Message]] | None = None
         self.sub_tickets: dict[str, TicketLike] = {}  # SUB records pin their segment
         self.client_ids: dict[tuple[str | None, str], object] = {}  # (owner, id) -> session
         self.admission = Admission(config.limits)  # connections, every transport
@@ -563,6 +564,11 @@ class Broker:
         """Expired before anyone took them: advisories (the removal is journaled apart)."""
         if self.advisories.enabled:
             self.advisories.expired(queue.destination, [m.message_id for m in msgs])
+
+    def redeliver_later(self, queue: Queue, msgs: list[Message]) -> list[Message]:
+        """Messages given back that the policy delays go to the scheduler (``redelivery``,
+        wired by the composition root); returns the ones to redeliver at once."""
+        return msgs if self.redelivery is None else self.redelivery(queue, msgs)
 
     def dead_letter(self, queue: Queue, msg: Message, reason: str = "redelivered") -> None:
         """Move a message that exhausted its redeliveries (or, by policy, expired) to

@@ -129,6 +129,8 @@ class QueueOwner(Protocol):
 
     def dead_letter(self, queue: Queue, msg: Message, reason: str = ...) -> None: ...
 
+    def redeliver_later(self, queue: Queue, msgs: list[Message]) -> list[Message]: ...
+
     def note_expired(self, queue: Queue, msgs: list[Message]) -> None: ...
 
     def stream_assigned(self, queue: Queue, stream_id: str, consumer: Consumer) -> None: ...
@@ -311,14 +313,20 @@ class Queue:
         return keep
 
     def return_messages(self, msgs: list[Message]) -> None:
-        """NACK or consumer loss: back to the front for redelivery, or to the DLQ when spent."""
+        """NACK or consumer loss: back to the front for redelivery, or to the DLQ when spent;
+        with a redelivery delay in the policy, to the scheduler until the delay is over."""
+        again: list[Message] = []
         for msg in reversed(msgs):
             if msg.deliveries > self.policy.max_redeliveries:
                 self.stats.dead_lettered += 1
                 self.owner.dead_letter(self, msg)
             else:
                 self.stats.redelivered += 1
-                self.pending.push_front(msg)
+                again.append(msg)
+        if again and (self.policy.initial_redelivery_delay or self.policy.redelivery_delay):
+            again = self.owner.redeliver_later(self, again)
+        for msg in again:
+            self.pending.push_front(msg)
         if msgs and self.consumers:
             self.owner.schedule_dispatch(self)
 

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from sluicemq.core.routing.names import QUEUE, parse_destination
 from sluicemq.core.scheduling import cron
+from sluicemq.core.scheduling.redelivery import redelivery_delay
+from sluicemq.core.streams.chunks import is_chunk
 from sluicemq.errors import ProtocolError
 
 if TYPE_CHECKING:
@@ -48,7 +50,8 @@ DESTINATION = "sluice-scheduled-destination"
 AT = "sluice-scheduled-at"
 LEFT = "sluice-scheduled-repeats-left"
 CRON_AT = "sluice-scheduled-cron-at"  # the cron entry's time the current round belongs to
-INTERNAL = (DESTINATION, AT, LEFT, CRON_AT)
+REDELIVERY = "sluice-scheduled-redelivery"  # a given-back message: its deliveries so far
+INTERNAL = (DESTINATION, AT, LEFT, CRON_AT, REDELIVERY)
 MAX_FIRES_PER_TURN = 500  # a burst of due messages yields the loop between turns
 _MAX_MS = 10 * 365 * 24 * 3600 * 1000  # ten years: anything longer is surely a mistake
 
@@ -123,6 +126,35 @@ class Scheduler:
         self.broker.publish(QUEUE, NAME, msg)
         self._add(due, msg.mid)
         return True
+
+    def redeliver(self, queue: Any, msgs: list[Message]) -> list[Message]:
+        """Messages given back to ``queue`` (NACK, consumer gone) wait out its policy's
+        redelivery delay here: one journal transaction takes them off the queue and stores
+        them in ``sluice.scheduled``; when due they go to the queue's tail with their
+        delivery count (ActiveMQ's redelivery plugin). Returns the ones to redeliver at once:
+        the scheduler is off, a topic subscription's, a stream chunk, no delay due."""
+        if not self.enabled or not queue.key.startswith("q:") or queue.key == f"q:{NAME}":
+            return msgs
+        now = self.broker.now_ms()
+        at_once: list[Message] = []
+        parked: list[Message] = []
+        copies: list[tuple[str, str, Message]] = []
+        for msg in msgs:
+            delay = 0 if is_chunk(msg) else redelivery_delay(queue.policy, msg.deliveries)
+            if delay <= 0:
+                at_once.append(msg)
+                continue
+            copy = msg.moved_to(f"/queue/{NAME}", self.broker.allocate_mid())
+            copy.body = bytes(self.broker.body_of(msg))
+            copy.headers.update({DESTINATION: queue.destination, AT: str(now + delay),
+                                 LEFT: "0", REDELIVERY: str(msg.deliveries)})
+            parked.append(msg)
+            copies.append((QUEUE, NAME, copy))
+        if parked:
+            self.broker.commit(f"redeliver:{copies[0][2].mid}", copies, [(queue, parked)], [])
+            for _kind, _name, copy in copies:
+                self._add(int(copy.headers[AT]), copy.mid)
+        return at_once
 
     def recover(self) -> int:
         """After the broker recovered: rebuild the heap from what ``sluice.scheduled`` holds
@@ -200,6 +232,9 @@ class Scheduler:
         for key in INTERNAL:
             out.headers.pop(key, None)
         moves: list[tuple[str, str, Message]] = [(kind, name, out)]
+        if REDELIVERY in h:  # back to its queue: a redelivery, never a new round
+            out.deliveries = int(h[REDELIVERY])
+            return moves
         entry = _cron(h)
         base = None
         if left > 0:
