@@ -22,9 +22,10 @@ from typing import BinaryIO, Self
 
 from sluicemq.errors import StorageError
 
-__all__ = ["DEFAULT_MEMORY_THRESHOLD", "TxSpool"]
+__all__ = ["DEFAULT_MEMORY_THRESHOLD", "OP_ACK", "OP_SEND", "TxSpool"]
 
 DEFAULT_MEMORY_THRESHOLD = 256 << 10
+OP_SEND, OP_ACK = 1, 2  # the kinds of entry a session spools: a SEND, an ACK or NACK
 
 _ENTRY = struct.Struct(">BQ")
 REPLAY_WINDOW = 1 << 20  # bytes of a spilled spool read at once when replaying it

@@ -1,0 +1,353 @@
+"""What every frame handler sees of a session: its state, its frame loop and its replies.
+
+Why apart from ``session.py``: the handlers (``connect``, ``send``, ``subscribe``, ``acks``,
+``transactions``) work on this state, and ``Session`` picks the handler for each frame; with
+the state here neither side has to import the other.
+
+Sans-IO: the transport feeds parsed frames and supplies an ``Outbound`` that buffers bytes
+and can close; nothing here touches a socket or a clock of its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+from collections import deque
+from collections.abc import Callable
+
+from sluicemq.core.paging.flow import parse_size
+from sluicemq.core.routing.destinations import owner_of
+from sluicemq.core.routing.message import Message
+from sluicemq.core.routing.names import destination_of
+from sluicemq.core.routing.queue import Consumer
+from sluicemq.core.routing.temporary import is_temporary
+from sluicemq.core.security.policy import User
+from sluicemq.core.sessions.peer import Outbound
+from sluicemq.core.sessions.services import Services
+from sluicemq.core.sessions.spool import TxSpool
+from sluicemq.core.streams.chunks import RESUMED, STREAM_ID
+from sluicemq.errors import ProtocolError
+from sluicemq.protocol.codec import FrameParser, encode_frame, encode_head
+from sluicemq.protocol.frames import Frame
+
+log = logging.getLogger("sluicemq.session")
+
+MAX_HELD_FRAMES = 100  # frames pipelined behind a CONNECT whose login is still being checked
+MAX_HELD_BYTES = 16 << 20
+FRAMES_PER_TURN = 128  # frames of one connection handled per loop turn; the rest wait a turn
+_session_ids = itertools.count(1)
+_BOOT = os.urandom(4).hex()
+
+
+class SessionContext:
+    """State of one connection: version, subscriptions, open transactions, held frames."""
+
+    def __init__(self, services: Services, out: Outbound, peer: str = "?") -> None:
+        broker = self.broker = services.broker
+        self.out = out
+        self.peer = peer
+        self.id = f"{_BOOT}-{next(_session_ids)}"
+        self.version = "1.0"
+        self.connected = False
+        self.closed = False
+        self.client_id: str | None = None
+        self.login: str | None = None
+        self.user: User | None = None  # None: anonymous (or security off)
+        self.cert_user: str | None = None  # CN of a verified TLS client certificate
+        self.security = services.security
+        self.ranges = services.ranges
+        self.scheduler = services.scheduler
+        self.held: list[Frame] | None = None  # set while a login is being verified
+        self._waiting: deque[Frame] | None = None  # a SEND waiting for room, and what follows
+        self.heartbeat = (0, 0)  # (we send every ms, we expect every ms)
+        self.consumers: dict[str, Consumer] = {}
+        self.by_index: dict[int, Consumer] = {}
+        self.indexes = itertools.count(1)
+        self.transactions: dict[str, TxSpool] = {}
+        limits = broker.config.limits
+        self.tx_limit = parse_size(limits.max_transaction_bytes)
+        self.parser = FrameParser(max_frame_bytes=limits.max_frame_bytes,
+                                  max_headers=limits.max_headers,
+                                  max_header_line=limits.max_header_line, version="1.0")
+        self.on_version: Callable[[str], None] = lambda v: None
+        self.received = 0
+        self.delivered = 0
+        self._output_waiters: list[Callable[[], None]] = []
+
+    # -- delivery (called by dispatch) -------------------------------------------------------
+    @property
+    def writable(self) -> bool:
+        return self.out.writable and not self.closed
+
+    def deliver(self, consumer: Consumer, msg: Message) -> None:
+        # What ActiveMQ puts on every MESSAGE (clients read priority, expiry and persistence
+        # from here); the producer's own headers, stored with the message, come last.
+        h = {"destination": msg.destination, "message-id": msg.message_id,
+             "subscription": consumer.sub_id, "sluice-seq": str(msg.mid),
+             "priority": str(msg.priority), "expires": str(msg.expires),
+             "timestamp": str(msg.timestamp),
+             "persistent": "true" if msg.persistent else "false"}
+        if self.version == "1.2":
+            h["ack"] = f"{consumer.index}-{msg.mid}"
+        if msg.deliveries > 1:
+            h["redelivered"] = "true"
+            h["sluice-delivery-count"] = str(msg.deliveries)
+        if consumer.resumed and msg.group in consumer.resumed:
+            consumer.resumed.discard(msg.group)
+            h[RESUMED] = "true"
+        h.update(msg.headers)  # stored headers never use the keys above (filtered at SEND)
+        self.delivered += 1
+        body = msg.body if msg.body is not None else self.broker.body_of(msg)
+        frame = Frame("MESSAGE", h, body)
+        try:
+            head = encode_head(frame, self.version)
+        except ValueError:  # a header this (older) protocol version cannot carry
+            frame.headers = {k: v for k, v in h.items() if _representable(k, v, self.version)}
+            head = encode_head(frame, self.version)
+        if msg.group is not None and STREAM_ID in msg.headers:
+            self.broker.stream_delivered(msg)
+        if len(body) < 65536:
+            self.out.write(b"".join((head, body, b"\x00")))
+        else:  # large bodies go out without another copy
+            self.out.write(head)
+            self.out.write(body)
+            self.out.write(b"\x00")
+
+    def when_writable(self, resume: Callable[[], None]) -> None:
+        """Call ``resume`` once the transport has drained (paced writers: range reads)."""
+        self._output_waiters.append(resume)
+
+    def output_ready(self) -> None:
+        """The transport drained below its low-water mark: feed consumers and writers again."""
+        for consumer in self.consumers.values():
+            self.broker.schedule_dispatch(consumer.queue)
+        waiting, self._output_waiters = self._output_waiters, []
+        for resume in waiting:
+            resume()
+
+    def stream_error(self, stream_id: str, text: str) -> None:
+        """Tell a stream's consumer that the stream cannot complete; the connection stays."""
+        self.out.write(encode_frame(Frame("ERROR", {
+            "message": header_safe(text), STREAM_ID: stream_id,
+            "content-type": "text/plain"}, text.encode()), self.version))
+
+    # -- frames in ---------------------------------------------------------------------------
+    def feed(self, data: bytes) -> None:
+        """Bytes from any transport: parse and handle every complete frame, in order."""
+        if self.closed:
+            return
+        try:
+            frames = self.parser.feed(data)
+        except ProtocolError as exc:
+            self.error(str(exc), fatal=True)
+            return
+        if frames:
+            self._run(deque(frames))
+
+    def _run(self, frames: deque[Frame]) -> None:
+        """Handle ``frames`` in order, ``FRAMES_PER_TURN`` now and the rest on a later loop
+        turn with reading paused: one connection pipelining thousands of frames must not hold
+        the event loop while other clients wait."""
+        for _ in range(FRAMES_PER_TURN):
+            if not frames or self.closed:
+                return
+            if self._waiting is not None:  # a SEND waits for room: the rest waits behind it
+                self._waiting.extend(frames)
+                return
+            self.handle(frames.popleft())
+        if not frames or self.closed:
+            return
+        if self._waiting is not None:
+            self._waiting.extend(frames)
+            return
+        self._waiting = frames
+        pause = getattr(self.out, "pause_reading", None)
+        if pause is not None:
+            pause()
+        self.broker.call_soon(lambda: self._next_turn(frames))
+
+    def _next_turn(self, frames: deque[Frame]) -> None:
+        if self._waiting is not frames or self.closed:
+            return  # a wait for room took over these frames
+        self._waiting = None
+        resume = getattr(self.out, "resume_reading", None)
+        if resume is not None:
+            resume()
+        self._run(frames)
+
+    def handle(self, frame: Frame) -> None:
+        """Process one frame; errors become ERROR frames, never exceptions to the transport."""
+        if self.closed:
+            return
+        if self.held is not None:
+            held_bytes = sum(len(f.body) for f in self.held) + len(frame.body)
+            if len(self.held) >= MAX_HELD_FRAMES or held_bytes > MAX_HELD_BYTES:
+                self.error("too many frames before the login was checked", frame, fatal=True)
+                return
+            self.held.append(frame)
+            return
+        if self._waiting is not None:  # reading is paused: only what was already parsed
+            self._waiting.append(frame)
+            return
+        self.guarded(self.dispatch, frame)
+
+    def dispatch(self, frame: Frame) -> None:
+        """Hand ``frame`` to its handler (``Session`` knows the handlers)."""
+        raise NotImplementedError
+
+    def guarded(self, step: Callable[[Frame], None], frame: Frame) -> None:
+        try:
+            step(frame)
+        except ProtocolError as exc:
+            self.error(str(exc), frame, fatal=exc.fatal)
+        except Exception:
+            log.exception("internal error handling %s from %s", frame.command, self.peer)
+            self.error("internal broker error", frame, fatal=True)
+
+    # -- waiting: later frames queue behind one that cannot run yet --------------------------
+    def wait_behind(self, frame: Frame) -> None:
+        """Stop reading this connection: ``frame`` runs again on ``resume_waiting`` and the
+        frames after it wait behind it, in order; other connections carry on."""
+        self._waiting = deque([frame])
+        pause = getattr(self.out, "pause_reading", None)
+        if pause is not None:
+            pause()
+
+    def resume_waiting(self) -> None:
+        """Run the waiting frame and what followed it (there is room, or it is durable)."""
+        waiting, self._waiting = self._waiting, None
+        if self.closed or waiting is None:
+            return
+        resume = getattr(self.out, "resume_reading", None)
+        if resume is not None:
+            resume()
+        self._run(waiting)
+
+    def when_durable_retry(self, frame: Frame) -> None:
+        """Handle ``frame`` again once everything stored so far is durable; the frames after
+        it wait behind it, in order, as behind a SEND that waits for room."""
+        self.wait_behind(frame)
+        self.broker.when_durable(lambda exc: self.resume_waiting())
+
+    def tx(self, txid: str) -> TxSpool:
+        """The open transaction ``txid`` (ERROR, not fatal, if there is none)."""
+        spool = self.transactions.get(txid)
+        if spool is None:
+            raise ProtocolError(f"unknown transaction {txid!r}", fatal=False)
+        return spool
+
+    # -- replies -----------------------------------------------------------------------------
+    def error(self, message: str, frame: Frame | None = None, *, fatal: bool = True,
+              detail: str = "", extra: dict[str, str] | None = None) -> None:
+        headers = {"message": header_safe(message), "content-type": "text/plain"}
+        if extra:
+            headers.update(extra)
+        if frame is not None and "receipt" in frame.headers:
+            headers["receipt-id"] = frame.headers["receipt"]
+        body = (detail or message).encode()
+        log.info("ERROR to %s: %s", self.peer, message)
+        self.out.write(encode_frame(Frame("ERROR", headers, body), self.version))
+        if fatal:
+            self.close()
+
+    def receipt(self, frame: Frame, extra: dict[str, str] | None = None) -> None:
+        """Answer a `receipt` header once everything this frame stored is durable."""
+        receipt_id = frame.headers.get("receipt")
+        if receipt_id is None:
+            return
+
+        def done(exc: BaseException | None) -> None:
+            if self.closed:
+                return
+            if exc is None:
+                headers = {"receipt-id": receipt_id}
+                if extra:
+                    headers.update(extra)
+                self.out.write(encode_frame(Frame("RECEIPT", headers), self.version))
+            else:
+                self.error(f"not stored: {exc}", frame, fatal=False)
+
+        self.broker.when_durable(done)
+
+    # -- rights and names --------------------------------------------------------------------
+    def authorize(self, action: str, kind: str, name: str) -> None:
+        if not self.security.authorize(self.user, action, f"/{kind}/{name}"):
+            who = self.user.name if self.user else "anonymous"
+            log.warning("refused %s on /%s/%s to %s from %s", action, kind, name, who, self.peer)
+            raise ProtocolError(f"user {who!r} is not authorized to {action} /{kind}/{name}",
+                                fatal=False)
+
+    def owner(self) -> str | None:
+        """Whose streams, batches and client ids these are (None: security is off)."""
+        return self.security.owner(self.user)
+
+    def admit_destination(self, kind: str, name: str) -> None:
+        """A destination this frame would create must fit the destination caps."""
+        self.broker.destinations.admit(kind, name,
+                                       owner_of(self.user.name if self.user else None, self.peer))
+
+    def resolve_temporary(self, frame: Frame) -> None:
+        """``/temp-queue/NAME`` and friends become this connection's own destinations, and a
+        ``reply-to`` naming one becomes the address other connections can send to."""
+        h = frame.headers
+        destination = h.get("destination", "")
+        if is_temporary(destination):
+            kind, name, _mine = self.broker.temps.resolve(destination, self.id)
+            h["destination"] = destination_of(kind, name)
+        reply_to = h.get("reply-to", "")
+        if reply_to.startswith(("/temp-queue/", "/temp-topic/")):
+            h["reply-to"] = self.broker.temps.remote_address(reply_to, self.id)
+
+    # -- the end -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close after pending output; the session's resources are given back right away."""
+        if not self.closed:
+            self.closed = True
+            self.out.close()
+        self._release()
+
+    def connection_lost(self) -> None:
+        self.closed = True
+        self._release()
+        if self.connected:
+            self.broker.advisories.connection("removed", self.id, self.peer,
+                                              self.user.name if self.user else None)
+
+    def _release(self) -> None:
+        """Give back everything the connection held: in-flight messages, groups, transactions."""
+        for consumer in list(self.consumers.values()):
+            self.drop_consumer(consumer)
+        self.consumers.clear()
+        self.by_index.clear()
+        for spool in self.transactions.values():
+            spool.close()
+        self.transactions.clear()
+        self.broker.consumer_waits.cancel(self)
+        for kind, name in self.broker.temps.release(self.id):
+            self.broker.drop_temporary(kind, name)
+        if self.client_id:
+            lock = (self.owner(), self.client_id)
+            if self.broker.client_ids.get(lock) is self:
+                del self.broker.client_ids[lock]
+
+    def drop_consumer(self, consumer: Consumer) -> None:
+        queue = consumer.queue
+        queue.remove_consumer(consumer)
+        kind, _, name = consumer.destination[1:].partition("/")
+        self.broker.advisories.consumer("removed", kind, name, self.id, consumer.sub_id)
+        if queue.key.startswith("s:"):
+            self.broker.drop_topic_subscription(queue.destination.split("/", 2)[2], queue.key)
+
+
+def _representable(key: str, value: str, version: str) -> bool:
+    try:
+        encode_head(Frame("MESSAGE", {key: value}), version)
+    except ValueError:
+        return False
+    return True
+
+
+def header_safe(text: str) -> str:
+    """One printable line with no backslash: readable in any version, even before CONNECT."""
+    return "".join(ch if ch.isprintable() and ch != "\\" else "?" for ch in text)[:1000]

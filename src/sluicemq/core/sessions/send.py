@@ -1,0 +1,304 @@
+"""SEND: a short pipeline of named steps, each of which may finish the frame.
+
+    route -> authorize -> flow -> query -> dedup -> stream -> transaction -> publish
+
+``route`` resolves temporaries and sends composite destinations and virtual topics down the
+fan-out path (a copy per destination, one journal transaction); every other SEND names one
+destination and goes through ``PIPELINE`` in order. A step returns True once it has answered
+the frame (a receipt, a duplicate, a wait for room), False to hand it on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sluicemq.core.dedup import producers as dedup
+from sluicemq.core.limits import txlimits
+from sluicemq.core.paging.flow import Pacing
+from sluicemq.core.routing.message import (
+    TRANSPORT_HEADERS,
+    Message,
+    parse_expires,
+    parse_priority,
+)
+from sluicemq.core.routing.names import QUEUE, TOPIC, parse_composite, parse_destination
+from sluicemq.core.routing.temporary import PREFIX as TEMP_PREFIX
+from sluicemq.core.scheduling import scheduler as scheduled
+from sluicemq.core.security.policy import WRITE
+from sluicemq.core.sessions.context import SessionContext
+from sluicemq.core.sessions.transactions import spool_send
+from sluicemq.core.staging import frames as stage_frames
+from sluicemq.core.streams.chunks import (
+    DUPLICATE,
+    GROUP,
+    NEXT_SEQ,
+    QUERY,
+    STREAM_ID,
+    WAIT_CONSUMER,
+    ChunkError,
+    parse_chunk,
+)
+from sluicemq.errors import ProtocolError
+from sluicemq.protocol.frames import Frame
+
+log = logging.getLogger("sluicemq.session")
+
+_composite_ids = itertools.count(1)
+
+
+@dataclass(slots=True)
+class Send:
+    """One SEND on its way through the pipeline."""
+
+    frame: Frame
+    kind: str
+    name: str
+    txid: str | None
+    producer: tuple[str, int] | None = None  # (producer id, sequence) when numbered
+
+
+def send(session: SessionContext, frame: Frame) -> None:
+    target = route(session, frame)
+    if target is None:
+        return
+    s = Send(frame, *target, frame.headers.get("transaction"))
+    for step in PIPELINE:
+        if step(session, s):
+            return
+
+
+def route(session: SessionContext, frame: Frame) -> tuple[str, str] | None:
+    """The one destination this SEND goes to, or None when it fanned out (and was answered)."""
+    h = frame.headers
+    if h.get("destination", "").startswith(("/temp-", "/remote-temp-")) or "reply-to" in h:
+        session.resolve_temporary(frame)
+    if "," in h.get("destination", ""):
+        send_composite(session, frame, parse_composite(h["destination"]))
+        return None
+    kind, name = parse_destination(h.get("destination"))
+    scheduled.refuse_direct(kind, name)
+    if name.startswith(TEMP_PREFIX):  # kept in memory only, as ActiveMQ's temporaries
+        session.broker.temps.check(kind, name, session.id, consuming=False)
+        h.pop("persistent", None)
+    if kind == TOPIC and (groups := session.broker.virtual_queues(name)):
+        # a virtual topic: its consumer groups' queues get a copy each, atomically
+        send_composite(session, frame, [(kind, name), *((QUEUE, g) for g in groups)],
+                       authorize_all=False)
+        return None
+    return kind, name
+
+
+def authorize(session: SessionContext, s: Send) -> bool:
+    session.authorize(WRITE, s.kind, s.name)
+    session.admit_destination(s.kind, s.name)
+    return False
+
+
+def flow(session: SessionContext, s: Send) -> bool:
+    """Producer flow control (a stream query takes no room); counts the SEND as received."""
+    if QUERY not in s.frame.headers and no_room(session, s.frame, s.kind, s.name):
+        return True
+    session.received += 1
+    return False
+
+
+def query(session: SessionContext, s: Send) -> bool:
+    """Where should a reconnecting producer resume?  Optionally wait for a consumer."""
+    frame = s.frame
+    if QUERY not in frame.headers:
+        return False
+    try:
+        answer = session.broker.stream_query(s.kind, s.name, frame.headers[QUERY],
+                                             session.owner())
+    except ChunkError as exc:
+        raise ProtocolError(str(exc), fatal=False) from None
+    wait = frame.headers.get(WAIT_CONSUMER)
+    if wait is None:
+        session.receipt(frame, answer)
+        return True
+    try:
+        timeout = float(wait)
+    except ValueError:
+        raise ProtocolError(f"invalid {WAIT_CONSUMER} {wait!r}", fatal=False) from None
+
+    def ready(count: int) -> None:
+        session.receipt(frame, dict(answer, **{"sluice-stream-consumers": str(count)}))
+
+    session.broker.wait_for_consumer(s.kind, s.name, timeout, ready, owner=session)
+    return True
+
+
+def dedup_step(session: SessionContext, s: Send) -> bool:
+    """A numbered SEND seen before (outside a transaction) is answered, not stored again."""
+    s.producer = _producer(s.frame)
+    if (s.producer is not None and s.txid is None
+            and session.broker.producers.is_duplicate(*s.producer, session.broker.now_ms())):
+        session.receipt(s.frame, {dedup.DUPLICATE: "true"})
+        return True
+    return False
+
+
+def stream(session: SessionContext, s: Send) -> bool:
+    """A chunk of a large stream: owner, sequence and offset checked; a re-sent one dropped."""
+    h, frame = s.frame.headers, s.frame
+    if STREAM_ID not in h:
+        return False
+    if GROUP in h:
+        try:
+            session.broker.check_group(s.kind, s.name, h[GROUP], session.owner())
+        except ChunkError as exc:
+            raise ProtocolError(str(exc), fatal=False) from None
+    if s.txid is not None:
+        return False
+    try:
+        chunk = parse_chunk(h, len(frame.body))
+        if not session.broker.accept_chunk(s.kind, s.name, chunk, len(frame.body), session.peer,
+                                           session.owner()):
+            session.receipt(frame, {DUPLICATE: "true"})
+            return True
+    except ChunkError as exc:
+        extra = {NEXT_SEQ: str(exc.next_seq)} if exc.next_seq is not None else None
+        session.error(str(exc), frame, fatal=False, extra=extra)
+        return True
+    return False
+
+
+def transaction(session: SessionContext, s: Send) -> bool:
+    """Inside a transaction (or a staged part) the SEND goes to the spool until COMMIT."""
+    if s.txid is None:
+        return False
+    frame = s.frame
+    if session.scheduler.wants(frame.headers):
+        raise ProtocolError("a scheduled SEND inside a transaction is not supported",
+                            fatal=False)
+    spool = session.tx(s.txid)
+    spools = session.transactions.values()
+    txlimits.admit(spools, len(frame.body), session.tx_limit)
+    txlimits.bound_memory(spools)
+    now = session.broker.now_ms()
+    if not stage_frames.add_send(spool, frame, s.kind, s.name, now):
+        spool_send(spool, frame, s.kind, s.name, now)
+    session.receipt(frame)
+    return True
+
+
+def publish(session: SessionContext, s: Send) -> bool:
+    """Route the message now (or hand it to the scheduler when it asks for a delay)."""
+    h = s.frame.headers
+    stage_frames.refuse_batch(h)
+    msg = message(session, s.kind, s.name, h, s.frame.body)
+    if not (session.scheduler.wants(h) and session.scheduler.schedule(s.kind, s.name, msg)):
+        session.broker.publish(s.kind, s.name, msg)
+    if s.producer is not None:
+        session.broker.producers.accepted(*s.producer, msg.timestamp, msg.ticket)
+    session.receipt(s.frame)
+    return True
+
+
+PIPELINE: tuple[Callable[[SessionContext, Send], bool], ...] = (
+    authorize, flow, query, dedup_step, stream, transaction, publish)
+
+
+def send_composite(session: SessionContext, frame: Frame, targets: list[tuple[str, str]], *,
+                   authorize_all: bool = True) -> None:
+    """SEND to ``/queue/a,/topic/b`` (or a virtual topic and its group queues): a copy to
+    each destination, stored as one journal transaction when persistent (all copies or none
+    survive a crash), each flow-controlled as if sent there alone and, unless the broker adds
+    them itself (virtual topics), authorized."""
+    h = frame.headers
+    broker = session.broker
+    for kind, name in targets if authorize_all else targets[:1]:
+        session.authorize(WRITE, kind, name)
+        session.admit_destination(kind, name)
+    for special in (QUERY, STREAM_ID, stage_frames.FORMAT):
+        if special in h:
+            raise ProtocolError(f"{special} is not supported on a composite destination",
+                                fatal=False)
+    if session.scheduler.wants(h):
+        raise ProtocolError("a scheduled SEND to several destinations is not supported",
+                            fatal=False)
+    for kind, name in targets:
+        if no_room(session, frame, kind, name):
+            return  # the whole SEND runs again once there is room
+    session.received += 1
+    txid = h.get("transaction")
+    producer = _producer(frame)
+    if (producer is not None and txid is None
+            and broker.producers.is_duplicate(*producer, broker.now_ms())):
+        session.receipt(frame, {dedup.DUPLICATE: "true"})
+        return
+    if txid is not None:
+        spool = session.tx(txid)
+        spools = session.transactions.values()
+        txlimits.admit(spools, len(frame.body) * len(targets), session.tx_limit)
+        txlimits.bound_memory(spools)
+        for kind, name in targets:
+            spool_send(spool, frame, kind, name, broker.now_ms())
+        session.receipt(frame)
+        return
+    copies = [(kind, name, message(session, kind, name, h, frame.body))
+              for kind, name in targets]
+    if copies[0][2].persistent:
+        broker.commit(f"{session.id}:composite:{next(_composite_ids)}", copies, [], [])
+    else:
+        for kind, name, msg in copies:
+            broker.publish(kind, name, msg)
+    if producer is not None:
+        broker.producers.accepted(*producer, copies[-1][2].timestamp, copies[-1][2].ticket)
+    session.receipt(frame)
+
+
+def no_room(session: SessionContext, frame: Frame, kind: str, name: str) -> bool:
+    """Producer flow control: True when this SEND was refused or must wait for room.
+
+    Waiting pauses reading this connection (its later frames wait behind the SEND, in order)
+    until the destination has room; other connections carry on. A transactional SEND only
+    goes to the spool, so only its size is checked.
+    """
+    broker = session.broker
+    flow_control = broker.flow
+    policy = broker.policy(kind, name)
+    too_large = flow_control.too_large(policy, len(frame.body))
+    if too_large is not None:
+        raise ProtocolError(too_large, fatal=False)
+    if "transaction" in frame.headers:
+        return False
+    persistent = frame.headers.get("persistent") == "true"
+    reason = broker.room_for(kind, name, persistent, policy)
+    if reason is None:
+        return False
+    if policy.fail_if_no_space:
+        flow_control.failed_total += 1
+        raise ProtocolError(f"/{kind}/{name} cannot take the message: {reason}", fatal=False)
+    log.log(logging.DEBUG if isinstance(reason, Pacing) else logging.INFO,
+            "flow control: %s waits for /%s/%s (%s)", session.peer, kind, name, reason)
+    session.wait_behind(frame)
+
+    def recheck() -> str | None:
+        return None if session.closed else broker.room_for(kind, name, persistent)
+
+    flow_control.wait(recheck, session.resume_waiting, reason)
+    return True
+
+
+def message(session: SessionContext, kind: str, name: str, h: dict[str, str],
+            body: bytes | memoryview) -> Message:
+    headers = {k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}
+    now = session.broker.now_ms()
+    if "timestamp" not in headers:
+        headers["timestamp"] = str(now)  # as ActiveMQ: when the broker got it
+    return Message(session.broker.allocate_mid(), f"/{kind}/{name}", headers, bytes(body),
+                   persistent=h.get("persistent") == "true",
+                   priority=parse_priority(h.get("priority")),
+                   expires=parse_expires(h.get("expires")),
+                   timestamp=now)
+
+
+def _producer(frame: Frame) -> tuple[str, int] | None:
+    h = frame.headers
+    if dedup.PRODUCER_ID in h or dedup.PRODUCER_SEQ in h:
+        return dedup.producer_of(h)
+    return None

@@ -1,0 +1,137 @@
+"""BEGIN, COMMIT and ABORT: a transaction's SENDs and ACKs wait in a spool until COMMIT.
+
+COMMIT replays the spool: numbered SENDs seen before are dropped, ACKs are resolved, and the
+whole is handed to the broker as one transaction. A staged part (``stage_frames``) commits
+through the stager instead.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sluicemq.core.dedup import producers as dedup
+from sluicemq.core.routing.message import (
+    TRANSPORT_HEADERS,
+    Message,
+    parse_expires,
+    parse_priority,
+)
+from sluicemq.core.routing.names import destination_of
+from sluicemq.core.routing.queue import Consumer, Queue
+from sluicemq.core.sessions import acks
+from sluicemq.core.sessions.context import SessionContext
+from sluicemq.core.sessions.spool import OP_SEND, TxSpool
+from sluicemq.core.staging import frames as stage_frames
+from sluicemq.core.staging.book import STAGE_ABORT, STAGE_COMMIT
+from sluicemq.errors import ProtocolError
+from sluicemq.protocol.frames import Frame
+from sluicemq.storage import records
+
+
+def begin(session: SessionContext, frame: Frame) -> None:
+    txid = _tx_id(frame)
+    if txid in session.transactions:
+        raise ProtocolError(f"transaction {txid!r} already open", fatal=False)
+    config = session.broker.config
+    limit = config.limits.max_transactions
+    if len(session.transactions) >= limit:
+        raise ProtocolError(f"too many open transactions on this connection (limit {limit}, "
+                            "max_transactions)", fatal=False)
+    directory = Path(config.data_dir) / "tmp"
+    directory.mkdir(parents=True, exist_ok=True)
+    session.transactions[txid] = stage_frames.open_spool(directory, txid, frame.headers)
+    session.receipt(frame)
+
+
+def abort(session: SessionContext, frame: Frame) -> None:
+    if STAGE_ABORT in frame.headers:
+        stage_frames.abort(session, frame)
+        return
+    txid = _tx_id(frame)
+    session.tx(txid).close()
+    del session.transactions[txid]
+    session.receipt(frame)
+
+
+def commit(session: SessionContext, frame: Frame) -> None:
+    if STAGE_COMMIT in frame.headers:
+        stage_frames.publish(session, frame)
+        return
+    txid = _tx_id(frame)
+    spool = session.tx(txid)
+    del session.transactions[txid]
+    try:
+        extra = _apply(session, txid, spool)
+    finally:
+        spool.close()
+    session.receipt(frame, extra)
+
+
+def spool_send(spool: TxSpool, frame: Frame, kind: str, name: str, now_ms: int) -> None:
+    """Keep a SEND to ``kind/name`` in the transaction's spool until COMMIT."""
+    h = frame.headers
+    headers = {k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}
+    headers["destination"] = destination_of(kind, name)
+    spool.add(OP_SEND, records.encode_message(
+        f"{kind}:{name}", 0, now_ms, parse_expires(h.get("expires")),
+        parse_priority(h.get("priority")), headers, bytes(frame.body)))
+
+
+def _tx_id(frame: Frame) -> str:
+    txid = frame.headers.get("transaction")
+    if not txid:
+        raise ProtocolError(f"{frame.command} requires a 'transaction' header", fatal=False)
+    return txid
+
+
+def _apply(session: SessionContext, txid: str, spool: TxSpool) -> dict[str, str] | None:
+    """Commit the spool; returns headers for the RECEIPT, if any."""
+    if isinstance(spool, stage_frames.StageSpool):
+        return stage_frames.commit_part(session, spool)
+    broker = session.broker
+    producers = broker.producers
+    now = broker.now_ms()
+    numbered: list[tuple[str, int, Message]] = []
+    highest: dict[str, int] = {}  # producer id -> highest number earlier in this transaction
+    dropped = 0
+    messages: list[tuple[str, str, Message]] = []
+    acked: dict[int, tuple[Queue, list[Message]]] = {}
+    nacked: dict[int, tuple[Queue, list[Message]]] = {}
+    taken: list[tuple[Consumer, Message]] = []
+    try:
+        for op, payload in spool:
+            if op == OP_SEND:
+                sm = records.decode_message(payload)
+                kind, _, name = sm.key.partition(":")
+                headers = dict(sm.headers)
+                producer = dedup.producer_of(headers) if dedup.PRODUCER_ID in headers else None
+                if producer is not None:
+                    pid, seq = producer
+                    if seq <= highest.get(pid, -1) or producers.is_duplicate(pid, seq, now):
+                        dropped += 1
+                        continue
+                    highest[pid] = seq
+                msg = Message(broker.allocate_mid(), headers.pop("destination"),
+                              headers, sm.body,
+                              persistent=headers.get("persistent") == "true",
+                              priority=sm.priority, expires=sm.expires,
+                              timestamp=sm.timestamp)
+                messages.append((kind, name, msg))
+                if producer is not None:
+                    numbered.append((*producer, msg))
+            else:
+                entry = json.loads(payload)
+                consumer, msgs = acks.resolve(session, entry["h"], entry["nack"])
+                taken += [(consumer, m) for m in msgs]
+                target = nacked if entry["nack"] else acked
+                target.setdefault(id(consumer.queue), (consumer.queue, []))[1].extend(msgs)
+    except ProtocolError:
+        for consumer, m in taken:  # nothing applied: put back what resolution took
+            consumer.inflight[m.mid] = m
+        raise
+    broker.commit(f"{session.id}:{txid}", messages, list(acked.values()),
+                  list(nacked.values()))
+    for pid, seq, msg in numbered:
+        producers.accepted(pid, seq, msg.timestamp, msg.ticket)
+    return {dedup.DUPLICATES: str(dropped)} if dropped else None
