@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from sluicemq.admin.snapshot import DLQ_ORIGIN, NotFound, find_queue, find_topic
-from sluicemq.core.routing.broker import TX_RECORD_BYTES
 from sluicemq.core.routing.message import (
     ORIGINAL_ID,
     TRANSPORT_HEADERS,
@@ -31,7 +30,7 @@ from sluicemq.core.routing.message import (
 )
 from sluicemq.core.routing.names import QUEUE, TOPIC, parse_destination
 from sluicemq.errors import ProtocolError
-from sluicemq.storage import records
+from sluicemq.storage.store import TX_RECORD_BYTES, NewMessage, Removed
 
 if TYPE_CHECKING:
     from sluicemq.core.routing.broker import Broker
@@ -91,7 +90,7 @@ def delete(broker: Broker, kind: str, name: str) -> int:
     for key, q in list(t.subscribers.items()):
         dropped += len(q.pending)
         if key in broker.durables:
-            broker.remove_durable(key)
+            broker.durable_subs.remove(key)
     del broker.topics[name]
     broker.advisories.destination("removed", TOPIC, name)
     return dropped
@@ -189,19 +188,14 @@ def _move_atomically(broker: Broker, source: Queue, target: Queue, msgs: list[Me
         moved = [_rebuild(broker, m, target.destination, rewrite) for m in batch]
         durable = [(old, new) for old, new in zip(batch, moved, strict=True) if new.persistent]
         if durable:
-            ops: list[tuple[int, bytes]] = []
-            acks = [(source.key, old.mid) for old, _ in durable if old.ticket is not None]
-            if acks:
-                ops.append((records.ACK, records.encode_acks(acks)))
-            ops += [(records.MSG, records.encode_message(
-                target.key, new.mid, new.timestamp, new.expires, new.priority, new.headers,
-                _loaded(new.body))) for _, new in durable]
-            ticket = store.append_tx(f"admin:{_BOOT}:{next(_txids)}", ops, final=True)
-            store.release_after(ticket.seq, [old.ticket for old, _ in durable
-                                             if old.ticket is not None])
-            for _, new in durable:
-                new.ticket = ticket
-                store.hold(ticket)
+            placed = store.transaction(
+                f"admin:{_BOOT}:{next(_txids)}",
+                [NewMessage(target.key, new.mid, new.timestamp, new.expires, new.priority,
+                            new.headers, _loaded(new.body)) for _, new in durable],
+                [Removed(source.key, old.mid, old.ticket) for old, _ in durable
+                 if old.ticket is not None])
+            for (_, new), (ticket, inner) in zip(durable, placed, strict=True):
+                new.ticket, new.inner = ticket, inner
         source.acknowledge(batch, record=False)
         for new in moved:
             target.enqueue(new)

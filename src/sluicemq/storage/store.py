@@ -12,12 +12,14 @@ import logging
 from array import array
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from sluicemq.storage import records
 from sluicemq.storage.journal import Journal, Location
 
 log = logging.getLogger("sluicemq.store")
+
+TX_RECORD_BYTES = 4 << 20  # a transaction larger than this is journaled as parts + a final
 
 
 class TicketLike(Protocol):
@@ -43,6 +45,27 @@ class SegmentRelease:
     def __init__(self, counts: dict[int, int], newest: tuple[int, int]) -> None:
         self.counts = counts
         self.newest = newest
+
+
+class NewMessage(NamedTuple):
+    """A message record a transaction writes, and how many holders it will have."""
+
+    key: str
+    mid: int
+    timestamp: int
+    expires: int
+    priority: int
+    headers: dict[str, str]
+    body: bytes | memoryview
+    holders: int = 1
+
+
+class Removed(NamedTuple):
+    """A message record a transaction removes (its holder let go of it)."""
+
+    key: str
+    mid: int
+    ticket: TicketLike
 
 
 class Store:
@@ -141,6 +164,48 @@ class Store:
 
     def append_tx(self, txid: str, ops: list[tuple[int, bytes]], *, final: bool) -> TicketLike:
         return self._append(records.TX, records.encode_tx(txid, ops, final=final))
+
+    def transaction(self, txid: str, added: Iterable[NewMessage],
+                    removed: Iterable[Removed] = ()) -> list[tuple[TicketLike, int]]:
+        """Store ``added`` and remove ``removed`` as one journal transaction: all of it or
+        none of it survives a crash. This is the one way several messages change at once
+        (COMMIT, dead-lettering, moves): callers hand over messages, never records or pins.
+
+        A transaction whose records outgrow ``TX_RECORD_BYTES`` is written as parts and a
+        final (recovery applies none of it without the final). Each added record is held by
+        its ``holders``; the removed ones are unpinned once the final is durable. Returns,
+        for each added message, its ticket and where it starts inside the record (``inner``).
+        """
+        first = records.tx_op_offsets(txid, [(records.MSG, b"")])[0]  # where op payloads start
+        parts: list[list[tuple[int, bytes]]] = []
+        ops: list[tuple[int, bytes]] = []
+        size, pos = 0, first
+        placed: list[tuple[int, int, int]] = []  # (part, inner, holders) of each added message
+        for m in added:
+            payload = records.encode_message(m.key, m.mid, m.timestamp, m.expires, m.priority,
+                                             m.headers, m.body)
+            placed.append((len(parts), pos, m.holders))
+            ops.append((records.MSG, payload))
+            size += len(payload)
+            pos += len(payload) + records.OP_HEAD_SIZE
+            if size >= TX_RECORD_BYTES:
+                parts.append(ops)
+                ops, size, pos = [], 0, first
+        gone = list(removed)
+        if gone:
+            ops.append((records.ACK, records.encode_acks((r.key, r.mid) for r in gone)))
+        if ops or parts:
+            parts.append(ops)
+        tickets = [self.append_tx(txid, part, final=i == len(parts) - 1)
+                   for i, part in enumerate(parts)]
+        if tickets and gone:
+            self.release_after(tickets[-1].seq, [r.ticket for r in gone])
+        result = []
+        for part, inner, holders in placed:
+            ticket = tickets[part]
+            self.hold(ticket, holders)
+            result.append((ticket, inner))
+        return result
 
     def append_sub(self, sub: records.DurableSub) -> TicketLike:
         return self._append(records.SUB, records.encode_sub(sub))

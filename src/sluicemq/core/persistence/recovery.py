@@ -308,7 +308,7 @@ class Replay:
         broker = self.broker
         counts = self._counts
         for sub in self.subs.values():
-            broker._install_durable(sub)
+            broker.durable_subs.install(sub)
             broker.sub_tickets[sub.key] = RecoveredTicket(self.sub_locs[sub.key])
         restored = 0
         for key in [*self.base, *(k for k in self.live if k not in self.base)]:

@@ -1,7 +1,8 @@
 """Routing: destinations and how a message reaches a consumer.
 
-Owns the broker (destinations, durable subscriptions, the receipt clock), queues, topics,
-consumers, the dispatch pass, the in-memory message, destination names and the destination
-count limits. May import paging, streams, limits, selectors, storage, config and errors; it
-reaches persistence, staging and dedup only through the broker's start-up wiring.
+Owns the broker (destinations and routing), durable subscriptions, the receipt clock, the
+broker's table of large streams, compaction's view of who holds journal records, queues,
+topics, consumers, the dispatch pass, the in-memory message, destination names and the
+destination count limits. May import paging, streams, limits, selectors, storage, config and
+errors; it reaches persistence, staging and dedup only through the broker's start-up wiring.
 """

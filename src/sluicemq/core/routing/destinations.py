@@ -12,10 +12,8 @@ on next use). At a cap, idle destinations are reclaimed at once before anything 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from sluicemq.config import Limits
 from sluicemq.core.routing.names import QUEUE, TOPIC
 from sluicemq.errors import ProtocolError
 
@@ -128,14 +126,3 @@ def owner_of(user_name: str | None, peer: str) -> str:
     if user_name is not None:
         return f"user {user_name!r}"
     return f"address {peer.rsplit(':', 1)[0]}"
-
-
-def check_durable_cap(durables: Mapping[str, Any], client_id: str, limits: Limits) -> None:
-    """One client id may hold ``max_durable_subscriptions`` (each is a queue of its own that
-    every matching publish copies into)."""
-    prefix = f"d:{client_id}:"
-    held = sum(1 for key in durables if key.startswith(prefix))
-    limit = limits.max_durable_subscriptions
-    if held >= limit:
-        raise ProtocolError(f"client-id {client_id!r} has too many durable subscriptions "
-                            f"(limit {limit}, max_durable_subscriptions)", fatal=False)

@@ -106,7 +106,7 @@ class SessionContext:
             frame.headers = {k: v for k, v in h.items() if _representable(k, v, self.version)}
             head = encode_head(frame, self.version)
         if msg.group is not None and STREAM_ID in msg.headers:
-            self.broker.stream_delivered(msg)
+            self.broker.large_streams.delivered(msg)
         if len(body) < 65536:
             self.out.write(b"".join((head, body, b"\x00")))
         else:  # large bodies go out without another copy

@@ -111,7 +111,7 @@ def query(session: SessionContext, s: Send) -> bool:
     if QUERY not in frame.headers:
         return False
     try:
-        answer = session.broker.stream_query(s.kind, s.name, frame.headers[QUERY],
+        answer = session.broker.large_streams.query(s.kind, s.name, frame.headers[QUERY],
                                              session.owner())
     except ChunkError as exc:
         raise ProtocolError(str(exc), fatal=False) from None
@@ -148,15 +148,16 @@ def stream(session: SessionContext, s: Send) -> bool:
         return False
     if GROUP in h:
         try:
-            session.broker.check_group(s.kind, s.name, h[GROUP], session.owner())
+            session.broker.large_streams.check_group(s.kind, s.name, h[GROUP], session.owner())
         except ChunkError as exc:
             raise ProtocolError(str(exc), fatal=False) from None
     if s.txid is not None:
         return False
     try:
         chunk = parse_chunk(h, len(frame.body))
-        if not session.broker.accept_chunk(s.kind, s.name, chunk, len(frame.body), session.peer,
-                                           session.owner()):
+        streams = session.broker.large_streams
+        if not streams.accept_chunk(s.kind, s.name, chunk, len(frame.body), session.peer,
+                                    session.owner()):
             session.receipt(frame, {DUPLICATE: "true"})
             return True
     except ChunkError as exc:

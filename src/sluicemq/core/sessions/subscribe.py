@@ -87,7 +87,7 @@ def subscribe(session: SessionContext, frame: Frame) -> None:
             raise ProtocolError("a durable subscription needs a client-id on CONNECT",
                                 fatal=False)
         claim_durable(session, durable_name)
-        queue = broker.durable_subscription(session.client_id, durable_name, name,
+        queue = broker.durable_subs.open(session.client_id, durable_name, name,
                                             selector_text)
         if queue.consumers:
             raise ProtocolError(f"durable subscription {durable_name!r} is already active",
@@ -126,7 +126,7 @@ def unsubscribe(session: SessionContext, frame: Frame) -> None:
             raise ProtocolError("removing a durable subscription needs a client-id",
                                 fatal=False)
         claim_durable(session, durable_name)
-        session.broker.remove_durable(f"d:{session.client_id}:{durable_name}")
+        session.broker.durable_subs.remove(f"d:{session.client_id}:{durable_name}")
         if session.security.durables is not None:
             session.security.durables.release(f"d:{session.client_id}:{durable_name}")
     session.receipt(frame)

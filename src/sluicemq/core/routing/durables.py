@@ -1,0 +1,101 @@
+"""Durable topic subscriptions: a queue per (client id, subscription name), kept on disk.
+
+Each is journaled as a SUB record (pinned while the subscription exists) and removed with an
+UNSUB record that also lets go of every message it still held. A SUBSCRIBE with a changed
+topic or selector replaces the old definition, as in ActiveMQ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from sluicemq.config import BrokerConfig, Limits, Policy
+from sluicemq.core.routing.names import TOPIC
+from sluicemq.core.routing.queue import Queue, QueueOwner
+from sluicemq.core.routing.topic import Topic
+from sluicemq.core.selectors import compile_selector
+from sluicemq.errors import ProtocolError
+from sluicemq.storage import records
+from sluicemq.storage.store import Store, TicketLike
+
+
+class DurableHost(QueueOwner, Protocol):
+    """What durable subscriptions need of the broker: topics, policies, consumer caps."""
+
+    config: BrokerConfig
+
+    def topic(self, name: str) -> Topic: ...
+
+    def policy(self, kind: str, name: str) -> Policy: ...
+
+    def check_max_consumers(self, kind: str, name: str) -> None: ...
+
+    def drop_topic_subscription(self, name: str, key: str) -> None: ...
+
+
+class Durables:
+    """Every durable subscription by key (``d:CLIENT:NAME``), and its SUB record's ticket."""
+
+    def __init__(self, host: DurableHost, store: Store) -> None:
+        self.host = host
+        self.store = store
+        self.by_key: dict[str, tuple[records.DurableSub, Queue]] = {}
+        self.tickets: dict[str, TicketLike] = {}  # SUB records pin their segment
+
+    def open(self, client_id: str, sub_name: str, topic_name: str,
+             selector_text: str | None) -> Queue:
+        """Find or create (journaled) a durable subscription; a changed definition replaces it."""
+        key = f"d:{client_id}:{sub_name}"
+        self.host.check_max_consumers(TOPIC, topic_name)
+        existing = self.by_key.get(key)
+        if existing is not None:
+            sub, q = existing
+            if sub.topic == topic_name and sub.selector == selector_text:
+                return q
+            if q.consumers:
+                raise ProtocolError(f"durable subscription {sub_name!r} is in use", fatal=False)
+            self.remove(key)
+        else:
+            check_durable_cap(self.by_key, client_id, self.host.config.limits)
+        sub = records.DurableSub(key, topic_name, client_id, sub_name, selector_text)
+        ticket = self.store.append_sub(sub)
+        self.store.hold(ticket)
+        self.tickets[key] = ticket
+        return self.install(sub)
+
+    def install(self, sub: records.DurableSub) -> Queue:
+        """Set up a subscription that is already journaled (new, or found at start-up)."""
+        topic = self.host.topic(sub.topic)
+        selector = compile_selector(sub.selector) if sub.selector else None
+        q = Queue(self.host, sub.key, topic.destination, self.host.policy(TOPIC, sub.topic),
+                  durable=True, selector=selector)
+        topic.subscribers[sub.key] = q
+        self.by_key[sub.key] = (sub, q)
+        return q
+
+    def remove(self, key: str) -> None:
+        """Delete a durable subscription and everything it still held."""
+        entry = self.by_key.pop(key, None)
+        if entry is None:
+            raise ProtocolError(f"no durable subscription {key.split(':', 2)[-1]!r}", fatal=False)
+        sub, q = entry
+        self.host.drop_topic_subscription(sub.topic, key)
+        held = [m for m in q.pending.drain_stubs() if m.ticket is not None]
+        ticket = self.store.append_unsub(key)
+        pins = [m.ticket for m in held]
+        sub_ticket = self.tickets.pop(key, None)
+        if sub_ticket is not None:
+            pins.append(sub_ticket)
+        self.store.release_after(ticket.seq, pins)
+
+
+def check_durable_cap(durables: Mapping[str, Any], client_id: str, limits: Limits) -> None:
+    """One client id may hold ``max_durable_subscriptions`` (each is a queue of its own that
+    every matching publish copies into)."""
+    prefix = f"d:{client_id}:"
+    held = sum(1 for key in durables if key.startswith(prefix))
+    limit = limits.max_durable_subscriptions
+    if held >= limit:
+        raise ProtocolError(f"client-id {client_id!r} has too many durable subscriptions "
+                            f"(limit {limit}, max_durable_subscriptions)", fatal=False)

@@ -1,0 +1,88 @@
+"""Who holds which journal records: the broker's answer to compaction.
+
+Compaction (``storage/compaction.py``) copies the few live records of an old segment forward;
+it asks who holds records of a segment (``holders``) and then points each holder at its copy
+(``relocate``). Holders are queue slots (in memory or paged out), in-flight and held-back
+messages, durable subscriptions' SUB records, and open streams' tail pins (which cannot move).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from sluicemq.core.routing.message import Message
+from sluicemq.core.routing.queue import Queue
+from sluicemq.core.routing.streams import StreamTable
+from sluicemq.storage.compaction import Holder
+from sluicemq.storage.segment import Location
+from sluicemq.storage.store import TicketLike
+
+
+def held_objects(q: Queue, streams: StreamTable) -> Iterator[Message]:
+    """Every message object of a queue that may pin a journal record."""
+    yield from q.pending.in_memory()
+    for c in q.consumers:
+        yield from c.inflight.values()
+        for msgs in c.stream_acked.values():
+            yield from msgs
+    for st in streams.open.values():
+        for hq, m in st.held:
+            if hq is q:
+                yield m
+
+
+def holders(segment: int, queues: Iterable[Queue], sub_tickets: dict[str, TicketLike],
+            streams: StreamTable) -> list[Holder] | None:
+    """Who holds records of ``segment``; None when something we cannot move does."""
+    for st in streams.open.values():
+        pin = st.last_ticket
+        if pin is not None and pin.loc is not None and pin.loc.segment == segment:
+            return None
+    found = [Holder(key, -1, t.loc, 0) for key, t in sub_tickets.items()
+             if t.loc is not None and t.loc.segment == segment]
+    for q in queues:
+        for mid, seg, off, length, inner in q.pending.journal_slots(segment):
+            found.append(Holder(q.key, mid, Location(seg, off, length), inner))
+        for m in held_objects(q, streams):
+            loc = m.ticket.loc if m.ticket is not None else None
+            if loc is not None and loc.segment == segment:
+                if m.inner < 0:
+                    return None
+                found.append(Holder(q.key, m.mid, loc, m.inner))
+    return found
+
+
+def relocate(plan: list[tuple[Holder, TicketLike]], queues: Iterable[Queue],
+             sub_tickets: dict[str, TicketLike], streams: StreamTable) -> list[bool]:
+    """Point each holder at its durable copy; False where the holder is gone."""
+    by_key = {q.key: q for q in queues}
+    moved: dict[str, dict[tuple[int, int, int], Location]] = {}
+    for h, t in plan:
+        assert t.loc is not None
+        if h.mid < 0:  # a durable subscription's SUB record
+            continue
+        moved.setdefault(h.key, {})[(h.loc.segment, h.loc.offset, h.inner)] = t.loc
+    found: dict[str, set[tuple[int, int, int]]] = {}
+    for key, locs in moved.items():
+        q = by_key.get(key)
+        found[key] = q.pending.relocate(locs) if q is not None else set()
+    result = []
+    for h, t in plan:
+        if h.mid < 0:
+            current = sub_tickets.get(h.key)
+            ok = current is not None and current.loc == h.loc
+            if ok:
+                sub_tickets[h.key] = t
+            result.append(ok)
+            continue
+        k = (h.loc.segment, h.loc.offset, h.inner)
+        ok = k in found[h.key]
+        q = by_key.get(h.key)
+        if not ok and q is not None:
+            for m in held_objects(q, streams):
+                if m.mid == h.mid and m.ticket is not None and m.ticket.loc == h.loc:
+                    m.ticket, m.inner = t, 0
+                    ok = True
+                    break
+        result.append(ok)
+    return result

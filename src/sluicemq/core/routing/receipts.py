@@ -1,0 +1,48 @@
+"""The receipt clock: callbacks waiting until what was appended so far is on disk.
+
+Receipts, DISCONNECT and staged publications wait on it; a failed write turns the waits it
+covers into errors instead of receipts.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+
+from sluicemq.storage.store import Store
+
+Waiter = Callable[[BaseException | None], None]
+
+
+class DurableWaits:
+    """Waiters ordered by the sequence number they wait for."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._waiters: list[tuple[int, int, Waiter]] = []
+        self._order = itertools.count()
+
+    def add(self, callback: Waiter) -> None:
+        """Call back once everything appended so far is on disk."""
+        seq = self.store.flush()
+        if seq <= self.store.durable_seq:
+            callback(None)
+            return
+        heapq.heappush(self._waiters, (seq, next(self._order), callback))
+
+    def durable(self, seq: int) -> None:
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= seq:
+            heapq.heappop(waiters)[2](None)
+
+    def failed(self, first: int, last: int, exc: BaseException) -> None:
+        """Records [first, last] never reached the disk: their waiters get ``exc``."""
+        keep = []
+        for entry in self._waiters:
+            if first <= entry[0] <= last:
+                entry[2](exc)
+            else:
+                keep.append(entry)
+        heapq.heapify(keep)
+        self._waiters = keep
