@@ -107,7 +107,7 @@ def main() -> None:
                     else:
                         for cols in rng.batches():
                             n += cols.count
-                            nbytes += cols.body_offsets[-1]
+                            nbytes += cols.body_bytes
                 dt = time.perf_counter() - t
                 cpu = broker_cpu(proc.pid) - cpu0
                 print(f"read {n:,} messages{' as column batches' if batch_bytes else ''} in "

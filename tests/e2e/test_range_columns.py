@@ -114,3 +114,66 @@ def test_a_batch_frame_is_an_ordinary_stomp_message_any_client_can_read(raw) -> 
     batch = columns.decode(frame.body)
     assert list(batch.bodies()) == [b"b0", b"b1", b"b2"]
     assert c.recv().headers["browser"] == "end"
+    assert batch.layout == columns.PACKED, "the packed layout unless the reader asks for spans"
+
+
+def raw_batches(c: RawStomp, destination: str, layout: str | None) -> list[bytes]:
+    """The bodies of the column-batch frames of one raw range read of ``destination``."""
+    h = {"destination": destination, "id": f"r-{layout}", "browser": "true",
+         "sluice-format": "columns", "sluice-batch-bytes": "65536"}
+    if layout is not None:
+        h["sluice-layout"] = layout
+    c.send("SUBSCRIBE", h)
+    bodies = []
+    while (frame := c.recv()).headers.get("browser") != "end":
+        assert frame.command == "MESSAGE", frame
+        bodies.append(frame.body)
+    return bodies
+
+
+def test_both_layouts_carry_the_same_messages(broker_factory) -> None:
+    b = broker_factory(config_text=PAGED)
+    with Client(b.url) as c:
+        for i in range(400):
+            c.send("/queue/both", f"m{i}".encode() * (i % 9), {"i": str(i)})
+    r = RawStomp(b.host, b.port)
+    r.connect()
+
+    def rows(bodies: list[bytes]) -> list[tuple[int, bytes, bytes]]:
+        out = []
+        for body in bodies:
+            cols = columns.decode(body)
+            out += zip(cols.seq, cols.all_headers_json(), cols.bodies(), strict=True)
+        return out
+
+    packed, spans = raw_batches(r, "/queue/both", None), raw_batches(r, "/queue/both", "spans")
+    r.close()
+    assert {columns.decode(x).layout for x in spans} == {columns.SPANS}
+    assert rows(spans) == rows(packed)
+    assert len(rows(spans)) == 400
+
+
+def test_a_spans_batch_carries_no_byte_of_another_destinations_records(broker_factory) -> None:
+    """Records of two queues lie interleaved in the journal; a spans batch sends records as
+    they were read, so it must cut out every record that is not the reader's own."""
+    b = broker_factory(config_text=PAGED)
+    with Client(b.url) as c:
+        for i in range(300):
+            c.send("/queue/mine", b"mine-%d" % i)
+            c.send("/queue/theirs", b"SECRET-%d" % i, {"secret": "SECRET"})
+    r = RawStomp(b.host, b.port)
+    r.connect()
+    bodies = raw_batches(r, "/queue/mine", "spans")
+    r.close()
+    assert sum(columns.decode(x).count for x in bodies) == 300
+    assert not any(b"SECRET" in x or b"theirs" in x for x in bodies)
+
+
+def test_an_unknown_layout_is_refused_with_a_readable_error(raw) -> None:
+    c: RawStomp = raw()
+    c.connect()
+    c.send("SUBSCRIBE", {"destination": "/queue/x", "id": "r", "browser": "true",
+                         "sluice-format": "columns", "sluice-layout": "diagonal"})
+    frame = c.recv()
+    assert frame.command == "ERROR"
+    assert "sluice-layout" in frame.headers["message"]

@@ -6,8 +6,7 @@ index expects - so a corrupted or misplaced record fails the read instead of rea
 
 from __future__ import annotations
 
-import threading
-
+import numpy as np
 import pytest
 
 from sluicemq.errors import StorageError
@@ -18,8 +17,17 @@ def message(mid: int, body: bytes, **headers: str) -> bytes:
     return records.encode_message("q:orders", mid, 1000 + mid, 0, 4, headers, body)
 
 
-def locs_of(tickets) -> list[tuple[int, int, int]]:
-    return [(t.loc.segment, t.loc.offset, t.loc.length) for t in tickets]
+def read_run(journal, tickets, mids: list[int]) -> runread.RunColumns:
+    """``message_columns`` over the records of ``tickets``, which the index holds as ``mids``."""
+    return runread.message_columns(
+        journal, np.array(mids, np.uint64), np.array([t.loc.segment for t in tickets], np.uint32),
+        np.array([t.loc.offset for t in tickets], np.uint64),
+        np.array([t.loc.length for t in tickets], np.uint32))
+
+
+def cut(joined: bytes, lengths) -> list[bytes]:
+    ends = np.cumsum(lengths).tolist()
+    return [joined[a:b] for a, b in zip([0, *ends], ends, strict=False)]
 
 
 def test_a_run_reads_as_timestamps_expiries_headers_and_bodies(open_journal) -> None:
@@ -28,27 +36,43 @@ def test_a_run_reads_as_timestamps_expiries_headers_and_bodies(open_journal) -> 
     tickets = [opened.journal.append(records.MSG, message(i, b, n=str(i)))
                for i, b in enumerate(bodies, 1)]
     opened.watch.wait(tickets[-1].seq)
-    ts, exp, heads, got = runread.message_columns(opened.journal, locs_of(tickets),
-                                                  list(range(1, 301)))
-    assert [bytes(b) for b in got] == bodies
-    assert ts == [1000 + i for i in range(1, 301)]
-    assert exp == [0] * 300
-    assert [bytes(h) for h in heads] == [records.encode_headers({"n": str(i)})
-                                         for i in range(1, 301)]
+    run = read_run(opened.journal, tickets, list(range(1, 301)))
+    assert cut(run.bodies, run.body_lengths) == bodies
+    assert run.timestamps.tolist() == [1000 + i for i in range(1, 301)]
+    assert run.expires.tolist() == [0] * 300
+    assert cut(run.headers, run.header_lengths) == [records.encode_headers({"n": str(i)})
+                                                    for i in range(1, 301)]
 
 
-def test_records_still_in_memory_are_read_from_there(open_journal) -> None:
-    opened = open_journal(start=False)
-    gate = threading.Event()
-    opened.journal.start(lambda seq: gate.wait(10), opened.watch.on_failed)
-    first = opened.journal.append(records.MSG, message(1, b"written"))
-    queued = [opened.journal.append(records.MSG, message(i, b"queued")) for i in (2, 3)]
-    try:
-        _ts, _exp, _heads, got = runread.message_columns(
-            opened.journal, locs_of([first, *queued]), [1, 2, 3])
-        assert [bytes(b) for b in got] == [b"written", b"queued", b"queued"]
-    finally:
-        gate.set()
+def test_records_far_apart_are_read_in_several_extents_and_still_in_order(
+        open_journal) -> None:
+    opened = open_journal()
+    filler = b"f" * (100 << 10)  # more than the gap one read bridges
+    ours = []
+    for i in range(1, 6):
+        ours.append(opened.journal.append(records.MSG, message(i, b"ours %d" % i)))
+        last = opened.journal.append(records.MSG, message(100 + i, filler))
+    opened.watch.wait(last.seq)
+    run = read_run(opened.journal, ours, [1, 2, 3, 4, 5])
+    assert cut(run.bodies, run.body_lengths) == [b"ours %d" % i for i in range(1, 6)]
+
+
+def test_the_oldest_record_still_on_its_way_to_the_disk_is_named(open_journal) -> None:
+    """Bulk reads take records from the segment files only: the journal says where the
+    records that are not written yet begin, so a reader sends those to ``Journal.read``."""
+    opened = open_journal()
+    journal = opened.journal
+    journal.wake_on_append = False  # appended records wait for kick()
+    first = journal.append(records.MSG, message(1, b"written"))
+    journal.kick()
+    opened.watch.wait(first.seq)
+    queued = [journal.append(records.MSG, message(i, b"queued")) for i in (2, 3)]
+    assert journal.unwritten_from() == (queued[0].loc.segment, queued[0].loc.offset)
+    journal.kick()
+    opened.watch.wait(queued[-1].seq)
+    assert journal.unwritten_from() is None
+    run = read_run(opened.journal, [first, *queued], [1, 2, 3])
+    assert cut(run.bodies, run.body_lengths) == [b"written", b"queued", b"queued"]
 
 
 def test_a_corrupted_body_byte_fails_the_read(open_journal) -> None:
@@ -60,7 +84,7 @@ def test_a_corrupted_body_byte_fails_the_read(open_journal) -> None:
         fh.seek(opened.journal.payload_offset(tickets[1].loc) + tickets[1].loc.length - 2)
         fh.write(b"X")
     with pytest.raises(StorageError, match="message 2"):
-        runread.message_columns(opened.journal, locs_of(tickets), [1, 2, 3])
+        read_run(opened.journal, tickets, [1, 2, 3])
 
 
 def test_a_record_that_is_not_the_expected_message_fails_the_read(open_journal) -> None:
@@ -69,12 +93,12 @@ def test_a_record_that_is_not_the_expected_message_fails_the_read(open_journal) 
     other = opened.journal.append(records.ACK, records.encode_acks([("q:orders", 1)]))
     opened.watch.wait(other.seq)
     with pytest.raises(StorageError, match="message 2"):  # an index pointing one record off
-        runread.message_columns(opened.journal, locs_of([tickets[0], other]), [1, 2])
+        read_run(opened.journal, [tickets[0], other], [1, 2])
 
 
 def test_a_record_shared_by_another_seq_is_checked_whole_and_read(open_journal) -> None:
     opened = open_journal()
     ticket = opened.journal.append(records.MSG, message(7, b"fanned out"))
     opened.watch.wait(ticket.seq)
-    _ts, _exp, _heads, got = runread.message_columns(opened.journal, locs_of([ticket]), [70])
-    assert [bytes(b) for b in got] == [b"fanned out"]
+    run = read_run(opened.journal, [ticket], [70])
+    assert run.bodies == b"fanned out"

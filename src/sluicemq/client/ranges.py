@@ -82,6 +82,7 @@ def range_headers(*, start: int | None = None, end: int | None = None,
     if batch_bytes is not None:
         h["sluice-format"] = columns.FORMAT
         h["sluice-batch-bytes"] = str(batch_bytes)
+        h["sluice-layout"] = columns.SPANS  # records as stored: the broker copies nothing
     return h
 
 

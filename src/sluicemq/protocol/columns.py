@@ -23,6 +23,23 @@ Layout, little-endian; every section starts at a multiple of 8 bytes (zero paddi
 The offsets are Arrow's variable-size binary layout, so ``hoff``/``hdata`` and ``boff``/``bdata``
 become string and binary arrays without copying. A batch is at most 2 GiB - 1 by that choice;
 senders cut batches far below it (``ColumnWriter.nbytes``).
+
+The spans layout (``SpanWriter``) is what the broker reads out of its journal: the same five
+fixed sections, then the values where they lie in ``data`` (whole stored records, as read)::
+
+    magic      4 bytes  b"SLC2"
+    count      u32      n
+    sections:  seq, timestamp, expires, priority, flags   as above
+               spans      i32[3n]  per message: headers start, body start, body end in ``data``
+               data       bytes    each message's headers JSON and body, in message order,
+                                   with bytes that belong to no value between them
+
+Why a second layout: packing the values back to back costs the writer a copy and two slices
+per message; here the broker sends neighbouring journal records as they were read and only
+says where each value is. Spans ascend (a message's body ends at or before the next one's
+headers start), so the 3n numbers are the offsets of a binary array of 3n - 1 values whose
+every third value is a message's headers (then its body, then the bytes between): a reader
+takes those with one gather (Arrow's ``take``), never a loop per message.
 """
 
 from __future__ import annotations
@@ -35,6 +52,8 @@ from itertools import accumulate, islice
 from operator import le
 
 MAGIC = b"SLC1"
+SPANS_MAGIC = b"SLC2"
+PACKED, SPANS = "packed", "spans"  # the layouts, as a range read asks for one
 COLUMNS = FORMAT = "columns"  # the value of the sluice-format header that names this layout
 CONTENT_TYPE = "application/x-sluice-columns"  # on each batch's MESSAGE frame
 REDELIVERED = 1
@@ -118,11 +137,133 @@ class ColumnWriter:
         del self._hoff[-len(hlens) - 1], self._boff[-len(blens) - 1]  # the initial repeats
         self._hlen, self._blen = hend, bend
 
+    def extend_joined(self, seqs: bytes, timestamps: bytes, expires: bytes, priority: bytes,
+                      flags: bytes, header_lengths: list[int], headers: bytes,
+                      body_lengths: list[int], bodies: bytes) -> None:
+        """``extend`` for columns that arrive packed: the fixed columns as buffers of their
+        machine types' bytes (u64, i64, i64), the headers and bodies each joined into one
+        buffer and cut by their lengths."""
+        n = len(header_lengths)
+        if not n:
+            return
+        hend, bend = self._hlen + len(headers), self._blen + len(bodies)
+        if hend + bend > MAX_BATCH:
+            raise ValueError("a column batch must stay below 2 GiB")
+        if sum(header_lengths) != len(headers) or sum(body_lengths) != len(bodies):
+            raise ValueError("column lengths do not add up to the joined columns")
+        if not (len(priority) == len(flags) == len(body_lengths) == n
+                and len(seqs) == len(timestamps) == len(expires) == 8 * n):
+            raise ValueError("columns of different lengths")
+        self._seq.frombytes(seqs)
+        self._ts.frombytes(timestamps)
+        self._expires.frombytes(expires)
+        self._prio += priority
+        self._flags += flags
+        self._hdata.append(headers)
+        self._bdata.append(bodies)
+        self._hoff.extend(accumulate(header_lengths, initial=self._hlen))
+        self._boff.extend(accumulate(body_lengths, initial=self._blen))
+        del self._hoff[-n - 1], self._boff[-n - 1]  # the initial repeats
+        self._hlen, self._blen = hend, bend
+
     def finish(self) -> list[bytes | memoryview]:
         """The batch as buffers in order; their total length is the body's length."""
         return assemble(len(self._seq), [self._seq, self._ts, self._expires, self._prio,
                                          self._flags, self._hoff, self._boff],
                         self._hdata, self._hlen, self._bdata)
+
+
+class SpanWriter:
+    """A batch in the spans layout: values are located in ``data`` rather than copied together.
+    ``add`` appends one message's headers and body; ``add_run`` takes many messages whose
+    values lie in pieces of data already (journal records as read)."""
+
+    __slots__ = ("_data", "_expires", "_flags", "_prio", "_seq", "_size", "_spans", "_ts")
+
+    def __init__(self) -> None:
+        self._seq = array("Q")
+        self._ts = array("q")
+        self._expires = array("q")
+        self._prio = bytearray()
+        self._flags = bytearray()
+        self._spans = array("i")
+        self._data: list[bytes | memoryview] = []
+        self._size = 0
+
+    def __len__(self) -> int:
+        return len(self._seq)
+
+    @property
+    def last_seq(self) -> int:
+        return self._seq[-1]
+
+    @property
+    def data_size(self) -> int:
+        """Bytes of data so far: where the next piece given to ``add_run`` starts."""
+        return self._size
+
+    @property
+    def nbytes(self) -> int:
+        """The encoded size so far (within 64 bytes of padding)."""
+        return 64 + 30 * len(self._seq) + self._size
+
+    def add(self, seq: int, timestamp: int, expires: int, priority: int, flags: int,
+            headers_json: bytes | memoryview, body: bytes | memoryview) -> None:
+        start, mid = self._size, self._size + len(headers_json)
+        end = mid + len(body)
+        if end > MAX_BATCH:
+            raise ValueError("a column batch must stay below 2 GiB")
+        self._seq.append(seq)
+        self._ts.append(timestamp)
+        self._expires.append(expires)
+        self._prio.append(priority)
+        self._flags.append(flags)
+        self._spans.extend((start, mid, end))
+        self._data += (headers_json, body)
+        self._size = end
+
+    def add_run(self, seqs: bytes, timestamps: bytes, expires: bytes, priority: bytes,
+                flags: bytes, spans: bytes, pieces: list[memoryview]) -> None:
+        """Messages whose values lie in ``pieces``: the fixed columns as their machine types'
+        bytes (u64, i64, i64), ``spans`` as i32 triples counted from ``data_size`` (the pieces
+        are appended there), ascending and within the pieces."""
+        n = len(priority)
+        size = self._size + sum(map(len, pieces))
+        if not (len(flags) == n and len(seqs) == len(timestamps) == len(expires) == 8 * n
+                and len(spans) == 12 * n):
+            raise ValueError("columns of different lengths")
+        if size > MAX_BATCH:
+            raise ValueError("a column batch must stay below 2 GiB")
+        added = array("i")
+        added.frombytes(spans)
+        if n and (added[0] < self._size or added[-1] > size):
+            raise ValueError("spans outside the pieces they were given with")
+        self._seq.frombytes(seqs)
+        self._ts.frombytes(timestamps)
+        self._expires.frombytes(expires)
+        self._prio += priority
+        self._flags += flags
+        self._spans += added
+        self._data += pieces
+        self._size = size
+
+    def finish(self) -> list[bytes | memoryview]:
+        """The batch as buffers in order; their total length is the body's length."""
+        return [*_sections(SPANS_MAGIC, len(self._seq), [
+            self._seq, self._ts, self._expires, self._prio, self._flags, self._spans]),
+                *self._data]
+
+
+def _sections(magic: bytes, count: int, fixed: list[array | bytes | bytearray | memoryview]
+              ) -> list[bytes | memoryview]:
+    """The head and the fixed-size sections, each padded to end at a multiple of 8."""
+    out: list[bytes | memoryview] = [_HEAD.pack(magic, count)]
+    size = _HEAD.size
+    for part in fixed:
+        data = part.tobytes() if isinstance(part, array) else memoryview(part)
+        out += [data, bytes(_pad(size + len(data)))]
+        size += len(data) + _pad(size + len(data))
+    return out
 
 
 def assemble(count: int, fixed: list[array | bytes | bytearray | memoryview],
@@ -131,12 +272,7 @@ def assemble(count: int, fixed: list[array | bytes | bytearray | memoryview],
     """A batch's buffers from its parts: the seven fixed sections in layout order (seq,
     timestamp, expires, priority, flags, header offsets, body offsets), then the header bytes
     (``hlen`` of them) and the body bytes, each given as pieces."""
-    out: list[bytes | memoryview] = [_HEAD.pack(MAGIC, count)]
-    size = _HEAD.size
-    for part in fixed:
-        data = part.tobytes() if isinstance(part, array) else memoryview(part)
-        out += [data, bytes(_pad(size + len(data)))]
-        size += len(data) + _pad(size + len(data))
+    out = _sections(MAGIC, count, fixed)
     out.append(b"".join(hdata))  # small pieces: one buffer writes cheaper than thousands
     out.append(bytes(_pad(hlen)))
     out += bdata
@@ -145,8 +281,10 @@ def assemble(count: int, fixed: list[array | bytes | bytearray | memoryview],
 
 @dataclass(frozen=True, slots=True)
 class Columns:
-    """A decoded batch: views into the received body (no copies); ``*_at`` are byte offsets
-    of each section in ``body``, for readers that wrap the body's memory (Arrow)."""
+    """A decoded batch of either layout: views into the received body (no copies); ``*_at``
+    are byte offsets of each section in ``body``, for readers that wrap the body's memory
+    (Arrow). Packed batches have ``hoff_at``/``boff_at``/``hdata_at``/``bdata_at``, spans
+    batches ``spans_at``/``data_at`` (the others are -1)."""
 
     count: int
     body: memoryview
@@ -155,10 +293,16 @@ class Columns:
     expires_at: int
     priority_at: int
     flags_at: int
-    hoff_at: int
-    boff_at: int
-    hdata_at: int
-    bdata_at: int
+    hoff_at: int = -1
+    boff_at: int = -1
+    hdata_at: int = -1
+    bdata_at: int = -1
+    spans_at: int = -1
+    data_at: int = -1
+
+    @property
+    def layout(self) -> str:
+        return SPANS if self.spans_at >= 0 else PACKED
 
     def _array(self, code: str, at: int, n: int) -> array:
         out = array(code)
@@ -185,56 +329,90 @@ class Columns:
     def flags(self) -> bytes:
         return bytes(self.body[self.flags_at:self.flags_at + self.count])
 
-    @property
-    def header_offsets(self) -> array:
-        return self._array("i", self.hoff_at, self.count + 1)
+    def bounds(self) -> tuple[list[int], list[int], list[int], list[int]]:
+        """(header starts, header ends, body starts, body ends) of every message, as byte
+        offsets in ``body``, whatever the layout."""
+        n = self.count
+        if self.layout == SPANS:
+            spans = [self.data_at + x for x in self._array("i", self.spans_at, 3 * n)]
+            return spans[0::3], spans[1::3], spans[1::3], spans[2::3]
+        hoff = [self.hdata_at + x for x in self._array("i", self.hoff_at, n + 1)]
+        boff = [self.bdata_at + x for x in self._array("i", self.boff_at, n + 1)]
+        return hoff[:-1], hoff[1:], boff[:-1], boff[1:]
 
-    @property
-    def body_offsets(self) -> array:
-        return self._array("i", self.boff_at, self.count + 1)
+    def all_headers_json(self) -> list[bytes]:
+        hs, he, _bs, _be = self.bounds()
+        return [bytes(self.body[a:b]) for a, b in zip(hs, he, strict=True)]
 
     def headers_json(self, i: int) -> bytes:
-        off = self.header_offsets
-        return bytes(self.body[self.hdata_at + off[i]:self.hdata_at + off[i + 1]])
+        hs, he, _bs, _be = self.bounds()
+        return bytes(self.body[hs[i]:he[i]])
 
     def body_of(self, i: int) -> bytes:
-        off = self.body_offsets
-        return bytes(self.body[self.bdata_at + off[i]:self.bdata_at + off[i + 1]])
+        _hs, _he, bs, be = self.bounds()
+        return bytes(self.body[bs[i]:be[i]])
+
+    def body_views(self) -> list[memoryview]:
+        _hs, _he, bs, be = self.bounds()
+        return [self.body[a:b] for a, b in zip(bs, be, strict=True)]
 
     def bodies(self) -> Iterable[bytes]:
-        off, base = self.body_offsets, self.bdata_at
-        return (bytes(self.body[base + off[i]:base + off[i + 1]]) for i in range(self.count))
+        return (bytes(v) for v in self.body_views())
+
+    @property
+    def body_bytes(self) -> int:
+        """The bodies' total length."""
+        _hs, _he, bs, be = self.bounds()
+        return sum(be) - sum(bs)
 
 
 def decode(body: bytes | bytearray | memoryview) -> Columns:
-    """The columns of a batch; ValueError if ``body`` is not a well-formed one."""
+    """The columns of a batch of either layout; ValueError if ``body`` is not a well-formed
+    one."""
     view = memoryview(body).cast("B")
     if len(view) < _HEAD.size:
         raise ValueError("column batch: shorter than its header")
     magic, n = _HEAD.unpack_from(view, 0)
-    if magic != MAGIC:
+    if magic not in (MAGIC, SPANS_MAGIC):
         raise ValueError(f"column batch: bad magic {bytes(magic)!r}")
+    spans = magic == SPANS_MAGIC
     at = _HEAD.size
     offsets: list[int] = []
-    for width in (8, 8, 8, 1, 1, 4, 4):
-        size = width * (n + (1 if width == 4 else 0))
+    for width, count in (8, n), (8, n), (8, n), (1, n), (1, n), *(
+            [(4, 3 * n)] if spans else [(4, n + 1), (4, n + 1)]):
         offsets.append(at)
-        at += size + _pad(at + size)
+        at += width * count + _pad(at + width * count)
     if at > len(view):
         raise ValueError("column batch: truncated columns")
+    if spans:
+        return _spans(view, n, offsets, at)
     hoff_at, boff_at = offsets[5], offsets[6]
     hoff = array("i")
     hoff.frombytes(view[hoff_at:hoff_at + 4 * (n + 1)])
     boff = array("i")
     boff.frombytes(view[boff_at:boff_at + 4 * (n + 1)])
     for name, off in (("header", hoff), ("body", boff)):
-        if off[0] != 0 or not all(map(le, off, islice(off, 1, None))):
+        if off[0] != 0 or not _ascending(off):
             raise ValueError(f"column batch: {name} offsets are not ascending from 0")
     hdata_at = at
     bdata_at = hdata_at + hoff[n] + _pad(hoff[n])
     if bdata_at + boff[n] != len(view):
         raise ValueError(f"column batch: {len(view)} bytes, the offsets say "
                          f"{bdata_at + boff[n]}")
-    seq_at, ts_at, exp_at, prio_at, flags_at, hoff_at, boff_at = offsets
-    return Columns(n, view, seq_at, ts_at, exp_at, prio_at, flags_at, hoff_at, boff_at,
-                   hdata_at, bdata_at)
+    seq_at, ts_at, exp_at, prio_at, flags_at = offsets[:5]
+    return Columns(n, view, seq_at, ts_at, exp_at, prio_at, flags_at, hoff_at=hoff_at,
+                   boff_at=boff_at, hdata_at=hdata_at, bdata_at=bdata_at)
+
+
+def _spans(view: memoryview, n: int, offsets: list[int], data_at: int) -> Columns:
+    spans = array("i")
+    spans.frombytes(view[offsets[5]:offsets[5] + 12 * n])
+    if n and (spans[0] < 0 or spans[-1] > len(view) - data_at or not _ascending(spans)):
+        raise ValueError("column batch: spans are not ascending within the data")
+    seq_at, ts_at, exp_at, prio_at, flags_at = offsets[:5]
+    return Columns(n, view, seq_at, ts_at, exp_at, prio_at, flags_at, spans_at=offsets[5],
+                   data_at=data_at)
+
+
+def _ascending(values: array) -> bool:
+    return all(map(le, values, islice(values, 1, None)))

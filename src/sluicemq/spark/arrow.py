@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sluicemq.protocol.columns import REDELIVERED, Columns
+from sluicemq.protocol.columns import REDELIVERED, SPANS, Columns
 from sluicemq.spark.schema import Shape
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")  # what Spark's TIMESTAMP is in Arrow
@@ -38,6 +39,25 @@ def _varsize(cols: Columns, kind: pa.DataType, off_at: int, data_at: int) -> pa.
     return pa.Array.from_buffers(kind, n, [None, offsets, _wrap(cols, data_at, end)])
 
 
+def _spans(cols: Columns, kind: pa.DataType, first: int) -> pa.Array:
+    """Every message's headers (``first`` 0) or bodies (1) of a spans-layout batch: the spans
+    are the offsets of 3n - 1 values over the data, of which every third is wanted; Arrow's
+    ``take`` copies those together in C."""
+    n = cols.count
+    data = pa.py_buffer(cols.body[cols.data_at:])
+    values = pa.Array.from_buffers(kind, 3 * n - 1, [None, _wrap(cols, cols.spans_at, 12 * n),
+                                                      data])
+    return values.take(pa.array(np.arange(first, 3 * n - 1, 3, dtype=np.int32)))
+
+
+def _values(cols: Columns) -> tuple[pa.Array, pa.Array]:
+    """(header JSON as strings, bodies as binary) of either layout."""
+    if cols.layout == SPANS:
+        return _spans(cols, pa.string(), 0), _spans(cols, pa.binary(), 1)
+    return (_varsize(cols, pa.string(), cols.hoff_at, cols.hdata_at),
+            _varsize(cols, pa.binary(), cols.boff_at, cols.bdata_at))
+
+
 def record_batch(cols: Columns, destination: str, shape: Shape) -> pa.RecordBatch:
     """The rows of one column batch in the schema ``shape.ddl()`` describes."""
     n = cols.count
@@ -49,13 +69,13 @@ def record_batch(cols: Columns, destination: str, shape: Shape) -> pa.RecordBatc
         "destination": pa.array([destination], pa.string()).take(
             pa.nulls(n, pa.int32()).fill_null(0)),
     }
-    header_json = _varsize(cols, pa.string(), cols.hoff_at, cols.hdata_at)
+    header_json, bodies = _values(cols)
     parsed = [json.loads(h) for h in header_json.to_pylist()] if shape.parses_headers else []
     if shape.headers == "json":
         arrays["headers"] = header_json
     elif shape.headers == "map":
         arrays["headers"] = pa.array([list(h.items()) for h in parsed], _MAP)
-    arrays["body"] = _varsize(cols, pa.binary(), cols.boff_at, cols.bdata_at)
+    arrays["body"] = bodies
     micros = pc.multiply(millis, 1000)
     arrays["timestamp"] = pc.if_else(pc.equal(millis, 0), pa.scalar(None, TIMESTAMP),
                                      micros.cast(TIMESTAMP))

@@ -404,6 +404,38 @@ class Journal:
             yield buf, first, i, j
             i = j
 
+    def unwritten_from(self) -> tuple[int, int] | None:
+        """(segment, offset) of the oldest record appended but not yet written, or None.
+        Records are appended and written in location order, so every record before it can be
+        read from its segment file (``read_extent``); bulk readers send the rest to ``read``."""
+        with self._lock:
+            if not self._unwritten:
+                return None
+            loc = next(iter(self._unwritten))
+            return loc.segment, loc.offset
+
+    def read_extent(self, segment: int, start: int, end: int) -> memoryview:
+        """Bytes ``[start, end)`` of a segment as written, NOT verified: for bulk readers that
+        check every record they take out of it (``storage/runread.py``), with one ``pread``
+        for many neighbouring records."""
+        with self._lock:
+            if segment not in self._segs and self._state != "recovering":
+                raise StorageError(f"segment {segment} is gone (reclaimed)")
+            try:
+                fd = os.dup(self._fd(segment))
+            except OSError as exc:
+                raise StorageError(f"cannot open segment {segment}: {exc}") from exc
+        try:
+            data = os.pread(fd, end - start, start)
+        except OSError as exc:
+            raise StorageError(f"cannot read segment {segment} at {start}: {exc}") from exc
+        finally:
+            os.close(fd)
+        if len(data) != end - start:
+            raise StorageError(f"segment {segment} ends before {end} (read {len(data)} bytes "
+                               f"from {start})")
+        return memoryview(data)
+
     def peek(self, loc: Location, start: int, length: int) -> bytes:
         """Up to ``length`` bytes of loc's payload from ``start``, NOT checksum-verified: a
         cheap look at a record's head (range reads classify stream chunks by their headers);

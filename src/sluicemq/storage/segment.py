@@ -25,11 +25,12 @@ import errno
 import os
 import re
 import struct
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+from sluicemq.storage.checksum import crc32
 
 MAGIC = b"\xffS"
 HEADER = struct.Struct("<2sBBIII")
@@ -73,13 +74,13 @@ def parse_segment_name(name: str) -> int | None:
 
 
 def _seed(segment: int, offset: int) -> int:
-    return zlib.crc32(_POSITION.pack(segment, offset))
+    return crc32(_POSITION.pack(segment, offset))
 
 
 def encode_header(rtype: int, payload: bytes, segment: int, offset: int) -> bytes:
     """The header for `payload` written at (segment, offset); checksums the payload."""
-    head = _HEAD12.pack(MAGIC, rtype, 0, len(payload), zlib.crc32(payload))
-    return head + zlib.crc32(head, _seed(segment, offset)).to_bytes(4, "little")
+    head = _HEAD12.pack(MAGIC, rtype, 0, len(payload), crc32(payload))
+    return head + crc32(head, _seed(segment, offset)).to_bytes(4, "little")
 
 
 def parse_header(head: bytes, segment: int, offset: int) -> tuple[int, int, int] | str:
@@ -89,7 +90,7 @@ def parse_header(head: bytes, segment: int, offset: int) -> tuple[int, int, int]
     magic, rtype, _flags, length, pcrc, hcrc = HEADER.unpack_from(head)
     if magic != MAGIC or rtype == 0:
         return "bad header"
-    if zlib.crc32(head[:12], _seed(segment, offset)) != hcrc:
+    if crc32(head[:12], _seed(segment, offset)) != hcrc:
         return "header checksum mismatch"
     return rtype, length, pcrc
 
@@ -105,7 +106,7 @@ def check_record(buf: Buffer, segment: int, pos: int) -> tuple[int, bytes] | str
     if start + length > len(buf):
         return "truncated record"
     payload = buf[start : start + length]
-    if zlib.crc32(payload) != pcrc:
+    if crc32(payload) != pcrc:
         return "payload checksum mismatch"
     return rtype, payload
 
@@ -118,7 +119,7 @@ def verify_record(head: bytes, payload: bytes | memoryview, loc: Location) -> in
     rtype, length, pcrc = header
     if length != loc.length or len(payload) != length:
         return "length mismatch"
-    if zlib.crc32(payload) != pcrc:
+    if crc32(payload) != pcrc:
         return "payload checksum mismatch"
     return rtype
 
@@ -130,7 +131,7 @@ def intact_at(buf: bytes | memoryview, at: int, segment: int, offset: int,
     if len(buf) < at + HEADER_SIZE + length:
         return False
     magic, rtype, _flags, stored, pcrc, hcrc = HEADER.unpack_from(buf, at)
-    crc = zlib.crc32
+    crc = crc32
     return (magic == MAGIC and rtype != 0 and stored == length
             and crc(buf[at:at + 12], _seed(segment, offset)) == hcrc
             and crc(buf[at + HEADER_SIZE:at + HEADER_SIZE + length]) == pcrc)
@@ -186,7 +187,7 @@ def scan(
     """
     size = len(buf)
     pos = start
-    unpack, crc, position = HEADER.unpack_from, zlib.crc32, _POSITION.pack
+    unpack, crc, position = HEADER.unpack_from, crc32, _POSITION.pack
     while pos < size:
         if size - pos >= HEADER_SIZE:  # fast path: an intact record (what check_record does)
             magic, rtype, _flags, length, pcrc, hcrc = unpack(buf, pos)  # type: ignore[arg-type]

@@ -35,7 +35,6 @@ import json
 import os
 import struct
 import sys
-import zlib
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from sluicemq.storage import slotpack
+from sluicemq.storage.checksum import crc32
 from sluicemq.storage.records import DurableSub
 from sluicemq.storage.segment import (
     HEADER_SIZE,
@@ -238,7 +238,7 @@ def encode(snap: IndexSnapshot) -> list[bytes | memoryview]:
     crc = 0
     total = 0
     for part in parts:
-        crc = zlib.crc32(part, crc)
+        crc = crc32(part, crc)
         total += len(part)
     parts.append(_TRAILER.pack(total, crc, END))
     return parts
@@ -252,7 +252,7 @@ def decode(data: bytes | memoryview) -> IndexSnapshot:
     total, crc, end = _TRAILER.unpack_from(view, len(view) - _TRAILER.size)
     if end != END or total != len(view) - _TRAILER.size:
         raise SnapshotError("bad trailer (truncated?)")
-    if zlib.crc32(view[:total]) != crc:
+    if crc32(view[:total]) != crc:
         raise SnapshotError("checksum mismatch")
     magic, version, meta_len = _HEAD.unpack_from(view, 0)
     if magic != MAGIC or version != VERSION:
@@ -361,7 +361,7 @@ def check(directory: Path, position: Position) -> str | None:
             _rtype, length, pcrc = header
             if offset + HEADER_SIZE + length != end:
                 return f"the record at segment {segment} offset {offset} ends elsewhere"
-            if zlib.crc32(fh.read(length)) != pcrc:
+            if crc32(fh.read(length)) != pcrc:
                 return f"the record at segment {segment} offset {offset} is damaged"
     except FileNotFoundError:
         return f"segment {segment} is gone"

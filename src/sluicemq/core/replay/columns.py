@@ -13,36 +13,41 @@ from __future__ import annotations
 
 import heapq
 from array import array
-from bisect import bisect_right
 from collections.abc import Callable, Iterator
-from itertools import accumulate, repeat
+from itertools import repeat
 from operator import itemgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from sluicemq.core.paging.spill import JOURNAL, OBJ, SpillFifo
 from sluicemq.core.replay.seqindex import TailRef
 from sluicemq.core.routing.message import Message
-from sluicemq.protocol.columns import PERSISTENT, REDELIVERED, ColumnWriter
+from sluicemq.protocol.columns import PERSISTENT, REDELIVERED, ColumnWriter, SpanWriter
 from sluicemq.storage import records, runread
 from sluicemq.storage.slotpack import Fields
 
 if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
     from sluicemq.core.replay.seqindex import Fetcher, SeqView
 
 MAX_MESSAGES = 65_536  # a batch of tiny messages is cut here even below its byte target
 
+Writer = ColumnWriter | SpanWriter
 # A chosen message: an object, or a journal slot as (segment, offset, length, inner, priority).
 Item = Message | tuple[int, int, int, int, int]
 
 
 def fill(view: SeqView, fetcher: Fetcher, body_of: Callable[[Message], bytes | memoryview],
          start: int, to: int, *, max_bytes: int, max_messages: int,
-         average_size: float = 1024.0) -> tuple[ColumnWriter, int]:
+         average_size: float = 1024.0, spans: bool = False) -> tuple[Writer, int]:
     """The next retained messages of ``[start, to)`` (at least one if any, about ``max_bytes``
     of bodies at most, ``max_messages`` at most) as a batch, and the seq to continue from.
     ``body_of`` reads the body of a message object that keeps it only in the journal;
-    ``average_size`` (the queue's) sizes how many slots are looked at for one batch."""
-    writer = ColumnWriter()
+    ``average_size`` (the queue's) sizes how many slots are looked at for one batch;
+    ``spans`` picks the spans layout (records sent as read) over the packed one."""
+    writer: Writer = SpanWriter() if spans else ColumnWriter()
     want = min(max_messages, MAX_MESSAGES, max(64, int(max_bytes / average_size * 1.25)))
     sources = view.sources(start, to, want)
     if not sources:
@@ -79,21 +84,41 @@ def fill(view: SeqView, fetcher: Fetcher, body_of: Callable[[Message], bytes | m
 
 def _cut(sizes: array, max_bytes: int) -> int:
     """How many leading messages fit in ``max_bytes`` of bodies (at least one)."""
-    return max(1, bisect_right(list(accumulate(sizes)), max_bytes))
+    ends = np.cumsum(_np(sizes), dtype=np.int64)
+    return max(1, int(np.searchsorted(ends, max_bytes, side="right")))
 
 
-def _plain_run(writer: ColumnWriter, fetcher: Fetcher,
+def _np(column: array, n: int = -1) -> NDArray[Any]:
+    """A slot column (``array``) as a numpy array over the same memory."""
+    return np.frombuffer(column, f"u{column.itemsize}", n)
+
+
+def _plain_run(writer: Writer, fetcher: Fetcher,
                source: tuple[int, SpillFifo, int, Fields], n: int) -> bool:
     """The common case of a backlog, done column-wise: paged-out slots of one run, each its
-    own MSG record in the journal. False (nothing done) when the run has anything else."""
+    own MSG record written to the journal. False (nothing done) when the run has anything
+    else (objects, records inside transactions, records still on their way to the disk)."""
     prio, _tail, _first, (mid, src, seg, off, length, inner, _size) = source
-    if src[:n].tobytes().count(JOURNAL) != n or any(inner[:n]):
+    journal = fetcher.store.journal
+    if bool((_np(src, n) != JOURNAL).any()) or bool(_np(inner, n).any()):
         return False
-    seqs = list(mid[:n])
-    ts, expires, headers, bodies = runread.message_columns(
-        fetcher.store.journal, list(zip(seg[:n], off[:n], length[:n], strict=True)), seqs)
-    writer.extend(seqs, ts, expires, bytes([prio]) * n, bytes([PERSISTENT]) * n,
-                  headers, bodies)
+    segs, offs = _np(seg, n), _np(off, n)
+    unwritten = journal.unwritten_from()
+    if unwritten is not None:
+        useg, uoff = unwritten
+        if bool(((segs > useg) | ((segs == useg) & (offs >= uoff))).any()):
+            return False
+    mids, lengths = _np(mid, n), _np(length, n)
+    prios, flags = bytes([prio]) * n, bytes([PERSISTENT]) * n
+    if isinstance(writer, SpanWriter):
+        run = runread.message_spans(journal, mids, segs, offs, lengths, writer.data_size)
+        writer.add_run(mids.tobytes(), run.timestamps.tobytes(), run.expires.tobytes(), prios,
+                       flags, run.spans, run.pieces)
+        return True
+    cols = runread.message_columns(journal, mids, segs, offs, lengths)
+    writer.extend_joined(mids.tobytes(), cols.timestamps.tobytes(), cols.expires.tobytes(),
+                         prios, flags, cols.header_lengths.tolist(), cols.headers,
+                         cols.body_lengths.tolist(), cols.bodies)
     return True
 
 

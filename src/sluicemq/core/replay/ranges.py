@@ -490,7 +490,8 @@ class _Read(_Job):
         writer, cursor = rangecolumns.fill(view, self.fetcher, self.broker.body_of,
                                            self.cursor, self.to,
                                            max_bytes=self.req.batch_bytes, max_messages=want,
-                                           average_size=max(1.0, average))
+                                           average_size=max(1.0, average),
+                                           spans=self.req.spans)
         if not writer:
             self.write_end(view.lowest(), self.to, self.sent)
             return

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from sluicemq.protocol.columns import PACKED, SPANS
+
 BROWSER = "browser"
 SEQ = "sluice-seq"
 SEQ_FROM = "sluice-seq-from"
@@ -25,6 +27,7 @@ CLIENT_ID = "sluice-client-id"  # the client id of the durable subscription read
 FORMAT = "sluice-format"  # "columns": messages packed many to a frame (protocol/columns.py)
 BATCH_BYTES = "sluice-batch-bytes"  # with sluice-format: columns, the target frame size
 BATCH = "sluice-batch"  # on a column batch frame: its message count
+LAYOUT = "sluice-layout"  # with sluice-format: columns, "packed" (default) or "spans"
 SEQ_FIRST = "sluice-seq-first"
 SEQ_NEXT = "sluice-seq-next"
 SEQ_END = "sluice-seq-end"
@@ -60,6 +63,7 @@ class RangeRequest:
     commit_upto: int | None = None
     streams: bool = False
     batch_bytes: int = 0  # > 0: answer with column batches of about this many bytes
+    spans: bool = False  # column batches in the spans layout (protocol/columns.py)
 
     @property
     def sends_messages(self) -> bool:
@@ -97,8 +101,13 @@ def parse_request(headers: dict[str, str]) -> RangeRequest:
             raise RangeError(f"{SEQ_FROM} {start} is above {COMMIT_UPTO} {upto}")
     elif splits and not head_only:
         raise RangeError(f"{SPLITS} needs {HEAD_ONLY}:true")
+    batch_bytes = _batch_bytes(headers)
+    layout = headers.get(LAYOUT)
+    if layout is not None and (not batch_bytes or layout not in (PACKED, SPANS)):
+        raise RangeError(f"invalid {LAYOUT} {layout!r}: '{PACKED}' or '{SPANS}', "
+                         f"with {FORMAT}:{COLUMNS}")
     return RangeRequest(start, to, limit, head_only, splits, ledger, upto,
-                        streams_value == STREAMS_COMPLETE, _batch_bytes(headers))
+                        streams_value == STREAMS_COMPLETE, batch_bytes, layout == SPANS)
 
 
 def _batch_bytes(headers: dict[str, str]) -> int:

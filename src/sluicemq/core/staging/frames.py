@@ -124,9 +124,7 @@ def _add_batch(spool: TxSpool, frame: Frame, key: str, common: dict[str, str],
     del common[FORMAT]
     try:
         batch = columns.decode(frame.body)
-        offsets, base, raw = batch.header_offsets, batch.hdata_at, batch.body
-        texts = [bytes(raw[base + offsets[i]:base + offsets[i + 1]])
-                 for i in range(batch.count)]
+        texts = batch.all_headers_json()
         own = [json.loads(t) for t in texts]
     except ValueError as exc:
         raise ProtocolError(f"bad column batch: {exc}", fatal=False) from None
@@ -141,10 +139,8 @@ def _add_batch(spool: TxSpool, frame: Frame, key: str, common: dict[str, str],
     common["persistent"] = "true"
     tail = records.encode_headers(common)[1:]  # '"k":"v",...}': spliced after each row's own
     taken = frozenset(common) | TRANSPORT_HEADERS | {records.PRODUCER_HEADER}
-    boff, bbase = batch.body_offsets, batch.bdata_at
     payloads = []
-    for i, h in enumerate(own):
-        body = raw[bbase + boff[i]:bbase + boff[i + 1]]
+    for i, (h, body) in enumerate(zip(own, batch.body_views(), strict=True)):
         if taken.isdisjoint(h):  # the row's JSON as sent, the frame's headers added: no re-encoding
             stored = texts[i].strip()[:-1].rstrip()
             stored += b"," + tail if len(stored) > 1 else tail
