@@ -1,7 +1,9 @@
 """The journal: an append-only, segmented, checksummed log with group commit.
 
 Records are opaque (rtype, payload) pairs; the record layout is in `segment.py`, startup
-repair in `recovery.py`. A persistent SEND may be receipted only after `on_durable` covers its
+repair in `recovery.py`, the writer thread in `journal_writer.py` and the reads in
+`journal_reads.py` (mixins of this one object, sharing its state under `_lock`).
+A persistent SEND may be receipted only after `on_durable` covers its
 ticket, i.e. after the fdatasync that followed its write.
 
 Threads and invariants:
@@ -36,26 +38,19 @@ import fcntl
 import logging
 import os
 import threading
-import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from sluicemq.errors import StorageError
+from sluicemq.storage.journal_reads import JournalReads
+from sluicemq.storage.journal_writer import Entry, JournalStats, JournalWriter, Ticket
 from sluicemq.storage.recovery import Recovery, RecoveryReport
 from sluicemq.storage.segment import (
     HEADER_SIZE,
     MAX_PAYLOAD,
     Location,
-    create_segment,
-    encode_header,
-    fsync_dir,
-    intact_at,
     segment_name,
-    verify_record,
-    write_all,
 )
 
 __all__ = ["Journal", "JournalStats", "Location", "RecoveryReport", "Ticket"]
@@ -65,49 +60,7 @@ log = logging.getLogger(__name__)
 LOCK_NAME = "journal.lock"
 
 
-class Ticket:
-    """Handed out by append: the record's seq and its (already final) location."""
-
-    __slots__ = ("loc", "seq")
-
-    def __init__(self, seq: int, loc: Location | None) -> None:
-        self.seq = seq
-        self.loc = loc
-
-    def __repr__(self) -> str:
-        return f"Ticket(seq={self.seq}, loc={self.loc})"
-
-
-@dataclass
-class JournalStats:
-    """Counters kept by the writer thread; read them from anywhere (they are only advisory)."""
-
-    records: int = 0  # records made durable
-    bytes: int = 0  # bytes written, headers included
-    fsyncs: int = 0
-    batches: int = 0
-    last_batch: int = 0
-    max_batch: int = 0
-    failures: int = 0  # batches reported to on_failed
-    fsync_latency_s: deque[float] = field(default_factory=lambda: deque(maxlen=1024))
-
-    @property
-    def mean_batch(self) -> float:
-        return self.records / self.batches if self.batches else 0.0
-
-
-class _Entry:
-    __slots__ = ("loc", "payload", "rtype", "seq", "ticket")
-
-    def __init__(self, ticket: Ticket, loc: Location, rtype: int, payload: bytes) -> None:
-        self.ticket = ticket
-        self.seq = ticket.seq
-        self.loc = loc
-        self.rtype = rtype
-        self.payload = payload
-
-
-class Journal:
+class Journal(JournalReads, JournalWriter):
     """See the module docstring; lifecycle: recover() (exhausted), start(), close()."""
 
     def __init__(
@@ -134,7 +87,7 @@ class Journal:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._state = "new"
-        self._pending: list[_Entry] = []
+        self._pending: list[Entry] = []
         self._unwritten: dict[Location, bytes] = {}
         self.unwritten_bytes = 0  # appended, not yet written: flow control bounds it
         self._writer_idle = False
@@ -274,7 +227,7 @@ class Journal:
             self._off += size
             self._seq += 1
             ticket = Ticket(self._seq, loc)
-            self._pending.append(_Entry(ticket, loc, rtype, data))
+            self._pending.append(Entry(ticket, loc, rtype, data))
             self._unwritten[loc] = data
             self.unwritten_bytes += size
             self._last[loc.segment] = (ticket.seq, loc.offset)
@@ -318,145 +271,6 @@ class Journal:
                     self._wake.notify()
         return True
 
-    def read(self, loc: Location) -> bytes:
-        """The payload at loc, checksum-verified; pending records are served from memory."""
-        with self._lock:
-            data = self._unwritten.get(loc)
-            if data is not None:
-                return data
-            if loc.segment not in self._segs and self._state != "recovering":
-                raise StorageError(f"segment {loc.segment} is gone (reclaimed)")
-            try:  # while recovering, records already yielded may be read back (TX parts)
-                fd = os.dup(self._fd(loc.segment))
-            except OSError as exc:
-                raise StorageError(f"cannot open segment {loc.segment}: {exc}") from exc
-        try:
-            header = os.pread(fd, HEADER_SIZE, loc.offset)
-            payload = os.pread(fd, loc.length, loc.offset + HEADER_SIZE)
-        except OSError as exc:
-            raise StorageError(f"cannot read {loc}: {exc}") from exc
-        finally:
-            os.close(fd)
-        found = verify_record(header, payload, loc)
-        if isinstance(found, str):
-            raise StorageError(f"bad record at {loc}: {found}")
-        return payload
-
-    def read_many(self, locs: list[tuple[int, int, int]], *, span: int = 4 << 20,
-                  gap: int = 64 << 10) -> list[bytes | memoryview]:
-        """The payloads of the records at ``locs`` ((segment, offset, length) like a
-        ``Location``), checksum-verified, in order; read as ``read_spans`` groups them."""
-        out: list[bytes | memoryview] = []
-        for buf, first, i, j in self.read_spans(locs, span=span, gap=gap):
-            if first < 0:
-                out.append(buf)
-                continue
-            for seg, off, size in locs[i:j]:
-                at = off - first
-                if not intact_at(buf, at, seg, off, size):
-                    why = verify_record(bytes(buf[at:at + HEADER_SIZE]),
-                                        buf[at + HEADER_SIZE:at + HEADER_SIZE + size],
-                                        Location(seg, off, size))
-                    raise StorageError(f"bad record at {Location(seg, off, size)}: {why}")
-                out.append(buf[at + HEADER_SIZE:at + HEADER_SIZE + size])
-        return out
-
-    def read_spans(self, locs: list[tuple[int, int, int]], *, span: int = 4 << 20,
-                   gap: int = 64 << 10) -> Iterator[tuple[bytes | memoryview, int, int, int]]:
-        """The records at ``locs`` as groups ``(buf, first, i, j)`` covering ``locs[i:j]``,
-        NOT verified (callers check each record, ``read_many`` or ``storage/runread.py``).
-        Neighbouring records of one segment come from one ``pread`` of up to ``span`` bytes
-        starting at offset ``first`` (bridging gaps of up to ``gap`` bytes of other records):
-        a range read of a backlog costs a syscall per few MiB, not two per message. A record
-        still pending in memory is a group of its own with ``first == -1`` and ``buf`` its
-        payload (verified: it never left memory)."""
-        i, n = 0, len(locs)
-        while i < n:
-            seg, first, length = locs[i]
-            with self._lock:
-                pending = self._unwritten
-                data = pending.get(Location(seg, first, length)) if pending else None
-                if data is not None:
-                    yield data, -1, i, i + 1
-                    i += 1
-                    continue
-                if seg not in self._segs and self._state != "recovering":
-                    raise StorageError(f"segment {seg} is gone (reclaimed)")
-                try:
-                    fd = os.dup(self._fd(seg))
-                except OSError as exc:
-                    raise StorageError(f"cannot open segment {seg}: {exc}") from exc
-                j, end = i + 1, first + HEADER_SIZE + length
-                while j < n:
-                    s2, off, size = locs[j]
-                    stop = off + HEADER_SIZE + size
-                    if (s2 != seg or off < end or off - end > gap or stop - first > span
-                            or (pending and Location(s2, off, size) in pending)):
-                        break
-                    end = stop
-                    j += 1
-            try:
-                buf = memoryview(os.pread(fd, end - first, first))
-            except OSError as exc:
-                raise StorageError(f"cannot read segment {seg} at {first}: {exc}") from exc
-            finally:
-                os.close(fd)
-            yield buf, first, i, j
-            i = j
-
-    def unwritten_from(self) -> tuple[int, int] | None:
-        """(segment, offset) of the oldest record appended but not yet written, or None.
-        Records are appended and written in location order, so every record before it can be
-        read from its segment file (``read_extent``); bulk readers send the rest to ``read``."""
-        with self._lock:
-            if not self._unwritten:
-                return None
-            loc = next(iter(self._unwritten))
-            return loc.segment, loc.offset
-
-    def read_extent(self, segment: int, start: int, end: int) -> memoryview:
-        """Bytes ``[start, end)`` of a segment as written, NOT verified: for bulk readers that
-        check every record they take out of it (``storage/runread.py``), with one ``pread``
-        for many neighbouring records."""
-        with self._lock:
-            if segment not in self._segs and self._state != "recovering":
-                raise StorageError(f"segment {segment} is gone (reclaimed)")
-            try:
-                fd = os.dup(self._fd(segment))
-            except OSError as exc:
-                raise StorageError(f"cannot open segment {segment}: {exc}") from exc
-        try:
-            data = os.pread(fd, end - start, start)
-        except OSError as exc:
-            raise StorageError(f"cannot read segment {segment} at {start}: {exc}") from exc
-        finally:
-            os.close(fd)
-        if len(data) != end - start:
-            raise StorageError(f"segment {segment} ends before {end} (read {len(data)} bytes "
-                               f"from {start})")
-        return memoryview(data)
-
-    def peek(self, loc: Location, start: int, length: int) -> bytes:
-        """Up to ``length`` bytes of loc's payload from ``start``, NOT checksum-verified: a
-        cheap look at a record's head (range reads classify stream chunks by their headers);
-        anything delivered is read with ``read``, which verifies."""
-        length = max(0, min(length, loc.length - start))
-        with self._lock:
-            data = self._unwritten.get(loc)
-            if data is not None:
-                return bytes(data[start:start + length])
-            if loc.segment not in self._segs:
-                raise StorageError(f"segment {loc.segment} is gone (reclaimed)")
-            try:
-                fd = os.dup(self._fd(loc.segment))
-            except OSError as exc:
-                raise StorageError(f"cannot open segment {loc.segment}: {exc}") from exc
-        try:
-            return os.pread(fd, length, loc.offset + HEADER_SIZE + start)
-        except OSError as exc:
-            raise StorageError(f"cannot read {loc}: {exc}") from exc
-        finally:
-            os.close(fd)
 
     def retain(self, loc: Location) -> None:
         """One more live record in loc's segment: the segment must stay."""
@@ -568,191 +382,6 @@ class Journal:
     def durable_seq(self) -> int:
         """Highest seq known durable (records reported to on_failed excepted)."""
         return self._durable
-
-    # ---------------------------------------------------------------- writer thread
-
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                while not (self._pending or self._doomed or self._closing):
-                    self._writer_idle = True
-                    self._wake.wait()
-                self._writer_idle = False
-                batch, self._pending = self._pending, []
-                doomed, self._doomed = self._doomed, []
-                closing = self._closing
-            if batch:
-                self._commit(batch)
-            if doomed or self._undeleted:
-                self._delete(doomed)
-            if closing and not batch and not doomed:
-                return
-
-    def _commit(self, batch: list[_Entry]) -> None:
-        if self.fence is not None:
-            self.fence()
-        try:
-            if self._repair is not None:
-                self._truncate_back()
-            touched, nbytes = self._write(batch)
-            if self.sync:
-                started = time.perf_counter()
-                for fd in touched:
-                    os.fdatasync(fd)
-                self.stats.fsync_latency_s.append(time.perf_counter() - started)
-                self.stats.fsyncs += len(touched)
-        except Exception as exc:
-            self._fail(batch, exc)
-            return
-        last = batch[-1].seq
-        with self._lock:
-            for entry in batch:
-                del self._unwritten[entry.loc]
-            self.unwritten_bytes -= nbytes
-            self._durable = last
-        stats = self.stats
-        stats.records += len(batch)
-        stats.bytes += nbytes
-        stats.batches += 1
-        stats.last_batch = len(batch)
-        stats.max_batch = max(stats.max_batch, len(batch))
-        try:
-            self._on_durable(last)
-        except Exception:
-            log.exception("journal on_durable callback failed")
-
-    def _write(self, batch: list[_Entry]) -> tuple[list[int], int]:
-        """Write the batch as one pwritev per contiguous run; returns (fds touched, bytes)."""
-        touched: list[int] = []
-        total = 0
-        buffers: list[bytes | memoryview] = []
-        fd = -1
-        run_start = run_end = -1
-        run_seg = 0
-        for entry in batch:
-            loc = entry.loc
-            if loc.segment != run_seg or loc.offset != run_end:
-                if buffers:
-                    total += write_all(fd, buffers, run_start)
-                    buffers = []
-                if loc.segment != run_seg:
-                    fd = self._writer_fd(loc.segment)
-                    touched.append(fd)
-                    run_seg = loc.segment
-                run_start = run_end = loc.offset
-            buffers.append(encode_header(entry.rtype, entry.payload, loc.segment, loc.offset))
-            buffers.append(entry.payload)
-            run_end += HEADER_SIZE + loc.length
-        if buffers:
-            total += write_all(fd, buffers, run_start)
-        return touched, total
-
-    def _fail(self, batch: list[_Entry], exc: BaseException) -> None:
-        """Forget the batch and everything queued after it, rewind, cut the files back."""
-        first = batch[0].loc
-        with self._lock:
-            failed = batch + self._pending
-            self._pending = []
-            for entry in failed:
-                if self._unwritten.pop(entry.loc, None) is not None:
-                    self.unwritten_bytes -= HEADER_SIZE + entry.loc.length
-                entry.ticket.loc = None
-            self._seg, self._off = first.segment, first.offset
-            upto = batch[-1].loc.segment
-            if self._repair is not None:
-                start = min(self._repair[:2], (first.segment, first.offset))
-                self._repair = (*start, max(self._repair[2], upto))
-            else:
-                self._repair = (first.segment, first.offset, upto)
-        try:
-            self._truncate_back()
-        except OSError:
-            log.exception("journal: cannot cut back failed batch yet; will retry")
-        self.stats.failures += 1
-        log.error("journal: records %d..%d failed: %s", failed[0].seq, failed[-1].seq, exc)
-        try:
-            self._on_failed(failed[0].seq, failed[-1].seq, exc)
-        except Exception:
-            log.exception("journal on_failed callback failed")
-
-    def _truncate_back(self) -> None:
-        """Remove every byte of failed batches so no torn record can survive a crash."""
-        assert self._repair is not None
-        first_seg, first_off, upto = self._repair
-        for seg in range(first_seg, upto + 1):
-            with self._lock:
-                fd = self._fds.get(seg)
-            if fd is None:
-                continue
-            start = first_off if seg == first_seg else 0
-            size = os.fstat(fd).st_size
-            if size > start:
-                os.ftruncate(fd, start)
-                if self.preallocate:
-                    os.ftruncate(fd, size)
-            os.fdatasync(fd)
-        self._repair = None
-
-    def _writer_fd(self, seg: int) -> int:
-        with self._lock:
-            fd = self._fds.get(seg)
-        if fd is not None:
-            return fd
-        prep = self._prep
-        if prep is not None and prep[0] == seg:
-            self._prep = None
-            fd = prep[1].result()
-        elif self.segment_path(seg).exists():
-            fd = os.open(self.segment_path(seg), os.O_RDWR)
-        else:
-            size = self.segment_bytes if self.preallocate else 0
-            fd = create_segment(self.directory, seg, size)
-        spare_kept = self.segment_path(seg + 1).exists()  # recovery keeps a zeroed next one
-        if self._helper is not None and self._prep is None and not spare_kept:
-            self._prepare(seg + 1)
-        with self._lock:
-            kept = self._fds.setdefault(seg, fd)
-        if kept != fd:
-            os.close(fd)
-        return kept
-
-    def _prepare(self, seg: int) -> None:
-        assert self._helper is not None
-        future = self._helper.submit(create_segment, self.directory, seg, self.segment_bytes)
-        self._prep = (seg, future)
-
-    def _delete(self, doomed: list[int]) -> None:
-        """Unlink reclaimed segments in order; a failure keeps it and every later one queued."""
-        if self.fence is not None:
-            self.fence()
-        self._undeleted.extend(doomed)
-        removed = 0
-        while self._undeleted:
-            seg = self._undeleted[0]
-            with self._lock:
-                fd = self._fds.pop(seg, None)
-            if fd is not None:
-                os.close(fd)
-            try:
-                self.segment_path(seg).unlink(missing_ok=True)
-            except OSError:
-                log.exception("journal: cannot delete segment %d; will retry", seg)
-                break
-            self._undeleted.pop(0)
-            removed += 1
-        if removed:
-            try:
-                fsync_dir(self.directory)
-            except OSError:
-                log.exception("journal: directory fsync after deletion failed")
-
-    def _fd(self, seg: int) -> int:
-        """The shared fd of a segment, opened on first use; call with the lock held."""
-        fd = self._fds.get(seg)
-        if fd is None:
-            fd = os.open(self.segment_path(seg), os.O_RDWR)
-            self._fds[seg] = fd
-        return fd
 
 
 def _lock_directory(directory: Path) -> int:

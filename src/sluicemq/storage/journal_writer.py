@@ -1,0 +1,282 @@
+"""The journal's writer thread: group commit, failure rewind, segment files and deletion.
+
+``Journal`` (``journal.py``) is the loop thread's side: append, retain/release, reclaim. This
+is the other thread's side, a mixin of the same object: it takes the whole pending batch,
+writes it with one ``pwritev`` per contiguous run, fdatasyncs each touched segment once and
+reports the batch's highest seq; a failed batch is cut back from the files and reported with
+everything queued after it. It shares the journal's state under ``_lock`` (declared below).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sluicemq.storage.segment import (
+    HEADER_SIZE,
+    Location,
+    create_segment,
+    encode_header,
+    fsync_dir,
+    write_all,
+)
+
+log = logging.getLogger("sluicemq.storage.journal")
+
+
+class Ticket:
+    """Handed out by append: the record's seq and its (already final) location."""
+
+    __slots__ = ("loc", "seq")
+
+    def __init__(self, seq: int, loc: Location | None) -> None:
+        self.seq = seq
+        self.loc = loc
+
+    def __repr__(self) -> str:
+        return f"Ticket(seq={self.seq}, loc={self.loc})"
+
+
+@dataclass
+class JournalStats:
+    """Counters kept by the writer thread; read them from anywhere (they are only advisory)."""
+
+    records: int = 0  # records made durable
+    bytes: int = 0  # bytes written, headers included
+    fsyncs: int = 0
+    batches: int = 0
+    last_batch: int = 0
+    max_batch: int = 0
+    failures: int = 0  # batches reported to on_failed
+    fsync_latency_s: deque[float] = field(default_factory=lambda: deque(maxlen=1024))
+
+    @property
+    def mean_batch(self) -> float:
+        return self.records / self.batches if self.batches else 0.0
+
+
+class Entry:
+    """One appended record on its way to disk."""
+
+    __slots__ = ("loc", "payload", "rtype", "seq", "ticket")
+
+    def __init__(self, ticket: Ticket, loc: Location, rtype: int, payload: bytes) -> None:
+        self.ticket = ticket
+        self.seq = ticket.seq
+        self.loc = loc
+        self.rtype = rtype
+        self.payload = payload
+
+
+class JournalWriter:
+    """The writer thread's methods; the state is the journal's (``Journal.__init__``)."""
+
+    directory: Path
+    segment_bytes: int
+    preallocate: bool
+    sync: bool
+    stats: JournalStats
+    fence: Callable[[], None] | None
+    unwritten_bytes: int
+    _lock: threading.Lock
+    _wake: threading.Condition
+    _pending: list[Entry]
+    _unwritten: dict[Location, bytes]
+    _writer_idle: bool
+    _closing: bool
+    _seg: int
+    _off: int
+    _durable: int
+    _fds: dict[int, int]
+    _doomed: list[int]
+    _undeleted: list[int]
+    _repair: tuple[int, int, int] | None
+    _prep: tuple[int, Future[int]] | None
+    _helper: ThreadPoolExecutor | None
+    _on_durable: Callable[[int], None]
+    _on_failed: Callable[[int, int, BaseException], None]
+
+    def segment_path(self, segment: int) -> Path:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not (self._pending or self._doomed or self._closing):
+                    self._writer_idle = True
+                    self._wake.wait()
+                self._writer_idle = False
+                batch, self._pending = self._pending, []
+                doomed, self._doomed = self._doomed, []
+                closing = self._closing
+            if batch:
+                self._commit(batch)
+            if doomed or self._undeleted:
+                self._delete(doomed)
+            if closing and not batch and not doomed:
+                return
+
+    def _commit(self, batch: list[Entry]) -> None:
+        if self.fence is not None:
+            self.fence()
+        try:
+            if self._repair is not None:
+                self._truncate_back()
+            touched, nbytes = self._write(batch)
+            if self.sync:
+                started = time.perf_counter()
+                for fd in touched:
+                    os.fdatasync(fd)
+                self.stats.fsync_latency_s.append(time.perf_counter() - started)
+                self.stats.fsyncs += len(touched)
+        except Exception as exc:
+            self._fail(batch, exc)
+            return
+        last = batch[-1].seq
+        with self._lock:
+            for entry in batch:
+                del self._unwritten[entry.loc]
+            self.unwritten_bytes -= nbytes
+            self._durable = last
+        stats = self.stats
+        stats.records += len(batch)
+        stats.bytes += nbytes
+        stats.batches += 1
+        stats.last_batch = len(batch)
+        stats.max_batch = max(stats.max_batch, len(batch))
+        try:
+            self._on_durable(last)
+        except Exception:
+            log.exception("journal on_durable callback failed")
+
+    def _write(self, batch: list[Entry]) -> tuple[list[int], int]:
+        """Write the batch as one pwritev per contiguous run; returns (fds touched, bytes)."""
+        touched: list[int] = []
+        total = 0
+        buffers: list[bytes | memoryview] = []
+        fd = -1
+        run_start = run_end = -1
+        run_seg = 0
+        for entry in batch:
+            loc = entry.loc
+            if loc.segment != run_seg or loc.offset != run_end:
+                if buffers:
+                    total += write_all(fd, buffers, run_start)
+                    buffers = []
+                if loc.segment != run_seg:
+                    fd = self._writer_fd(loc.segment)
+                    touched.append(fd)
+                    run_seg = loc.segment
+                run_start = run_end = loc.offset
+            buffers.append(encode_header(entry.rtype, entry.payload, loc.segment, loc.offset))
+            buffers.append(entry.payload)
+            run_end += HEADER_SIZE + loc.length
+        if buffers:
+            total += write_all(fd, buffers, run_start)
+        return touched, total
+
+    def _fail(self, batch: list[Entry], exc: BaseException) -> None:
+        """Forget the batch and everything queued after it, rewind, cut the files back."""
+        first = batch[0].loc
+        with self._lock:
+            failed = batch + self._pending
+            self._pending = []
+            for entry in failed:
+                if self._unwritten.pop(entry.loc, None) is not None:
+                    self.unwritten_bytes -= HEADER_SIZE + entry.loc.length
+                entry.ticket.loc = None
+            self._seg, self._off = first.segment, first.offset
+            upto = batch[-1].loc.segment
+            if self._repair is not None:
+                start = min(self._repair[:2], (first.segment, first.offset))
+                self._repair = (*start, max(self._repair[2], upto))
+            else:
+                self._repair = (first.segment, first.offset, upto)
+        try:
+            self._truncate_back()
+        except OSError:
+            log.exception("journal: cannot cut back failed batch yet; will retry")
+        self.stats.failures += 1
+        log.error("journal: records %d..%d failed: %s", failed[0].seq, failed[-1].seq, exc)
+        try:
+            self._on_failed(failed[0].seq, failed[-1].seq, exc)
+        except Exception:
+            log.exception("journal on_failed callback failed")
+
+    def _truncate_back(self) -> None:
+        """Remove every byte of failed batches so no torn record can survive a crash."""
+        assert self._repair is not None
+        first_seg, first_off, upto = self._repair
+        for seg in range(first_seg, upto + 1):
+            with self._lock:
+                fd = self._fds.get(seg)
+            if fd is None:
+                continue
+            start = first_off if seg == first_seg else 0
+            size = os.fstat(fd).st_size
+            if size > start:
+                os.ftruncate(fd, start)
+                if self.preallocate:
+                    os.ftruncate(fd, size)
+            os.fdatasync(fd)
+        self._repair = None
+
+    def _writer_fd(self, seg: int) -> int:
+        with self._lock:
+            fd = self._fds.get(seg)
+        if fd is not None:
+            return fd
+        prep = self._prep
+        if prep is not None and prep[0] == seg:
+            self._prep = None
+            fd = prep[1].result()
+        elif self.segment_path(seg).exists():
+            fd = os.open(self.segment_path(seg), os.O_RDWR)
+        else:
+            size = self.segment_bytes if self.preallocate else 0
+            fd = create_segment(self.directory, seg, size)
+        spare_kept = self.segment_path(seg + 1).exists()  # recovery keeps a zeroed next one
+        if self._helper is not None and self._prep is None and not spare_kept:
+            self._prepare(seg + 1)
+        with self._lock:
+            kept = self._fds.setdefault(seg, fd)
+        if kept != fd:
+            os.close(fd)
+        return kept
+
+    def _prepare(self, seg: int) -> None:
+        assert self._helper is not None
+        future = self._helper.submit(create_segment, self.directory, seg, self.segment_bytes)
+        self._prep = (seg, future)
+
+    def _delete(self, doomed: list[int]) -> None:
+        """Unlink reclaimed segments in order; a failure keeps it and every later one queued."""
+        if self.fence is not None:
+            self.fence()
+        self._undeleted.extend(doomed)
+        removed = 0
+        while self._undeleted:
+            seg = self._undeleted[0]
+            with self._lock:
+                fd = self._fds.pop(seg, None)
+            if fd is not None:
+                os.close(fd)
+            try:
+                self.segment_path(seg).unlink(missing_ok=True)
+            except OSError:
+                log.exception("journal: cannot delete segment %d; will retry", seg)
+                break
+            self._undeleted.pop(0)
+            removed += 1
+        if removed:
+            try:
+                fsync_dir(self.directory)
+            except OSError:
+                log.exception("journal: directory fsync after deletion failed")
