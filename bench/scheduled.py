@@ -3,7 +3,9 @@
 Every message carries its due time (the client's clock before the SEND + its delay, spread
 uniformly over [--min-delay, --max-delay] ms); a consumer subscribed from the start notes how
 late each arrives. Prints p50/p99/max lateness, how many came early (must be 0) or never, and
-the broker's peak RSS. Broker-agnostic over stomp.py: without --url it starts a SluiceMQ on a
+the broker's peak RSS. The consumer runs in a process of its own: sharing the producer's
+interpreter (and its GIL) it fell seconds behind an unpaced producer and measured itself.
+Broker-agnostic over stomp.py: without --url it starts a SluiceMQ on a
 throwaway data directory; for ActiveMQ 5.17, start it with ``schedulerSupport="true"`` on its
 ``<broker>`` element and pass --url and --pid.
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import random
 import statistics
 import sys
@@ -47,6 +50,25 @@ class Lateness(stomp.ConnectionListener):
                 self.done.set()
 
 
+def consume(host: str, port: int, count: int, wait_s: float, ready: Any, out: Any) -> None:
+    """The consumer process: subscribe, tell the parent, collect ``count`` latenesses."""
+    listener = Lateness(count)
+    consumer = stomp.Connection12([(host, port)], heartbeats=(0, 0))
+    consumer.set_listener("l", listener)
+    consumer.connect("admin", "admin", wait=True)
+    subscribed = threading.Event()
+    consumer.set_listener("r", type("R", (stomp.ConnectionListener,), {
+        "on_receipt": lambda self, frame: subscribed.set()})())
+    consumer.subscribe("/queue/bench.scheduled", id="1", ack="auto",
+                       headers={"receipt": "sub"})
+    subscribed.wait(30)
+    ready.set()
+    listener.done.wait(wait_s)
+    with listener.lock:
+        out.send(listener.late)
+    consumer.disconnect()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=100_000)
@@ -67,11 +89,13 @@ def main() -> None:
         url, pid = args.url, args.pid
     host, port = url.removeprefix("stomp://").rsplit(":", 1)
     try:
-        listener = Lateness(args.count)
-        consumer = stomp.Connection12([(host, int(port))], heartbeats=(0, 0))
-        consumer.set_listener("l", listener)
-        consumer.connect("admin", "admin", wait=True)
-        consumer.subscribe("/queue/bench.scheduled", id="1", ack="auto")
+        ready = multiprocessing.Event()
+        results, child_end = multiprocessing.Pipe(duplex=False)
+        wait_s = args.count / 500 + args.max_delay / 1000 + 180
+        child = multiprocessing.Process(target=consume, args=(
+            host, int(port), args.count, wait_s, ready, child_end), daemon=True)
+        child.start()
+        assert ready.wait(60), "consumer did not subscribe"
         producer = stomp.Connection12([(host, int(port))], heartbeats=(0, 0))
         receipts = threading.Semaphore(0)
         producer.set_listener("r", type("R", (stomp.ConnectionListener,), {
@@ -99,10 +123,11 @@ def main() -> None:
                     peak = max(peak, rss_mib(pid))
         sent_s = time.time() - started
         deadline = time.time() + args.max_delay / 1000 + 120
-        while not listener.done.wait(0.5) and time.time() < deadline:
+        while not results.poll(0.5) and time.time() < deadline:
             if pid:
                 peak = max(peak, rss_mib(pid))
-        late = sorted(listener.late)
+        late = sorted(results.recv()) if results.poll(wait_s) else []
+        child.join(30)
         result = {
             "date": time.strftime("%Y-%m-%d %H:%M"), "broker": args.label or (
                 "sluice" if proc else url), "scenario": "scheduled-delivery",
@@ -118,7 +143,6 @@ def main() -> None:
             with args.json.open("a") as fh:
                 fh.write(json.dumps(result) + "\n")
         producer.disconnect()
-        consumer.disconnect()
     finally:
         if proc is not None:
             proc.terminate()

@@ -78,7 +78,8 @@ class BrokerServer:
         self.broker = Broker(self.config, self.store, loop.call_soon, trim_heap=malloc_trim(),
                              parts=STATE_PARTS)
         scheduler = Scheduler(self.broker, loop.call_later,
-                              enabled=self.config.scheduler.enabled)
+                              enabled=self.config.scheduler.enabled,
+                              horizon_ms=int(self.config.scheduler.horizon_seconds * 1000))
         self.broker.redelivery = scheduler.redeliver
         self.services = services = Services(self.broker, build_security(self.config),
                                  RangeService(self.broker), scheduler)

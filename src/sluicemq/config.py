@@ -147,6 +147,12 @@ class PolicyEntry:
         return kind == self.kind and match_destination(self.pattern, name)
 
 
+# The broker's own scheduler buckets (core/scheduling/calendar.py) are each read front to back
+# once, shortly before their second: a small RAM window keeps a minute of buckets from holding
+# cursor_window messages each. Applied before the TOML's [[policy]] entries.
+BUILTIN_POLICIES = (PolicyEntry("queue", "sluice.scheduled.*", {"cursor_window": 64}),)
+
+
 def match_destination(pattern: str, name: str) -> bool:
     """ActiveMQ wildcards on dot-separated names: `*` one segment, `>` the rest."""
     p_parts = pattern.split(".")
@@ -208,6 +214,10 @@ class SchedulerSettings:
     ``schedulerSupport="false"``)."""
 
     enabled: bool = True
+    # Messages due within this many seconds wait in the queue of the second they are due in
+    # (sluice.scheduled.<second>); later ones in sluice.scheduled, moved to their second's
+    # queue half this long before they are due. At least 2.
+    horizon_seconds: float = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +243,7 @@ class BrokerConfig:
     def policy_for(self, kind: str, name: str) -> Policy:
         """The default policy with every matching `[[policy]]` entry applied in file order."""
         result = self.policy
-        for entry in self.policies:
+        for entry in (*BUILTIN_POLICIES, *self.policies):
             if entry.matches(kind, name):
                 result = replace(result, **entry.overrides)
         return result

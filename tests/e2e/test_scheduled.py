@@ -116,11 +116,18 @@ def test_with_the_scheduler_off_the_headers_are_ordinary(broker_factory) -> None
     conn.disconnect()
 
 
+def api(broker, path: str) -> dict:
+    with urllib.request.urlopen(f"{broker.console_url}/api/{path}", timeout=10) as answer:
+        return json.load(answer)
+
+
 def waiting(broker) -> list[dict]:
-    """What waits in /queue/sluice.scheduled, through the admin API."""
-    url = f"{broker.console_url}/api/destinations/queue/sluice.scheduled/messages"
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        return json.load(answer)["messages"]
+    """What waits in the scheduler's queues (sluice.scheduled and its per-second buckets),
+    through the admin API."""
+    names = [d["name"] for d in api(broker, "destinations")["destinations"]
+             if d["name"].startswith("sluice.scheduled")]
+    return [m for name in names
+            for m in api(broker, f"destinations/queue/{name}/messages")["messages"]]
 
 
 def test_a_cron_round_goes_at_the_entry_time_plus_delay_then_repeats_period_apart(
@@ -228,8 +235,8 @@ def test_a_message_its_consumer_left_unacked_waits_the_delay_too(broker_factory)
     first.send("SEND", {"destination": "/queue/retry.crash", "receipt": "p"}, b"crashes me")
     assert first.recv().headers["receipt-id"] == "p"
     assert first.recv().body == b"crashes me"
+    left = now_ms()  # (before the close: the broker cannot see it go any earlier)
     first.close()  # gone without an ACK
-    left = now_ms()
     second = raw_client(b)
     second.send("SUBSCRIBE", {"destination": "/queue/retry.crash", "id": "s",
                               "ack": "client-individual"})
@@ -259,3 +266,32 @@ def test_a_delayed_redelivery_survives_kill_9_with_its_delivery_count(broker_fac
     assert (frame.body, frame.headers["sluice-delivery-count"]) == (b"again", "2")
     c.send("ACK", {"id": frame.headers["ack"], "receipt": "a"})
     assert c.recv().headers["receipt-id"] == "a"
+
+
+def test_a_far_message_is_refiled_into_its_second_and_survives_kill_9_on_either_side(
+        broker_factory) -> None:
+    """Due beyond the horizon, a message waits in sluice.scheduled; half the horizon before
+    it is due it moves to the queue of its second, then to its destination - once, and never
+    early, across a kill -9 before and after the move."""
+    b = broker_factory(config_text="[scheduler]\nhorizon_seconds = 4\n")
+    sent = now_ms()
+    with Client(b.url) as c:
+        c.send("/queue/far", b"far", persistent=True, headers={"AMQ_SCHEDULED_DELAY": "9000"})
+    far = "destinations/queue/sluice.scheduled/messages"
+    assert [m["body_preview"] for m in api(b, far)["messages"]] == ["far"]
+    b.kill()
+    b.restart()
+    deadline = time.monotonic() + 30
+    while not (listed := waiting(b)) or api(b, far)["messages"]:  # refiled 2 s before due
+        assert time.monotonic() < deadline, b.log()
+        time.sleep(0.05)
+    assert [m["body_preview"] for m in listed] == ["far"]
+    b.kill()
+    b.restart()
+    with Client(b.url) as c:
+        sub = c.subscribe("/queue/far", ack="client-individual")
+        m = sub.get(timeout=20)
+        assert m.body == b"far" and now_ms() >= sent + 9000
+        m.ack(receipt=True)
+        assert sub.get(timeout=1.0) is None
+    assert waiting(b) == []

@@ -1,17 +1,18 @@
 """Scheduled delivery the ActiveMQ way: ``AMQ_SCHEDULED_DELAY``, ``_PERIOD`` and ``_REPEAT``.
 
-Where a scheduled message waits: in the broker's own queue ``sluice.scheduled``, stored and
-paged like any other message - a persistent one is in the journal before its RECEIPT, a
-restart keeps the schedule, and a million waiting messages cost their index slots in memory,
-not their bodies. Its headers say where it goes (``sluice-scheduled-destination``), when
-(``sluice-scheduled-at``, ms since the epoch) and how many repetitions are left.
+Where a scheduled message waits: in the broker's own queues ``sluice.scheduled`` (due in
+more than a minute) and ``sluice.scheduled.<second>`` (due in that second), filed by due time
+(core/scheduling/calendar.py), stored and paged like any other message - a persistent one is
+in the journal before its RECEIPT, a restart keeps the schedule, and a million waiting
+messages cost their index slots in memory, not their bodies. Its headers say where it goes
+(``sluice-scheduled-destination``), when (``sluice-scheduled-at``, ms since the epoch) and how
+many repetitions are left.
 
-When it is due it moves in one journal transaction: removed from ``sluice.scheduled``, a copy
-under a fresh id stored at its destination and, if it repeats, the next repetition stored back
-in ``sluice.scheduled`` - so a crash at any moment neither loses a scheduled message nor
-delivers one twice. In memory the scheduler keeps a heap of (due time, id): ~60 bytes a
-scheduled message. Nobody may send to, subscribe to or read ``sluice.scheduled`` directly;
-the admin API lists and purges it like any queue (that cancels what it removes).
+When it is due it moves in one journal transaction: removed from its queue, a copy under a
+fresh id stored at its destination and, if it repeats, the next repetition filed again - so a
+crash at any moment neither loses a scheduled message nor delivers one twice. Nobody may
+send to, subscribe to or read the ``sluice.scheduled`` queues directly; the admin API lists
+and purges them like any queue (that cancels what it removes).
 
 ``AMQ_SCHEDULED_CRON`` (core/scheduling/cron.py) combines with the others as in ActiveMQ: at
 each time the entry names, the message goes after ``AMQ_SCHEDULED_DELAY``, then
@@ -23,13 +24,13 @@ A scheduled SEND in a transaction or to several destinations at once gets an ERR
 
 from __future__ import annotations
 
-import heapq
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sluicemq.core.routing.names import QUEUE, parse_destination
 from sluicemq.core.scheduling import cron
+from sluicemq.core.scheduling.calendar import NAME, Calendar, bucket_of_name, is_scheduler_queue
 from sluicemq.core.scheduling.redelivery import redelivery_delay
 from sluicemq.core.streams.chunks import is_chunk
 from sluicemq.errors import ProtocolError
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-NAME = "sluice.scheduled"  # the queue scheduled messages wait in
 DELAY = "AMQ_SCHEDULED_DELAY"
 PERIOD = "AMQ_SCHEDULED_PERIOD"
 REPEAT = "AMQ_SCHEDULED_REPEAT"
@@ -52,7 +52,8 @@ LEFT = "sluice-scheduled-repeats-left"
 CRON_AT = "sluice-scheduled-cron-at"  # the cron entry's time the current round belongs to
 REDELIVERY = "sluice-scheduled-redelivery"  # a given-back message: its deliveries so far
 INTERNAL = (DESTINATION, AT, LEFT, CRON_AT, REDELIVERY)
-MAX_FIRES_PER_TURN = 500  # a burst of due messages yields the loop between turns
+MAX_FIRES_PER_TURN = 64  # as many as one dispatch turn delivers (broker DISPATCH_BUDGET)
+MAX_READS_PER_TURN = 256  # messages read out of a bucket per loop turn
 _MAX_MS = 10 * 365 * 24 * 3600 * 1000  # ten years: anything longer is surely a mistake
 
 Timer = Callable[[float, Callable[[], None]], Any]  # loop.call_later
@@ -65,7 +66,7 @@ def asks_for_schedule(headers: dict[str, str]) -> bool:
 
 def refuse_direct(kind: str, name: str) -> None:
     """``sluice.scheduled`` belongs to the broker: clients reach it only through the headers."""
-    if kind == QUEUE and name == NAME:
+    if kind == QUEUE and is_scheduler_queue(name):
         raise ProtocolError(f"/queue/{NAME} is the broker's own queue of scheduled messages: "
                             f"send with {DELAY} instead", fatal=False)
 
@@ -87,11 +88,12 @@ def _millis(headers: dict[str, str], key: str) -> int:
 class Scheduler:
     """Holds scheduled messages until they are due, then moves them (see the module doc)."""
 
-    def __init__(self, broker: Broker, call_later: Timer, *, enabled: bool = True) -> None:
+    def __init__(self, broker: Broker, call_later: Timer, *, enabled: bool = True,
+                 horizon_ms: int = 60_000) -> None:
         self.broker = broker
         self.enabled = enabled
         self._call_later = call_later
-        self._heap: list[tuple[int, int]] = []  # (due ms, id in sluice.scheduled)
+        self.calendar = Calendar(horizon_ms)
         self._armed_for: int | None = None
         self._handle: Any = None
 
@@ -114,26 +116,29 @@ class Scheduler:
             return False
         for key in INTERNAL:
             h.pop(key, None)
-        due = self.broker.now_ms() + delay
+        now = self.broker.now_ms()
+        due = now + delay
         if entry is not None:
-            base = cron.next_after(entry, self.broker.now_ms())
+            base = cron.next_after(entry, now)
             h[CRON_AT] = str(base)
             due = base + delay
         h[DESTINATION] = msg.destination
         h[AT] = str(due)
         h[LEFT] = str(repeat)
-        msg.destination = f"/queue/{NAME}"
-        self.broker.publish(QUEUE, NAME, msg)
-        self._add(due, msg.mid)
+        where = self.calendar.place(due, now)
+        msg.destination = f"/queue/{where}"
+        self.broker.publish(QUEUE, where, msg)
+        self._filed(where, due, msg.mid)
         return True
 
     def redeliver(self, queue: Any, msgs: list[Message]) -> list[Message]:
         """Messages given back to ``queue`` (NACK, consumer gone) wait out its policy's
-        redelivery delay here: one journal transaction takes them off the queue and stores
-        them in ``sluice.scheduled``; when due they go to the queue's tail with their
-        delivery count (ActiveMQ's redelivery plugin). Returns the ones to redeliver at once:
-        the scheduler is off, a topic subscription's, a stream chunk, no delay due."""
-        if not self.enabled or not queue.key.startswith("q:") or queue.key == f"q:{NAME}":
+        redelivery delay here: one journal transaction takes them off the queue and files
+        them; when due they go to the queue's tail with their delivery count (ActiveMQ's
+        redelivery plugin). Returns the ones to redeliver at once: the scheduler is off, a
+        topic subscription's, a stream chunk, no delay due."""
+        if (not self.enabled or not queue.key.startswith("q:")
+                or is_scheduler_queue(queue.key[2:])):
             return msgs
         now = self.broker.now_ms()
         at_once: list[Message] = []
@@ -144,84 +149,125 @@ class Scheduler:
             if delay <= 0:
                 at_once.append(msg)
                 continue
-            copy = msg.moved_to(f"/queue/{NAME}", self.broker.allocate_mid())
+            where = self.calendar.place(now + delay, now)
+            copy = msg.moved_to(f"/queue/{where}", self.broker.allocate_mid())
             copy.body = bytes(self.broker.body_of(msg))
             copy.headers.update({DESTINATION: queue.destination, AT: str(now + delay),
                                  LEFT: "0", REDELIVERY: str(msg.deliveries)})
             parked.append(msg)
-            copies.append((QUEUE, NAME, copy))
+            copies.append((QUEUE, where, copy))
         if parked:
             self.broker.commit(f"redeliver:{copies[0][2].mid}", copies, [(queue, parked)], [])
-            for _kind, _name, copy in copies:
-                self._add(int(copy.headers[AT]), copy.mid)
+            for _kind, where, copy in copies:
+                self._filed(where, int(copy.headers[AT]), copy.mid)
         return at_once
 
     def recover(self) -> int:
-        """After the broker recovered: rebuild the heap from what ``sluice.scheduled`` holds
-        (each waiting message is read once); returns how many wait."""
-        queue = self.broker.queues.get(NAME)
-        if queue is None:
-            return 0
-        for msg in queue.pending:
-            try:
-                due = int(msg.headers[AT])
-            except (KeyError, ValueError):
-                due = 0  # unreadable schedule: deliver it now rather than never
-            self._heap.append((due, msg.mid))
-        heapq.heapify(self._heap)
+        """After the broker recovered: know every bucket again by its name, and read the far
+        queue once for its (due, id) entries; returns how many wait."""
+        waiting = 0
+        for name, queue in list(self.broker.queues.items()):
+            bucket = bucket_of_name(name)
+            if bucket is not None:
+                waiting += len(queue.pending)
+                self._filed(name, bucket * 1000, 0)
+            elif name == NAME:
+                for msg in queue.pending:
+                    self.calendar.filed(NAME, _due(msg), msg.mid)
+                    waiting += 1
         self._arm()
-        return len(self._heap)
+        return waiting
 
     # -- firing ------------------------------------------------------------------------------
-    def _add(self, due: int, mid: int) -> None:
-        heapq.heappush(self._heap, (due, mid))
-        if self._armed_for is None or due < self._armed_for:
+    def _filed(self, where: str, due: int, mid: int) -> None:
+        self.calendar.filed(where, due, mid)
+        wake = self.calendar.wake_at()
+        if wake is not None and (self._armed_for is None or wake < self._armed_for):
             self._arm()
 
-    def _arm(self) -> None:
+    def _arm(self, at_once: bool = False) -> None:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
         self._armed_for = None
-        if not self._heap:
+        wake = self.calendar.wake_at()
+        if wake is None:
             return
-        due = self._heap[0][0]
-        self._armed_for = due
-        self._handle = self._call_later(max(0.0, (due - self.broker.now_ms()) / 1000), self.fire)
+        now = self.broker.now_ms()
+        self._armed_for = now if at_once else wake
+        self._handle = self._call_later(0.0 if at_once else max(0.0, (wake - now) / 1000),
+                                        self.fire)
 
     def fire(self) -> None:
-        """Move what is due (up to a turn's worth, as one journal transaction), then wait for
-        the next."""
+        """One turn: read buckets whose time has come, move what is due (one journal
+        transaction), refile far messages whose time has come; yield between turns."""
         self._handle = None
         now = self.broker.now_ms()
-        queue = self.broker.queue(NAME)
+        busy = self._read_buckets(now)
+        busy |= self._move_due(now)
+        busy |= self._refile(now)
+        self._arm(at_once=busy)
+
+    def _read_buckets(self, now: int) -> bool:
+        """Read due buckets front to back into RAM (each message waits there until due);
+        True if the turn's budget ran out first."""
+        budget = MAX_READS_PER_TURN
+        while (bucket := self.calendar.bucket_to_read(now)) is not None:
+            queue = self.broker.queues.get(f"{NAME}.{bucket}")
+            while queue is not None and budget > 0 and (msg := queue.pending.pop()) is not None:
+                self.calendar.hold(_due(msg), msg, queue)
+                budget -= 1
+            if budget <= 0:
+                return True
+            self.calendar.bucket_read(bucket)
+        return False
+
+    def _move_due(self, now: int) -> bool:
+        due_now = self.calendar.due(now, MAX_FIRES_PER_TURN)
+        if not due_now:
+            return False
         moves: list[tuple[str, str, Message]] = []
-        taken: list[Message] = []
-        again: list[tuple[int, int]] = []
-        due_now: list[tuple[int, int]] = []
-        while self._heap and self._heap[0][0] <= now and len(due_now) < MAX_FIRES_PER_TURN:
-            due_now.append(heapq.heappop(self._heap))
-        # taken out in id order (neighbours in the queue's paged blocks), moved in due order
-        found = {mid: queue.pending.remove_ordered(mid) for mid in sorted(m for _d, m in due_now)}
-        for due, mid in due_now:
-            msg = found[mid]
-            if msg is None:
-                continue  # purged or moved by an admin: cancelled
+        taken: dict[int, tuple[Any, list[Message]]] = {}
+        follow: list[tuple[str, int, int]] = []
+        for due, msg, queue in due_now:
             try:
-                moves += self._moves(queue, msg, due, again)
+                moves += self._moves(msg, due, now, follow)
             except (ProtocolError, ValueError) as exc:
                 log.error("scheduled message %s cannot be delivered (%s): dropped",
                           msg.message_id, exc)
+            taken.setdefault(id(queue), (queue, []))[1].append(msg)
+        self.broker.commit(f"sched:{due_now[0][1].mid}", moves, list(taken.values()), [])
+        for where, at, mid in follow:
+            self._filed(where, at, mid)
+        return len(due_now) >= MAX_FIRES_PER_TURN
+
+    def _refile(self, now: int) -> bool:
+        """Far messages whose bucket is near move into it (one journal transaction)."""
+        entries = self.calendar.to_refile(now, MAX_FIRES_PER_TURN)
+        if not entries:
+            return False
+        far = self.broker.queue(NAME)
+        found = {mid: far.pending.remove_ordered(mid) for mid in sorted(m for _d, m in entries)}
+        moves: list[tuple[str, str, Message]] = []
+        taken: list[Message] = []
+        for due, mid in entries:
+            msg = found[mid]
+            if msg is None:
+                continue  # purged or moved by an admin: cancelled
+            where = self.calendar.place(due, now)
+            copy = msg.moved_to(f"/queue/{where}", self.broker.allocate_mid())
+            copy.body = bytes(self.broker.body_of(msg))
+            moves.append((QUEUE, where, copy))
             taken.append(msg)
         if taken:
-            self.broker.commit(f"sched:{taken[0].mid}", moves, [(queue, taken)], [])
-        for entry in again:
-            heapq.heappush(self._heap, entry)
-        self._arm()
+            self.broker.commit(f"refile:{taken[0].mid}", moves, [(far, taken)], [])
+            for _kind, where, copy in moves:
+                self._filed(where, _due(copy), copy.mid)
+        return len(entries) >= MAX_FIRES_PER_TURN
 
-    def _moves(self, queue: Any, msg: Message, due: int, again: list[tuple[int, int]]
+    def _moves(self, msg: Message, due: int, now: int, follow: list[tuple[str, int, int]]
                ) -> list[tuple[str, str, Message]]:
-        """Where ``msg`` goes now: its destination and, while it repeats, back here."""
+        """Where ``msg`` goes now: its destination and, while it repeats, back to be filed."""
         h = msg.headers
         target = h[DESTINATION]
         kind, name = parse_destination(target)
@@ -240,19 +286,27 @@ class Scheduler:
         if left > 0:
             at, left = due + _millis(h, PERIOD), left - 1
         elif entry is not None:  # the round is over: the entry's next time, from now on
-            base = cron.next_after(entry, max(int(h.get(CRON_AT, "0")), self.broker.now_ms()))
+            base = cron.next_after(entry, max(int(h.get(CRON_AT, "0")), now))
             at, left = base + _millis(h, DELAY), _millis(h, REPEAT)
         else:
             return moves
-        nxt = msg.moved_to(queue.destination, self.broker.allocate_mid())
+        where = self.calendar.place(at, now)
+        nxt = msg.moved_to(f"/queue/{where}", self.broker.allocate_mid())
         nxt.body = body
         nxt.headers[AT] = str(at)
         nxt.headers[LEFT] = str(left)
         if base is not None:
             nxt.headers[CRON_AT] = str(base)
-        moves.append((QUEUE, NAME, nxt))
-        again.append((at, nxt.mid))
+        moves.append((QUEUE, where, nxt))
+        follow.append((where, at, nxt.mid))
         return moves
+
+
+def _due(msg: Message) -> int:
+    try:
+        return int(msg.headers[AT])
+    except (KeyError, ValueError):
+        return 0  # unreadable schedule: deliver it now rather than never
 
 
 def _cron(headers: dict[str, str]) -> cron.Cron | None:

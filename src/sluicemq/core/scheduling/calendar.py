@@ -1,0 +1,124 @@
+"""Where a scheduled message waits, ordered by when it is due (the scheduler's bookkeeping).
+
+Why not one queue: a queue keeps its messages in the order they came, paged out in blocks of
+slots; taking out what is due, in due order, from 100,000 messages sent in another order
+meant unpacking and repacking a block for nearly every message. So waiting messages are
+filed by due time instead:
+
+- due within the horizon (``[scheduler] horizon_seconds``, a minute) of when it is filed:
+  the *bucket* queue of its second,
+  ``sluice.scheduled.<due // 1000>``. A bucket is read front to back once, ``AHEAD_MS``
+  before its second begins (sequential page-in), and its messages wait the last moments in
+  RAM (``imminent``), ordered by due time, until each is due;
+- further away: the *far* queue ``sluice.scheduled``, with a (due, id) heap entry each; a far
+  message is refiled into its bucket half the horizon before it is due, long before anyone
+  waits for it.
+
+So RAM holds a horizon's worth of bucket queues at most (60, paged like any queue), the far
+heap, and about ``AHEAD_MS`` + one second's worth of imminent messages. The queues are
+ordinary journaled queues: compaction, kill -9 recovery and the admin API see them as any
+other; a bucket is known again after a restart from its name alone.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sluicemq.core.routing.message import Message
+
+NAME = "sluice.scheduled"  # the far queue; buckets are NAME.<second>
+BUCKET_MS = 1000
+AHEAD_MS = 500  # a bucket is read this long before its second begins
+MIN_HORIZON_MS = 2000  # refiling (half of it ahead) must come before reading (AHEAD_MS)
+
+
+def bucket_name(bucket: int) -> str:
+    return f"{NAME}.{bucket}"
+
+
+def bucket_of_name(name: str) -> int | None:
+    """The bucket a queue name is (None: the far queue or not a scheduler queue)."""
+    head, dot, tail = name.rpartition(".")
+    if head != NAME or not dot or not tail.isdigit():
+        return None
+    return int(tail)
+
+
+def is_scheduler_queue(name: str) -> bool:
+    return name == NAME or name.startswith(NAME + ".")
+
+
+class Calendar:
+    """Which buckets hold messages, which far messages wait, which read messages are about
+    to be due. Pure bookkeeping: the scheduler moves the messages."""
+
+    def __init__(self, horizon_ms: int = 60_000) -> None:
+        self.horizon = max(horizon_ms, MIN_HORIZON_MS)  # nearer when filed: into its bucket
+        self._refile_ahead = self.horizon // 2  # a far message moves this long before due
+        self._buckets: list[int] = []  # heap of buckets that may hold messages
+        self._known: set[int] = set()
+        self.far: list[tuple[int, int]] = []  # heap of (due ms, id in the far queue)
+        self._imminent: list[tuple[int, int, Message, Any]] = []  # (due, order, msg, queue)
+        self._order = itertools.count()
+
+    def place(self, due: int, now: int) -> str:
+        """The queue a message due at ``due`` is filed in now."""
+        return bucket_name(due // BUCKET_MS) if due < now + self.horizon else NAME
+
+    def filed(self, name: str, due: int, mid: int) -> None:
+        """A message went into queue ``name`` (as ``place`` said)."""
+        bucket = bucket_of_name(name)
+        if bucket is None:
+            heapq.heappush(self.far, (due, mid))
+        elif bucket not in self._known:
+            self._known.add(bucket)
+            heapq.heappush(self._buckets, bucket)
+
+    def bucket_to_read(self, now: int) -> int | None:
+        """The earliest bucket whose reading time has come."""
+        if self._buckets and self._buckets[0] * BUCKET_MS - AHEAD_MS <= now:
+            return self._buckets[0]
+        return None
+
+    def bucket_read(self, bucket: int) -> None:
+        """Every message of ``bucket`` was taken out."""
+        if self._buckets and self._buckets[0] == bucket:
+            heapq.heappop(self._buckets)
+            self._known.discard(bucket)
+
+    def hold(self, due: int, msg: Message, queue: Any) -> None:
+        """A message read out of its bucket waits in RAM until ``due``."""
+        heapq.heappush(self._imminent, (due, next(self._order), msg, queue))
+
+    def due(self, now: int, limit: int) -> list[tuple[int, Message, Any]]:
+        """Up to ``limit`` held messages due by ``now``, in due order."""
+        out: list[tuple[int, Message, Any]] = []
+        heap = self._imminent
+        while heap and heap[0][0] <= now and len(out) < limit:
+            due, _order, msg, queue = heapq.heappop(heap)
+            out.append((due, msg, queue))
+        return out
+
+    def to_refile(self, now: int, limit: int) -> list[tuple[int, int]]:
+        """Up to ``limit`` far (due, id) entries whose time to move to a bucket has come."""
+        out: list[tuple[int, int]] = []
+        while self.far and self.far[0][0] - self._refile_ahead <= now and len(out) < limit:
+            out.append(heapq.heappop(self.far))
+        return out
+
+    def wake_at(self) -> int | None:
+        """When something next needs doing (ms), or None."""
+        times = []
+        if self._imminent:
+            times.append(self._imminent[0][0])
+        if self._buckets:
+            times.append(self._buckets[0] * BUCKET_MS - AHEAD_MS)
+        if self.far:
+            times.append(self.far[0][0] - self._refile_ahead)
+        return min(times) if times else None
+
+    def held(self) -> int:
+        return len(self._imminent)

@@ -1,0 +1,63 @@
+"""Spec of the scheduler's calendar: where a scheduled message is filed by its due time, and
+when each bucket is read, each held message is due and each far one is refiled."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sluicemq.core.scheduling.calendar import (
+    AHEAD_MS,
+    NAME,
+    Calendar,
+    bucket_name,
+    bucket_of_name,
+)
+
+NOW = 1_800_000_000_000  # a whole second, ms
+
+
+def test_near_messages_go_to_the_bucket_of_their_second_far_ones_to_the_far_queue() -> None:
+    cal = Calendar(horizon_ms=60_000)
+    assert cal.place(NOW + 1500, NOW) == f"{NAME}.{(NOW + 1500) // 1000}"
+    assert cal.place(NOW + 59_999, NOW) == bucket_name((NOW + 59_999) // 1000)
+    assert cal.place(NOW + 60_000, NOW) == NAME
+    assert bucket_of_name(bucket_name(123)) == 123
+    assert bucket_of_name(NAME) is None and bucket_of_name("orders.5") is None
+
+
+def test_a_bucket_is_read_shortly_before_its_second_and_only_once_listed() -> None:
+    cal = Calendar()
+    second = (NOW + 5000) // 1000
+    cal.filed(bucket_name(second), NOW + 5000, 1)
+    cal.filed(bucket_name(second), NOW + 5700, 2)  # the same bucket: listed once
+    assert cal.wake_at() == second * 1000 - AHEAD_MS
+    assert cal.bucket_to_read(second * 1000 - AHEAD_MS - 1) is None
+    assert cal.bucket_to_read(second * 1000 - AHEAD_MS) == second
+    cal.bucket_read(second)
+    assert cal.bucket_to_read(NOW + 10_000) is None and cal.wake_at() is None
+
+
+def test_held_messages_come_out_in_due_order_when_due() -> None:
+    cal = Calendar()
+    msgs: dict[int, Any] = {due: object() for due in (NOW + 300, NOW + 100, NOW + 200)}
+    for due, msg in msgs.items():
+        cal.hold(due, msg, "q")  # type: ignore[arg-type]
+    assert cal.wake_at() == NOW + 100
+    assert [d for d, _m, _q in cal.due(NOW + 250, limit=10)] == [NOW + 100, NOW + 200]
+    assert cal.due(NOW + 250, limit=10) == []
+    assert [m for _d, m, _q in cal.due(NOW + 300, limit=10)] == [msgs[NOW + 300]]
+
+
+def test_far_messages_are_refiled_half_the_horizon_before_they_are_due() -> None:
+    cal = Calendar(horizon_ms=60_000)
+    cal.filed(NAME, NOW + 90_000, 7)
+    cal.filed(NAME, NOW + 100_000, 8)
+    assert cal.wake_at() == NOW + 60_000
+    assert cal.to_refile(NOW + 59_999, limit=10) == []
+    assert cal.to_refile(NOW + 70_000, limit=10) == [(NOW + 90_000, 7), (NOW + 100_000, 8)]
+
+
+def test_the_horizon_never_shrinks_below_what_refiling_before_reading_needs() -> None:
+    cal = Calendar(horizon_ms=10)
+    assert cal.horizon == 2000
+    assert cal.place(NOW + 1999, NOW) != NAME
