@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import re
 import socket
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 from sluice_testing import BrokerProcess
+from sluicemq import Client, Message
+from sluicemq.client.failover import AckInDoubt
 
 STANDBY_RE = re.compile(r"sluice: standby: .* is held by pid (\d+)")
 RETRY_RE = re.compile(r"lock still held; retrying")
@@ -70,3 +74,54 @@ def first_listening(*brokers: BrokerProcess, timeout: float = 30.0) -> BrokerPro
     raise AssertionError("no standby took over:\n" + "".join(b.log() for b in brokers))
 
 
+
+
+def failover_url(*brokers: BrokerProcess) -> str:
+    inner = ",".join(b.url for b in brokers)
+    return f"failover:({inner})?randomize=false&initialReconnectDelay=20&maxReconnectDelay=200"
+
+
+class Ledger:
+    """What producers had receipted and what consumers had confirmed, per message body.
+
+    ``in_doubt``: ACKs that a failover left unconfirmed (`AckInDoubt`): either the old master
+    stored them, or the message came back and a later confirmed ACK counts it.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.receipted: list[str] = []
+        self.consumed: Counter[str] = Counter()
+        self.in_doubt: set[str] = set()
+
+    def receipt(self, body: str) -> None:
+        with self.lock:
+            self.receipted.append(body)
+
+    def ack(self, msg: Message) -> None:
+        """Acknowledge with a receipt and book the outcome."""
+        try:
+            msg.ack(receipt=True)
+        except AckInDoubt:
+            with self.lock:
+                self.in_doubt.add(msg.text())
+            return
+        with self.lock:
+            self.consumed[msg.text()] += 1
+
+    def drain(self, url: str, destination: str) -> None:
+        """Take what is left on the broker, each confirmed; then nothing may remain."""
+        with Client(url) as c:
+            rest = c.head(destination).count
+            with c.subscribe(destination, ack="client-individual") as sub:
+                for _ in range(rest):
+                    msg = sub.get(timeout=10)
+                    assert msg is not None
+                    self.ack(msg)
+            assert c.head(destination).count == 0
+
+    def lost(self) -> set[str]:
+        return set(self.receipted) - set(self.consumed) - self.in_doubt
+
+    def duplicated(self) -> set[str]:
+        return {body for body, n in self.consumed.items() if n > 1}

@@ -13,10 +13,6 @@ from pathlib import Path
 
 TOOL = Path(__file__).resolve().parent.parent / "tools" / "import_cycles.py"
 KNOWN_CYCLES = [
-    {"client.files", "client.ranges", "client.staging", "client.streams", "client.sync",
-     "client.sync_failover", "client.sync_handles"},
-    {"client.aio", "client.aio_failover", "client.aio_handles", "client.aio_ranges",
-     "client.aio_streams"},
     {"core.persistence.capture", "core.persistence.parts", "core.persistence.recovery",
      "core.routing.broker", "core.routing.destinations", "core.staging.stager"},
 ]

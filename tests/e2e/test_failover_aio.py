@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ha_helpers import Cluster
+from ha_helpers import Cluster, failover_url
 from sluicemq.client import AsyncClient
 from sluicemq.client.failover import FailoverEvent, TransactionRolledBack
 
@@ -24,11 +24,6 @@ def cluster(tmp_path: Path):
     c = Cluster(tmp_path / "shared")
     yield c
     c.close()
-
-
-def failover_url(*brokers) -> str:
-    inner = ",".join(b.url for b in brokers)
-    return f"failover:({inner})?randomize=false&initialReconnectDelay=20&maxReconnectDelay=200"
 
 
 def run(coro):

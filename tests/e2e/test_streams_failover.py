@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ha_helpers import Cluster
+from ha_helpers import Cluster, failover_url
 from sluicemq import Client
 
 SIZE = 24 << 20
@@ -25,11 +25,6 @@ def cluster(tmp_path: Path):
     c = Cluster(tmp_path / "shared")
     yield c
     c.close()
-
-
-def failover_url(*brokers) -> str:
-    inner = ",".join(b.url for b in brokers)
-    return f"failover:({inner})?randomize=false&initialReconnectDelay=20&maxReconnectDelay=200"
 
 
 def sha(path: Path) -> bytes:

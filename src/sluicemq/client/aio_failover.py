@@ -1,8 +1,9 @@
-"""The asyncio client's half of failover: dialling up to CONNECTED, and moving a connected
-`AsyncClient` to the next broker (replaying subscriptions and unconfirmed SENDs).
+"""The asyncio client's I/O for (re)connecting: dial a broker up to CONNECTED, connect first
+(trying each broker of a failover URL) and, after a loss, move the client to the next broker.
 
-What survives a failover (pending sends, lost transactions, the event told to callbacks) is
-shared with the blocking client in client/failover.py.
+What to dial when, and what survives the move, is decided sans-IO (client/reconnect.py,
+client/tracker.py), exactly as for the blocking client; this module only opens connections,
+sleeps and writes. `AsyncFailover` is a mixin of client/aio_conn.py's `AsyncConnection`.
 """
 
 from __future__ import annotations
@@ -10,16 +11,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import Any
 
-from sluicemq.client.failover import FailoverEvent, drop_range_reads, range_read_lost
-from sluicemq.client.inbox import Ended
-from sluicemq.client.machine import ClientMachine, Connected, ErrorReceived
-from sluicemq.client.url import Address, format_address, tls_context
+from sluicemq.client.failover import FailoverCallback, FailoverEvent, range_read_lost, resolve
+from sluicemq.client.machine import ClientMachine, Connected
+from sluicemq.client.reconnect import Dial, GiveUp, Reconnect, connected_in, handshake_failed
+from sluicemq.client.tracker import Tracker
+from sluicemq.client.url import Address, BrokerList, format_address, tls_context
 from sluicemq.errors import ClientError, SluiceError
-
-if TYPE_CHECKING:
-    from sluicemq.client.aio import AsyncClient
 
 log = logging.getLogger("sluicemq.client")
 
@@ -46,18 +46,11 @@ async def dial_async(address: Address, machine: ClientMachine, timeout: float,
     try:
         writer.write(machine.connect())
         connected = await asyncio.wait_for(_read_connected(reader, machine), timeout)
-    except TimeoutError:
+    except (OSError, SluiceError) as exc:
         writer.close()
-        raise ClientError(f"no CONNECTED from {host}:{port} within {timeout}s") from None
-    except OSError as exc:
-        writer.close()
-        raise ClientError(f"cannot connect to {host}:{port}: {exc}") from exc
-    except ClientError:
-        writer.close()
-        raise
-    except SluiceError as exc:
-        writer.close()
-        raise ClientError(f"bad answer from {host}:{port}: {exc}") from exc
+        if isinstance(exc, ClientError):
+            raise  # the broker's ERROR, as sent
+        raise handshake_failed(exc, address, timeout) from exc
     return reader, writer, connected
 
 
@@ -66,106 +59,122 @@ async def _read_connected(reader: asyncio.StreamReader, machine: ClientMachine) 
         data = await reader.read(READ_CHUNK)
         if not data:
             raise machine.closed_by_peer()
-        for event in machine.receive_data(data):
-            if isinstance(event, ErrorReceived):
-                raise event.error
-            if isinstance(event, Connected):
-                return event
+        connected = connected_in(machine.receive_data(data))
+        if connected is not None:
+            return connected
 
 
-async def fail_over(client: AsyncClient, error: ClientError) -> bool:
-    """Connect the client to the next broker that answers and replay onto it: subscriptions,
-    then every unconfirmed SEND in its original order. False: no failover URL, closing, or
-    ``maxReconnectAttempts`` spent."""
-    options = client._brokers.failover
-    if options is None or client._closing or client._failure is not None:
-        return False
-    loop = asyncio.get_running_loop()
-    lost_at = loop.time()
-    client._up.clear()
-    old = client._machine
-    old.connection_lost()
-    receipts, client._receipts = client._receipts, {}
-    sub_waiters = {client._sub_receipts.pop(r): f for r, f in list(receipts.items())
-                   if r in client._sub_receipts}
-    replayed = {id(f) for f in sub_waiters.values()}
-    lost = [f for r, f in receipts.items() if r not in client._inflight and id(f) not in replayed]
-    rolled_back = tuple(sorted(client._open_tx))
-    client._lost_tx |= client._open_tx
-    client._open_tx.clear()
-    from_url = client.address
-    for sid in drop_range_reads(old):
-        sub = client._subscriptions.pop(sid, None)
-        if sub is not None:
-            sub.active = False
-            sub._queue.put_nowait(Ended(range_read_lost(from_url)))
-    log.warning("connection to %s lost (%s); failing over", from_url, error)
-    for future in lost:
-        if not future.done():
-            future.set_exception(ClientError(f"connection to {from_url} lost before the broker "
-                                             f"confirmed this frame: {error}"))
-    client._writer.close()
-    current = asyncio.current_task()
-    for task in client._tasks:
-        if task is not current:
-            task.cancel()
-    client._tasks = [t for t in client._tasks if t is current]
-    attempts = 0
-    while not client._closing:
-        for address in client._brokers.ordered():
-            machine = old.successor()
-            if not client._host_given:
-                machine.host = address[1]
-            attempts += 1
-            try:
-                reader, writer, connected = await dial_async(address, machine, client.timeout,
-                                                             client._ssl_context)
-            except ClientError as exc:
-                log.info("failover attempt %d to %s failed: %s", attempts,
-                         format_address(address), exc)
-                if 0 <= options.maxReconnectAttempts <= attempts:
-                    return False
+async def connect_first(brokers: BrokerList, machine: ClientMachine, timeout: float,
+                        host_given: bool, ssl_context: ssl.SSLContext | None,
+                        ) -> tuple[ClientMachine, asyncio.StreamReader, asyncio.StreamWriter,
+                                   Connected, str]:
+    """Connect to the first broker that answers: a plain URL gets exactly one attempt, a
+    failover URL follows its reconnect options until ``timeout``. Returns the machine that
+    connected, the streams, CONNECTED and the broker's URL."""
+    plan = Reconnect(brokers, timeout=timeout, startup=True)
+    error = ClientError("no broker to connect to")
+    while True:
+        step = plan.next()
+        if isinstance(step, GiveUp):
+            raise error
+        if not isinstance(step, Dial):
+            await asyncio.sleep(step.seconds)
+            continue
+        if plan.attempts > 1:
+            machine = machine.successor()
+        if not host_given:
+            machine.host = step.address[1]
+        try:
+            reader, writer, connected = await dial_async(step.address, machine, step.timeout,
+                                                         ssl_context)
+        except ClientError as exc:
+            error = exc
+            continue
+        return machine, reader, writer, connected, format_address(step.address)
+
+
+class AsyncFailover:
+    """Failing over, for the asyncio connection that inherits it."""
+
+    timeout: float
+    address: str
+    connected: Connected
+    on_failover: FailoverCallback | None
+    _brokers: BrokerList
+    _ssl_context: ssl.SSLContext | None
+    _host_given: bool
+    _track: Tracker[asyncio.Future[dict[str, str]]]
+    _reader: asyncio.StreamReader
+    _writer: asyncio.StreamWriter
+    _up: asyncio.Event
+    _closing: bool
+    _failure: ClientError | None
+    _tasks: list[asyncio.Task[None]]
+
+    def _end_range(self, sub_id: str, error: ClientError) -> None:
+        raise NotImplementedError
+
+    def _heartbeat_loop(self) -> Coroutine[Any, Any, None]:
+        raise NotImplementedError
+
+    async def _fail_over(self, error: ClientError) -> bool:
+        """Connect to the next broker that answers and replay onto it: subscriptions, then
+        every unconfirmed SEND in its original order. False: no failover URL, closing, or
+        ``maxReconnectAttempts`` spent."""
+        track = self._track
+        if not track.failover or self._closing or self._failure is not None:
+            return False
+        loop = asyncio.get_running_loop()
+        lost_at = loop.time()
+        self._up.clear()
+        from_url = self.address
+        old = track.machine
+        loss = track.lose(error, from_url)
+        for sid in loss.ranges:
+            self._end_range(sid, range_read_lost(from_url))
+        log.warning("connection to %s lost (%s); failing over", from_url, error)
+        for waiter, failure in loss.failed:
+            resolve(waiter, failure)
+        self._writer.close()
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current:
+                task.cancel()
+        self._tasks = [t for t in self._tasks if t is current]
+        plan = Reconnect(self._brokers, timeout=self.timeout, startup=False)
+        while not self._closing:
+            step = plan.next()
+            if isinstance(step, GiveUp):
+                return False
+            if not isinstance(step, Dial):
+                await asyncio.sleep(step.seconds)
                 continue
-            if client._closing:
+            machine = old.successor()
+            if not self._host_given:
+                machine.host = step.address[1]
+            try:
+                reader, writer, connected = await dial_async(step.address, machine,
+                                                             step.timeout, self._ssl_context)
+            except ClientError as exc:
+                log.info("failover attempt %d to %s failed: %s", plan.attempts,
+                         format_address(step.address), exc)
+                continue
+            if self._closing:
                 writer.close()
                 return False
-            resent, resubscribed = _replay(client, reader, writer, machine, old, sub_waiters)
-            client.connected, client.address = connected, format_address(address)
-            event = FailoverEvent(from_url, client.address, loop.time() - lost_at, attempts,
-                                  resent, resubscribed, rolled_back)
+            self._reader, self._writer = reader, writer
+            replay = track.replay(machine, loss, loop.create_future)
+            writer.write(replay.data)
+            self.connected, self.address = connected, format_address(step.address)
+            event = FailoverEvent(from_url, self.address, loop.time() - lost_at,
+                                  plan.attempts, replay.resent, replay.resubscribed,
+                                  loss.rolled_back)
             log.warning("failed over from %s to %s in %.3fs (%d attempts, %d sends re-sent, "
-                        "%d subscriptions replayed)", from_url, client.address, event.downtime,
-                        attempts, resent, resubscribed)
-            client._tasks.append(asyncio.create_task(client._heartbeat_loop()))
-            client._up.set()
-            if client.on_failover is not None:
-                client.on_failover(event)
+                        "%d subscriptions replayed)", from_url, self.address, event.downtime,
+                        event.attempts, event.resent, event.resubscribed)
+            self._tasks.append(asyncio.create_task(self._heartbeat_loop()))
+            self._up.set()
+            if self.on_failover is not None:
+                self.on_failover(event)
             return True
-        await asyncio.sleep(options.backoff(attempts))
-    return False
-
-
-def _replay(client: AsyncClient, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-            machine: ClientMachine, old: ClientMachine,
-            sub_waiters: dict[str, asyncio.Future[dict[str, str]]]) -> tuple[int, int]:
-    """Install the new connection and write the replayed frames before anything new."""
-    loop = asyncio.get_running_loop()
-    client._reader, client._writer, client._machine = reader, writer, machine
-    client._epoch += 1
-    data: list[bytes] = []
-    for sub in old.subscriptions.values():
-        out = machine.resubscribe(sub)
-        assert out.receipt is not None
-        client._receipts[out.receipt] = sub_waiters.get(sub.id) or loop.create_future()
-        client._sub_receipts[out.receipt] = sub.id
-        data.append(out.data)
-    inflight, client._inflight = client._inflight, {}
-    for pending in inflight.values():
-        out = machine.send(pending.destination, pending.body, pending.headers,
-                           persistent=pending.persistent)
-        assert out.receipt is not None
-        client._receipts[out.receipt] = pending.future  # type: ignore[assignment]
-        client._inflight[out.receipt] = pending
-        data.append(out.data)
-    writer.write(b"".join(data))
-    return len(inflight), len(old.subscriptions)
+        return False

@@ -8,20 +8,19 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from sluicemq.client.failover import TransactionRolledBack
 from sluicemq.client.inbox import Ended, take
 from sluicemq.client.machine import ClientMachine, Outgoing
 from sluicemq.client.message import AsyncMessage
 from sluicemq.errors import ClientError
 
 if TYPE_CHECKING:
-    from sluicemq.client.aio import AsyncClient
+    from sluicemq.client.ports import AsyncPort
 
 
 class AsyncSubscription:
     """Messages of one SUBSCRIBE; `async for` them or `await get()`."""
 
-    def __init__(self, client: AsyncClient, sub_id: str, destination: str) -> None:
+    def __init__(self, client: AsyncPort, sub_id: str, destination: str) -> None:
         self.client = client
         self.id = sub_id
         self.destination = destination
@@ -42,7 +41,7 @@ class AsyncSubscription:
             except TimeoutError:
                 return None
             message = take(item, self._queue.put_nowait, AsyncMessage)
-            if message is None or not self.client._stale(message):
+            if message is None or not self.client._track.stale(message.epoch, message.ack_mode):
                 return message
 
     def __aiter__(self) -> AsyncSubscription:
@@ -62,7 +61,7 @@ class AsyncSubscription:
         try:
             await self.client._call(lambda m: m.unsubscribe(self.id, durable=durable))
         finally:
-            self.client._subscriptions.pop(self.id, None)
+            self.client._forget(self.id)
             self._queue.put_nowait(Ended())
 
     async def __aenter__(self) -> AsyncSubscription:
@@ -76,7 +75,7 @@ class AsyncSubscription:
 class AsyncTransaction:
     """A STOMP transaction, begun by `async with` (or `begin()`); commit on a clean exit."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: AsyncPort) -> None:
         self.client = client
         self.id = ""
         self.finished = False
@@ -87,7 +86,7 @@ class AsyncTransaction:
         def begin(m: ClientMachine) -> Outgoing:
             out = m.begin()
             assert out.ident is not None
-            client._open_tx.add(out.ident)
+            client._track.begun(out.ident)
             return out
 
         out = await client._call(begin)
@@ -124,23 +123,17 @@ class AsyncTransaction:
             raise ClientError(f"transaction {self.id} already finished")
         self.finished = True
         client = self.client
-        if self.id in client._lost_tx:
-            client._lost_tx.discard(self.id)
-            if committing:
-                raise TransactionRolledBack(self.id)
-            return
+        go: list[bool] = []
 
         def finish(m: ClientMachine) -> Outgoing:
-            client._open_tx.discard(self.id)
-            return build(m)
+            go.append(client._track.finishing(self.id, committing))  # may raise: rolled back
+            return build(m) if go[0] else Outgoing(b"")
 
         try:
             await client._call(finish)
         except ClientError as exc:
-            if committing and client._brokers.failover is not None and client.is_open \
-                    and not exc.headers:
-                raise TransactionRolledBack(self.id, " (its COMMIT was in flight: it may "
-                                                     "have committed)") from exc
+            if committing and go and go[0]:
+                raise client._track.commit_failed(self.id, exc, client.is_open) from exc
             raise
 
     async def __aenter__(self) -> AsyncTransaction:

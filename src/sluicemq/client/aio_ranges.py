@@ -20,7 +20,7 @@ from sluicemq.errors import ClientError
 from sluicemq.protocol import columns
 
 if TYPE_CHECKING:
-    from sluicemq.client.aio import AsyncClient
+    from sluicemq.client.aio_conn import AsyncConnection
 
 
 class _SizedQueue(asyncio.Queue[object]):
@@ -45,7 +45,7 @@ class _SizedQueue(asyncio.Queue[object]):
 class AsyncRangeRead:
     """``async for`` the messages of one range read; ``head`` is set once they end."""
 
-    def __init__(self, client: AsyncClient, sub_id: str, destination: str) -> None:
+    def __init__(self, client: AsyncConnection, sub_id: str, destination: str) -> None:
         self.client = client
         self.id = sub_id
         self.destination = destination
@@ -131,7 +131,7 @@ class AsyncRangeRead:
         await self.close()
 
 
-async def open_range(client: AsyncClient, destination: str,
+async def open_range(client: AsyncConnection, destination: str,
                      headers: dict[str, str]) -> AsyncRangeRead:
     """Send the SUBSCRIBE, wait for its RECEIPT (an ERROR raises), return the reader."""
     out, future = client._submit(lambda m: m.subscribe(destination, headers=headers))

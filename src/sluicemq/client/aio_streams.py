@@ -30,13 +30,14 @@ from sluicemq.streaming.errors import (
 from sluicemq.streaming.manifest import ChunkInfo, ResumePoint
 
 if TYPE_CHECKING:
-    from sluicemq.client.aio import AsyncClient, AsyncSubscription
+    from sluicemq.client.aio_conn import AsyncConnection
+    from sluicemq.client.aio_handles import AsyncSubscription
 
 
 class AsyncStreamWriter:
     """`async with client.stream_writer(...) as w: await w.write(data)`; see StreamWriter."""
 
-    def __init__(self, client: AsyncClient, destination: str, *, name: str = "",
+    def __init__(self, client: AsyncConnection, destination: str, *, name: str = "",
                  chunk_size: int = DEFAULT_CHUNK_SIZE, window: int = DEFAULT_WINDOW,
                  headers: Mapping[str, str] | None = None, stream_id: str | None = None,
                  resume: bool = False, wait_for_consumer: float | None = None) -> None:
@@ -212,7 +213,7 @@ class AsyncStreamSubscription:
     Subscribes on entry (or on the first iteration); see StreamSubscription for semantics.
     """
 
-    def __init__(self, client: AsyncClient, destination: str, *, window: int = DEFAULT_WINDOW,
+    def __init__(self, client: AsyncConnection, destination: str, *, window: int = DEFAULT_WINDOW,
                  timeout: float | None = None) -> None:
         if window < 1:
             raise ValueError("window must be at least 1")
@@ -290,7 +291,7 @@ class AsyncStreamSubscription:
                 await message.ack()
 
 
-async def send_file(client: AsyncClient, destination: str, path: str | os.PathLike[str], *,
+async def send_file(client: AsyncConnection, destination: str, path: str | os.PathLike[str], *,
                     chunk_size: int = DEFAULT_CHUNK_SIZE, window: int = DEFAULT_WINDOW,
                     resume: bool = True, again: bool = False, progress: Progress | None = None,
                     headers: Mapping[str, str] | None = None,
@@ -345,7 +346,7 @@ async def save_stream(stream: AsyncStreamReader, directory: str | os.PathLike[st
     return final
 
 
-async def receive_file(client: AsyncClient, destination: str,
+async def receive_file(client: AsyncConnection, destination: str,
                        directory: str | os.PathLike[str], *, window: int = DEFAULT_WINDOW,
                        timeout: float | None = None, progress: Progress | None = None) -> Path:
     """Receive the next stream on `destination` into `directory`; returns its path."""

@@ -1,26 +1,24 @@
-"""What a client keeps to survive a failover, and the blocking dial that opens a connection.
+"""What a client keeps to survive a failover: the public events and errors, and the bounded
+memories of messages acknowledged or delivered across it.
 
 After the connection to the master is lost, a client with a ``failover:`` URL connects to the
 next broker, replays its subscriptions (same ids, ack modes, durable names) and re-sends, in
 their original order and under their original producer numbers, every SEND whose RECEIPT it
 never got. The broker's duplicate detection drops those it had stored already, so nothing is
 lost and nothing is stored twice. Transactions open at the failure are lost (the broker rolled
-them back) and say so with `TransactionRolledBack`.
+them back) and say so with `TransactionRolledBack`. The bookkeeping lives in
+client/tracker.py, the schedule in client/reconnect.py; both are sans-IO.
 """
 
 from __future__ import annotations
 
-import socket
-import ssl
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
 
-from sluicemq.client.machine import ClientMachine, Connected, ErrorReceived
-from sluicemq.client.url import Address, tls_context
-from sluicemq.errors import ClientError, SluiceError
+from sluicemq.errors import ClientError
 
-DIAL_TIMEOUT = 10.0  # at most this per connection attempt (a dead host answers nothing)
+W = TypeVar("W")
 
 
 class TransactionRolledBack(ClientError):
@@ -34,15 +32,29 @@ class TransactionRolledBack(ClientError):
         self.transaction = transaction
 
 
+class AckInDoubt(ClientError):
+    """An ACK the broker cannot confirm because the connection failed over: it was in flight
+    when the connection was lost, or the message came before the failover. Either the old
+    master stored it, or the new one redelivers the message - and then this client
+    acknowledges the copy itself instead of handing it out again. Treat the message as
+    processed; do not retry the ACK."""
+
+    def __init__(self, message_id: str, to_url: str = "") -> None:
+        super().__init__(f"the ACK of message {message_id} could not be confirmed: the "
+                         f"connection failed over{f' to {to_url}' if to_url else ''}; "
+                         "a redelivered copy is acknowledged by the client")
+        self.message_id = message_id
+
+
 @dataclass(slots=True)
-class PendingSend:
+class PendingSend(Generic[W]):
     """A receipted SEND not yet confirmed: everything needed to send it again identically."""
 
     destination: str
     body: bytes | str
     headers: dict[str, str]  # as sent, producer id and number included
     persistent: bool
-    future: object = None  # the caller's receipt future, resolved by whichever copy answers
+    waiter: W | None = None  # the caller's receipt waiter, resolved by whichever copy answers
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,15 +73,22 @@ class FailoverEvent:
 FailoverCallback = Callable[[FailoverEvent], None]
 
 
-def drop_range_reads(machine: ClientMachine) -> list[str]:
-    """Remove the range reads and browses (``browser:true``) of a lost connection and return
-    their ids: replaying one would deliver its range again from the start, so it ends with an
-    error instead and its caller reads the range again (a Spark task is retried)."""
-    ids = [sid for sid, sub in machine.subscriptions.items()
-           if sub.headers.get("browser") == "true"]
-    for sid in ids:
-        del machine.subscriptions[sid]
-    return ids
+class Settleable(Protocol):
+    """A receipt waiter: concurrent.futures.Future and asyncio.Future both are."""
+
+    def done(self) -> bool: ...
+    def set_result(self, result: Any, /) -> None: ...
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
+def resolve(waiter: Settleable | None, outcome: object) -> None:
+    """Settle a receipt waiter with headers or an error, unless it is settled already."""
+    if waiter is None or waiter.done():
+        return
+    if isinstance(outcome, BaseException):
+        waiter.set_exception(outcome)
+    else:
+        waiter.set_result(outcome)
 
 
 def range_read_lost(url: str) -> ClientError:
@@ -77,53 +96,9 @@ def range_read_lost(url: str) -> ClientError:
                        "read the range again")
 
 
-def dial(address: Address, machine: ClientMachine, timeout: float,
-         ssl_context: ssl.SSLContext | None = None) -> tuple[socket.socket, Connected]:
-    """Open a socket, send CONNECT and read until CONNECTED (blocking, within ``timeout``).
-
-    Raises ClientError naming the address on any failure, or the broker's ERROR as sent.
-    """
-    scheme, host, port = address
-    deadline = time.monotonic() + timeout
-    try:
-        sock = socket.create_connection((host, port), timeout=min(timeout, DIAL_TIMEOUT))
-    except OSError as exc:
-        raise ClientError(f"cannot connect to {host}:{port}: {exc}") from exc
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if scheme == "stomps":
-            sock = tls_context(ssl_context).wrap_socket(sock, server_hostname=host)
-        sock.sendall(machine.connect())
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError
-            sock.settimeout(remaining)
-            data = sock.recv(1 << 16)
-            if not data:
-                raise machine.closed_by_peer()
-            for event in machine.receive_data(data):
-                if isinstance(event, ErrorReceived):
-                    raise event.error
-                if isinstance(event, Connected):
-                    sock.settimeout(None)
-                    return sock, event
-    except TimeoutError:
-        sock.close()
-        raise ClientError(f"no CONNECTED from {host}:{port} within {timeout}s") from None
-    except OSError as exc:
-        sock.close()
-        raise ClientError(f"cannot connect to {host}:{port}: {exc}") from exc
-    except ClientError:
-        sock.close()
-        raise
-    except SluiceError as exc:  # a malformed CONNECTED
-        sock.close()
-        raise ClientError(f"bad answer from {host}:{port}: {exc}") from exc
-
-
 class EarlyAcks:
-    """Messages the caller acknowledged after the connection that delivered them was lost.
+    """Messages the caller acknowledged after (or while) the connection that delivered them
+    was lost.
 
     Such an ACK cannot be sent (the new broker would read the old ack id as one of its own
     deliveries), yet the caller has processed the message: when the new broker redelivers it
@@ -147,3 +122,64 @@ class EarlyAcks:
         if message_id is None or not self._keys:
             return False
         return self._keys.pop((subscription, message_id), 0) is None
+
+
+class Unacked:
+    """Messages delivered to this client and not yet acknowledged, per subscription, so that
+    after a failover their redelivery says ``redelivered:true`` (the new master cannot know
+    the old one handed them out). Bounded like `EarlyAcks`; ``client`` mode acknowledges
+    cumulatively, as the broker does."""
+
+    def __init__(self, limit: int = 65_536) -> None:
+        self.limit = limit
+        self._subs: dict[str, dict[str, None]] = {}
+        self._size = 0
+        self._marked: set[tuple[str, str]] = set()  # delivered before the last failover
+
+    def delivered(self, subscription: str, message_id: str) -> None:
+        ids = self._subs.setdefault(subscription, {})
+        if message_id in ids:
+            return
+        ids[message_id] = None
+        self._size += 1
+        if self._size > self.limit:  # forget the oldest of the largest subscription
+            largest = max(self._subs.values(), key=len)
+            del largest[next(iter(largest))]
+            self._size -= 1
+
+    def settled(self, subscription: str, message_id: str, cumulative: bool) -> None:
+        """An ACK or NACK went out for this message (and, cumulative, for all before it)."""
+        ids = self._subs.get(subscription)
+        if not ids or message_id not in ids:
+            return
+        if not cumulative:
+            del ids[message_id]
+            self._size -= 1
+            return
+        while ids:
+            first = next(iter(ids))
+            del ids[first]
+            self._size -= 1
+            if first == message_id:
+                break
+
+    def failed_over(self) -> None:
+        """Everything still unacknowledged comes back redelivered on the next connection."""
+        self._marked = {(sub, mid) for sub, ids in self._subs.items() for mid in ids}
+        self._subs.clear()
+        self._size = 0
+
+    def forget(self, subscription: str) -> None:
+        ids = self._subs.pop(subscription, None)
+        if ids:
+            self._size -= len(ids)
+
+    def was_delivered(self, subscription: str, message_id: str) -> bool:
+        """Did an earlier connection deliver this one? (Asked once per redelivery.)"""
+        if not self._marked:
+            return False
+        try:
+            self._marked.remove((subscription, message_id))
+        except KeyError:
+            return False
+        return True

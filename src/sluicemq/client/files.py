@@ -37,7 +37,7 @@ from sluicemq.streaming.errors import StreamIntegrityError
 from sluicemq.streaming.manifest import ResumePoint
 
 if TYPE_CHECKING:
-    from sluicemq.client.sync import Client
+    from sluicemq.client.sync_conn import Connection
 
 PARTIAL_DIR = ".sluice-partial"
 HASH_BLOCK = 1 << 20
@@ -67,7 +67,7 @@ def takes_copy(point: ResumePoint, *, again: bool, resume: bool) -> bool:
     return point.state == "unknown" or (point.state == "open" and resume)
 
 
-def stream_state(client: Client, destination: str, stream_id: str) -> ResumePoint:
+def stream_state(client: Connection, destination: str, stream_id: str) -> ResumePoint:
     """The broker's resume answer for one stream id (a query SEND, nothing stored)."""
     answer = client.send_async(destination, b"", {wire.QUERY: stream_id}).result(client.timeout)
     return wire.parse_resume(answer)
@@ -137,7 +137,7 @@ def expected_total(size: int | None, headers: Mapping[str, str]) -> int | None:
     return int(hint) if hint.isdigit() else None
 
 
-def send_file(client: Client, destination: str, path: str | os.PathLike[str], *,
+def send_file(client: Connection, destination: str, path: str | os.PathLike[str], *,
               chunk_size: int = DEFAULT_CHUNK_SIZE, window: int = DEFAULT_WINDOW,
               resume: bool = True, again: bool = False, progress: Progress | None = None,
               headers: Mapping[str, str] | None = None,
@@ -197,7 +197,7 @@ def save_stream(stream: StreamReader, directory: str | os.PathLike[str],
     return final
 
 
-def receive_file(client: Client, destination: str, directory: str | os.PathLike[str], *,
+def receive_file(client: Connection, destination: str, directory: str | os.PathLike[str], *,
                  window: int = DEFAULT_WINDOW, timeout: float | None = None,
                  progress: Progress | None = None) -> Path:
     """Receive the next stream on `destination` into `directory`; returns its path."""

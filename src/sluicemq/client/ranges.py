@@ -25,7 +25,7 @@ from sluicemq.protocol import columns
 
 if TYPE_CHECKING:
     from sluicemq.client.machine import ClientMachine
-    from sluicemq.client.sync import Client
+    from sluicemq.client.sync_conn import Connection
 
 MAX_ITEMS = 1000
 MAX_BYTES = 16 << 20
@@ -117,7 +117,7 @@ class RangeRead:
     Use it as a context manager: leaving early cancels the read on the broker.
     """
 
-    def __init__(self, client: Client, sub_id: str, destination: str) -> None:
+    def __init__(self, client: Connection, sub_id: str, destination: str) -> None:
         self.client = client
         self.id = sub_id
         self.destination = destination
@@ -243,7 +243,7 @@ def _unsubscribe(machine: ClientMachine, sub_id: str) -> Outgoing:
     return Outgoing(b"")
 
 
-def open_range(client: Client, destination: str, headers: dict[str, str]) -> RangeRead:
+def open_range(client: Connection, destination: str, headers: dict[str, str]) -> RangeRead:
     """Send the SUBSCRIBE, wait for its RECEIPT (an ERROR raises), return the reader."""
     holder: list[RangeRead] = []
 

@@ -15,7 +15,7 @@ from sluicemq.errors import ClientError
 from sluicemq.protocol.columns import COLUMNS
 
 if TYPE_CHECKING:
-    from sluicemq.client.sync import Client
+    from sluicemq.client.sync_conn import Connection
 
 STAGE = "sluice-stage"
 STAGE_COMMIT = "sluice-stage-commit"
@@ -58,7 +58,7 @@ class StagedPart(CommitScope):
     was published already (nothing was stored); ``messages`` how many the broker stored.
     """
 
-    def __init__(self, client: Client, sink: str, batch: str | int, part: str | int) -> None:
+    def __init__(self, client: Connection, sink: str, batch: str | int, part: str | int) -> None:
         self.client = client
         self.name = f"{sink}/{batch}/{part}"
         out = client._call(lambda m: m.begin(headers={STAGE: self.name}))
@@ -116,7 +116,7 @@ class StagedPart(CommitScope):
         self.finished = True
 
 
-def publish_stage(client: Client, sink: str, batch: str | int, parts: Iterable[str | int],
+def publish_stage(client: Connection, sink: str, batch: str | int, parts: Iterable[str | int],
                   token: str | None = None) -> PublishResult:
     """Publish exactly ``parts`` of the batch; ("published" | "duplicate", messages), with
     ``.token`` (see `PublishResult`)."""
@@ -130,7 +130,7 @@ def publish_stage(client: Client, sink: str, batch: str | int, parts: Iterable[s
     return PublishResult(answer[RESULT], int(answer.get(MESSAGES, "0")), answer.get(TOKEN))
 
 
-def abort_stage(client: Client, sink: str, batch: str | int) -> int:
+def abort_stage(client: Connection, sink: str, batch: str | int) -> int:
     """Discard the batch's parked parts; returns how many there were."""
     _, receipt = client._submit(lambda m: m.abort("abort",
                                                   headers={STAGE_ABORT: f"{sink}/{batch}"}))

@@ -35,7 +35,8 @@ from sluicemq.streaming.errors import (
 from sluicemq.streaming.manifest import ChunkInfo, ResumePoint
 
 if TYPE_CHECKING:
-    from sluicemq.client.sync import Client, Receipt, Subscription
+    from sluicemq.client.sync_conn import Connection
+    from sluicemq.client.sync_handles import Receipt, Subscription
 
 DEFAULT_CHUNK_SIZE = 1 << 20
 DEFAULT_WINDOW = 8
@@ -50,7 +51,7 @@ class StreamWriter(io.RawIOBase):
     finish it.
     """
 
-    def __init__(self, client: Client, destination: str, *, name: str = "",
+    def __init__(self, client: Connection, destination: str, *, name: str = "",
                  chunk_size: int = DEFAULT_CHUNK_SIZE, window: int = DEFAULT_WINDOW,
                  headers: Mapping[str, str] | None = None, stream_id: str | None = None,
                  resume: bool = False, wait_for_consumer: float | None = None) -> None:
@@ -253,7 +254,7 @@ class StreamSubscription:
     that stalls for `timeout` mid-way raises ClientError from `read()`.
     """
 
-    def __init__(self, client: Client, destination: str, *, window: int = DEFAULT_WINDOW,
+    def __init__(self, client: Connection, destination: str, *, window: int = DEFAULT_WINDOW,
                  timeout: float | None = None) -> None:
         if window < 1:
             raise ValueError("window must be at least 1")

@@ -1,9 +1,9 @@
-"""The blocking client's half of failover: the first connection (trying each broker of a
-failover URL) and moving a connected `Client` to the next broker after a loss, replaying its
-subscriptions and unconfirmed SENDs before anything new is written.
+"""The blocking client's I/O for (re)connecting: dial a broker up to CONNECTED, connect first
+(trying each broker of a failover URL) and, after a loss, move the client to the next broker.
 
-What survives a failover (pending sends, lost transactions, the event told to callbacks) is
-shared with the asyncio client in client/failover.py.
+What to dial when, and what survives the move, is decided sans-IO (client/reconnect.py,
+client/tracker.py); this module only opens sockets, sleeps and writes. `SyncFailover` is a
+mixin of the blocking connection (client/sync_conn.py), which provides the state it names.
 """
 
 from __future__ import annotations
@@ -11,141 +11,161 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import ssl
+import threading
 import time
 from concurrent.futures import Future
-from typing import TYPE_CHECKING
 
-from sluicemq.client.failover import FailoverEvent, dial, drop_range_reads, range_read_lost
-from sluicemq.client.inbox import Ended
+from sluicemq.client.failover import FailoverCallback, FailoverEvent, range_read_lost, resolve
 from sluicemq.client.machine import ClientMachine, Connected
-from sluicemq.client.sync_handles import _resolve
-from sluicemq.client.url import Address, format_address
-from sluicemq.errors import ClientError
-
-if TYPE_CHECKING:
-    from sluicemq.client.sync import Client
+from sluicemq.client.reconnect import Dial, GiveUp, Reconnect, connected_in, handshake_failed
+from sluicemq.client.tracker import Tracker
+from sluicemq.client.url import Address, BrokerList, format_address, tls_context
+from sluicemq.errors import ClientError, SluiceError
 
 log = logging.getLogger("sluicemq.client")
+DIAL_TIMEOUT = 10.0  # at most this per connection attempt (a dead host answers nothing)
 
 
-def connect_first(client: Client) -> tuple[socket.socket, Connected, str]:
-    """Connect to the first broker that answers (socket, CONNECTED, its URL): a plain URL
-    gets exactly one attempt, a failover URL tries every address, backing off, until
-    ``timeout``."""
-    options = client._brokers.failover
-    deadline = time.monotonic() + client.timeout
-    attempt = 0
-    while True:
-        for address in client._brokers.ordered():
+def dial(address: Address, machine: ClientMachine, timeout: float,
+         ssl_context: ssl.SSLContext | None = None) -> tuple[socket.socket, Connected]:
+    """Open a socket, send CONNECT and read until CONNECTED (blocking, within ``timeout``).
+
+    Raises ClientError naming the address on any failure, or the broker's ERROR as sent.
+    """
+    scheme, host, port = address
+    deadline = time.monotonic() + timeout
+    try:
+        sock = socket.create_connection((host, port), timeout=min(timeout, DIAL_TIMEOUT))
+    except OSError as exc:
+        raise ClientError(f"cannot connect to {host}:{port}: {exc}") from exc
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if scheme == "stomps":
+            sock = tls_context(ssl_context).wrap_socket(sock, server_hostname=host)
+        sock.sendall(machine.connect())
+        while True:
             remaining = deadline - time.monotonic()
-            machine = client._machine if attempt == 0 else client._machine.successor()
+            if remaining <= 0:
+                raise TimeoutError
+            sock.settimeout(remaining)
+            data = sock.recv(1 << 16)
+            if not data:
+                raise machine.closed_by_peer()
+            connected = connected_in(machine.receive_data(data))
+            if connected is not None:
+                sock.settimeout(None)
+                return sock, connected
+    except (OSError, SluiceError) as exc:
+        sock.close()
+        if isinstance(exc, ClientError):
+            raise  # the broker's ERROR, as sent
+        raise handshake_failed(exc, address, timeout) from exc
+
+
+class SyncFailover:
+    """Connecting and failing over, for the blocking connection that inherits it."""
+
+    timeout: float
+    address: str
+    connected: Connected
+    on_failover: FailoverCallback | None
+    _brokers: BrokerList
+    _ssl_context: ssl.SSLContext | None
+    _host_given: bool
+    _track: Tracker[Future[dict[str, str]]]
+    _sock: socket.socket
+    _state: threading.Lock
+    _write: threading.Lock
+    _up: threading.Event
+    _closed: threading.Event
+    _closing: bool
+    _failure: ClientError | None
+
+    def _end_range(self, sub_id: str, error: ClientError) -> None:
+        raise NotImplementedError
+
+    def _machine_for(self, machine: ClientMachine, address: Address) -> ClientMachine:
+        """The CONNECT's host header names the broker dialled, unless the caller chose one."""
+        if not self._host_given:
+            machine.host = address[1]
+        return machine
+
+    def _connect_first(self) -> tuple[socket.socket, Connected, str]:
+        """Connect to the first broker that answers (socket, CONNECTED, its URL): a plain URL
+        gets exactly one attempt, a failover URL follows its reconnect options until
+        ``timeout``."""
+        plan = Reconnect(self._brokers, timeout=self.timeout, startup=True)
+        error = ClientError("no broker to connect to")
+        machine = self._track.machine
+        while True:
+            step = plan.next()
+            if isinstance(step, GiveUp):
+                raise error
+            if not isinstance(step, Dial):
+                time.sleep(step.seconds)
+                continue
+            if plan.attempts > 1:
+                machine = machine.successor()
             try:
-                sock, connected = dial(address, with_host(client, machine, address),
-                                       max(remaining, 0.001), client._ssl_context)
+                sock, connected = dial(step.address, self._machine_for(machine, step.address),
+                                       step.timeout, self._ssl_context)
             except ClientError as exc:
                 error = exc
-                if options is None:
-                    raise
-                attempt += 1
-                client._machine = machine
                 continue
-            client._machine = machine
-            return sock, connected, format_address(address)
-        limit = options.startupMaxReconnectAttempts if options is not None else 0
-        if options is None or 0 <= limit < attempt or time.monotonic() >= deadline:
-            raise error
-        time.sleep(min(options.backoff(attempt), max(deadline - time.monotonic(), 0)))
+            self._track.machine = machine
+            return sock, connected, format_address(step.address)
 
-
-def with_host(client: Client, machine: ClientMachine, address: Address) -> ClientMachine:
-    """The CONNECT's host header names the broker dialled, unless the caller chose one."""
-    if not client._host_given:
-        machine.host = address[1]
-    return machine
-
-
-def fail_over(client: Client, error: ClientError) -> bool:
-    """Connect to the next broker that answers and replay onto it: subscriptions, then
-    every unconfirmed SEND in its original order. False: no failover URL, closing, or
-    ``maxReconnectAttempts`` spent."""
-    options = client._brokers.failover
-    lost_at = time.monotonic()
-    with client._state:
-        if options is None or client._closing or client._failure is not None:
-            return False
-        client._up.clear()
-        old = client._machine
-        old.connection_lost()
-        receipts, client._receipts = client._receipts, {}
-        sub_waiters = {client._sub_receipts.pop(r): f for r, f in list(receipts.items())
-                       if r in client._sub_receipts}
-        lost = [f for r, f in receipts.items()
-                if r not in client._inflight and f not in sub_waiters.values()]
-        rolled_back = tuple(sorted(client._open_tx))
-        client._lost_tx |= client._open_tx
-        client._open_tx.clear()
-        old_sock, from_url = client._sock, client.address
-        ranges = [client._subscriptions.pop(sid) for sid in drop_range_reads(old)
-                  if sid in client._subscriptions]
-    log.warning("connection to %s lost (%s); failing over", from_url, error)
-    for sub in ranges:
-        sub.active = False
-        sub._deliver(Ended(range_read_lost(from_url)))
-    for future in lost:
-        _resolve(future, ClientError(f"connection to {from_url} lost before the broker "
-                                     f"confirmed this frame: {error}"))
-    with contextlib.suppress(OSError):
-        old_sock.close()
-    attempts = 0
-    while not client._closing:
-        for address in client._brokers.ordered():
-            machine = with_host(client, old.successor(), address)
-            attempts += 1
+    def _fail_over(self, error: ClientError) -> bool:
+        """Connect to the next broker that answers and replay onto it: subscriptions, then
+        every unconfirmed SEND in its original order. False: no failover URL, closing, or
+        ``maxReconnectAttempts`` spent."""
+        lost_at = time.monotonic()
+        track = self._track
+        with self._state:
+            if not track.failover or self._closing or self._failure is not None:
+                return False
+            self._up.clear()
+            from_url = self.address
+            loss = track.lose(error, from_url)
+            old_sock, old = self._sock, track.machine
+        log.warning("connection to %s lost (%s); failing over", from_url, error)
+        for sid in loss.ranges:
+            self._end_range(sid, range_read_lost(from_url))
+        for waiter, failure in loss.failed:
+            resolve(waiter, failure)
+        with contextlib.suppress(OSError):
+            old_sock.close()
+        plan = Reconnect(self._brokers, timeout=self.timeout, startup=False)
+        while not self._closing:
+            step = plan.next()
+            if isinstance(step, GiveUp):
+                return False
+            if not isinstance(step, Dial):
+                self._closed.wait(step.seconds)  # cut short by disconnect()
+                continue
+            machine = self._machine_for(old.successor(), step.address)
             try:
-                sock, connected = dial(address, machine, client.timeout, client._ssl_context)
+                sock, connected = dial(step.address, machine, step.timeout, self._ssl_context)
             except ClientError as exc:
-                log.info("failover attempt %d to %s failed: %s", attempts,
-                         format_address(address), exc)
-                if 0 <= options.maxReconnectAttempts <= attempts:
-                    return False
+                log.info("failover attempt %d to %s failed: %s", plan.attempts,
+                         format_address(step.address), exc)
                 continue
-            resent, resubscribed = _replay(client, sock, machine, old, sub_waiters)
-            client.connected, client.address = connected, format_address(address)
-            event = FailoverEvent(from_url, client.address, time.monotonic() - lost_at,
-                                  attempts, resent, resubscribed, rolled_back)
-            log.warning("failed over from %s to %s in %.3fs (%d attempts, %d sends "
-                        "re-sent, %d subscriptions replayed)", from_url, client.address,
-                        event.downtime, attempts, resent, resubscribed)
-            client._up.set()
-            if client.on_failover is not None:
-                client.on_failover(event)
+            with self._write:
+                with self._state:
+                    self._sock = sock
+                    replay = track.replay(machine, loss, Future)
+                with contextlib.suppress(OSError):  # if this broker died too, the reader sees it
+                    sock.sendall(replay.data)
+            self.connected, self.address = connected, format_address(step.address)
+            event = FailoverEvent(from_url, self.address, time.monotonic() - lost_at,
+                                  plan.attempts, replay.resent, replay.resubscribed,
+                                  loss.rolled_back)
+            log.warning("failed over from %s to %s in %.3fs (%d attempts, %d sends re-sent, "
+                        "%d subscriptions replayed)", from_url, self.address, event.downtime,
+                        event.attempts, event.resent, event.resubscribed)
+            self._up.set()
+            if self.on_failover is not None:
+                self.on_failover(event)
             return True
-        client._closed.wait(options.backoff(attempts))
-    return False
-
-
-def _replay(client: Client, sock: socket.socket, machine: ClientMachine, old: ClientMachine,
-            sub_waiters: dict[str, Future[dict[str, str]]]) -> tuple[int, int]:
-    """Install the new connection and write the replayed frames before anything new."""
-    with client._write:
-        with client._state:
-            client._sock, client._machine = sock, machine
-            client._epoch += 1
-            data: list[bytes] = []
-            for sub in old.subscriptions.values():
-                out = machine.resubscribe(sub)
-                assert out.receipt is not None
-                client._receipts[out.receipt] = sub_waiters.get(sub.id) or Future()
-                client._sub_receipts[out.receipt] = sub.id
-                data.append(out.data)
-            inflight, client._inflight = client._inflight, {}
-            for pending in inflight.values():
-                out = machine.send(pending.destination, pending.body, pending.headers,
-                                   persistent=pending.persistent)
-                assert out.receipt is not None
-                client._receipts[out.receipt] = pending.future  # type: ignore[assignment]
-                client._inflight[out.receipt] = pending
-                data.append(out.data)
-        with contextlib.suppress(OSError):  # if this broker died too, the reader sees it
-            sock.sendall(b"".join(data))
-    return len(inflight), len(old.subscriptions)
+        return False

@@ -10,7 +10,6 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING
 
-from sluicemq.client.failover import TransactionRolledBack
 from sluicemq.client.inbox import Ended, take
 from sluicemq.client.machine import ClientMachine, Outgoing
 from sluicemq.client.message import Message
@@ -18,13 +17,13 @@ from sluicemq.client.scope import CommitScope
 from sluicemq.errors import ClientError
 
 if TYPE_CHECKING:
-    from sluicemq.client.sync import Client
+    from sluicemq.client.ports import SyncPort
 
 
 class Subscription:
     """Messages of one SUBSCRIBE, queued by the reader thread; iterate or `get()` them."""
 
-    def __init__(self, client: Client, sub_id: str, destination: str) -> None:
+    def __init__(self, client: SyncPort, sub_id: str, destination: str) -> None:
         self.client = client
         self.id = sub_id
         self.destination = destination
@@ -44,7 +43,7 @@ class Subscription:
             except queue.Empty:
                 return None
             message = take(item, self._queue.put, Message)
-            if message is None or not self.client._stale(message):
+            if message is None or not self.client._track.stale(message.epoch, message.ack_mode):
                 return message
 
     def __iter__(self) -> Iterator[Message]:
@@ -76,14 +75,14 @@ class Subscription:
 class Transaction(CommitScope):
     """A STOMP transaction: begun on creation, committed on a clean `with` exit, else aborted."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: SyncPort) -> None:
         self.client = client
         self.finished = False
 
         def begin(m: ClientMachine) -> Outgoing:
             out = m.begin()
             assert out.ident is not None
-            client._open_tx.add(out.ident)  # under the state lock, like the failover's view
+            client._track.begun(out.ident)  # under the state lock, like the failover's view
             return out
 
         out = client._call(begin)
@@ -116,24 +115,17 @@ class Transaction(CommitScope):
             raise ClientError(f"transaction {self.id} already finished")
         self.finished = True
         client = self.client
-        if self.id in client._lost_tx:
-            client._lost_tx.discard(self.id)
-            if committing:
-                raise TransactionRolledBack(self.id)
-            return
+        go: list[bool] = []
 
         def finish(m: ClientMachine) -> Outgoing:
-            client._open_tx.discard(self.id)
-            return build(m)
+            go.append(client._track.finishing(self.id, committing))  # may raise: rolled back
+            return build(m) if go[0] else Outgoing(b"")
 
         try:
             client._call(finish)
         except ClientError as exc:
-            if committing and client._brokers.failover is not None and client.is_open \
-                    and not exc.headers:
-                raise TransactionRolledBack(self.id, " (its COMMIT was in flight: it may "
-                                                     "have committed; numbered sends are "
-                                                     "dropped if stored)") from exc
+            if committing and go and go[0]:
+                raise client._track.commit_failed(self.id, exc, client.is_open) from exc
             raise
 
 
@@ -210,11 +202,3 @@ def _numbered(exc: ClientError, producer_seq: int) -> ClientError:
     failed.producer_seq = producer_seq  # type: ignore[attr-defined]
     return failed
 
-
-def _resolve(future: Future, outcome: object) -> None:
-    if future.done():
-        return
-    if isinstance(outcome, BaseException):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
