@@ -225,3 +225,23 @@ def tmpfs(mountpoint: Path, size: str) -> Iterator[Path]:
         yield mountpoint
     finally:
         subprocess.run(["umount", "-l", str(mountpoint)], check=False, timeout=MOUNT_TIMEOUT)
+
+
+# Throwaway certificates for TLS specs, made with the openssl CLI.
+def openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def make_ca(d: Path, name: str) -> None:
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+            "-keyout", f"{name}.key", "-out", f"{name}.crt", "-subj", f"/CN={name}", cwd=d)
+
+
+def make_cert(d: Path, name: str, cn: str, ca: str, server: bool = False) -> None:
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+            "-out", f"{name}.csr", "-subj", f"/CN={cn}", cwd=d)
+    ext = d / f"{name}.ext"
+    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n" if server
+                   else "extendedKeyUsage=clientAuth\n")
+    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
+            "-CAcreateserial", "-days", "2", "-out", f"{name}.crt", "-extfile", ext.name, cwd=d)

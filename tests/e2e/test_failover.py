@@ -9,16 +9,20 @@ failure fails with an error the caller can retry.
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import signal
 import threading
 from pathlib import Path
 
 import pytest
 
-from ha_helpers import Cluster, Ledger, failover_url
+from ha_helpers import Cluster, Ledger, failover_url, free_port
+from sluice_testing import make_ca, make_cert
 from sluicemq import Client, ClientError
 from sluicemq.client.failover import AckInDoubt, FailoverEvent, TransactionRolledBack
+from sluicemq.tls import client_context
 
 PRODUCERS = 8
 CONSUMERS = 2
@@ -174,7 +178,8 @@ def _ack(msg) -> BaseException | None:
     return None
 
 
-def test_a_subscription_is_replayed_on_the_new_master(cluster) -> None:
+def test_a_subscription_is_replayed_on_the_new_master(cluster, caplog) -> None:
+    """The callback and the log both say that the connection failed over, and to where."""
     master = cluster.master()
     standby = cluster.standby()
     events: list[FailoverEvent] = []
@@ -184,6 +189,7 @@ def test_a_subscription_is_replayed_on_the_new_master(cluster) -> None:
         events.append(event)
         failed_over.set()
 
+    caplog.set_level(logging.WARNING, logger="sluicemq.client")
     with Client(failover_url(master, standby), client_id="sub-client",
                 on_failover=told) as c:
         sub = c.subscribe("/queue/resub", ack="client-individual", id="orders-1")
@@ -191,6 +197,7 @@ def test_a_subscription_is_replayed_on_the_new_master(cluster) -> None:
         assert failed_over.wait(30)
         assert (events[0].from_url, events[0].to_url) == (master.url, standby.url)
         assert events[0].resubscribed == 1
+        assert f"failed over from {master.url} to {standby.url}" in caplog.text
         with Client(standby.url) as other:
             other.send("/queue/resub", "after the takeover")
         msg = sub.get(timeout=10)
@@ -270,3 +277,33 @@ def test_a_client_gives_up_after_max_reconnect_attempts(cluster) -> None:
         with pytest.raises(ClientError):
             c.send("/queue/alone", "nowhere to go")
         assert not c.is_open
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+def test_a_stomps_failover_url_moves_to_the_standby_over_tls(cluster, tmp_path: Path) -> None:
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    make_ca(pki, "ca")
+    make_cert(pki, "server", "localhost", "ca", server=True)
+    tls = ["--tls-cert", str(pki / "server.crt"), "--tls-key", str(pki / "server.key")]
+    ports = free_port(), free_port()
+    master = cluster.master("--tls-port", str(ports[0]), *tls)
+    standby = cluster.standby("--tls-port", str(ports[1]), *tls)
+    urls = [f"stomps://127.0.0.1:{p}" for p in ports]
+    events: list[FailoverEvent] = []
+    failed_over = threading.Event()
+
+    def told(event: FailoverEvent) -> None:
+        events.append(event)
+        failed_over.set()
+
+    with Client(f"failover:({urls[0]},{urls[1]})?randomize=false&initialReconnectDelay=20",
+                ssl_context=client_context(pki / "ca.crt"), on_failover=told) as c:
+        c.send("/queue/tls", "before")
+        master.kill()
+        assert failed_over.wait(30)
+        assert (events[0].from_url, events[0].to_url) == tuple(urls)
+        c.send("/queue/tls", "after")
+        with c.subscribe("/queue/tls") as sub:
+            assert [sub.get(timeout=10).text() for _ in range(2)] == ["before", "after"]
+    assert standby.listening.is_set()

@@ -12,6 +12,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -125,13 +126,21 @@ def test_two_standbys_never_both_take_over_and_a_clean_stop_hands_over(cluster) 
         assert [sub.get(timeout=10).text() for _ in range(2)] == ["before", "after"]
 
 
-def test_admin_status_names_the_role_and_the_lock_holder(cluster) -> None:
+def test_admin_status_names_the_role_since_when_and_the_lock_holder(cluster) -> None:
     master = cluster.master()
-    out = subprocess.run([sys.executable, "-m", "sluicemq", "admin", "--console-url",
-                          f"http://127.0.0.1:{master.console_port}", "status"],
-                         capture_output=True, text=True, timeout=60, check=True).stdout
-    assert "role       master" in out
-    assert f"lock held  pid {master.pid} on {socket.gethostname()}" in out
+    standby = cluster.standby("--standby-health")
+    for broker, role in ((master, "master"), (standby, "standby")):
+        out = subprocess.run([sys.executable, "-m", "sluicemq", "admin", "--console-url",
+                              f"http://127.0.0.1:{broker.console_port}", "status"],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+        since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(health(broker)["since"]))
+        assert out.splitlines() == [f"role       {role}", f"since      {since}",
+                                    f"lock held  pid {master.pid} on {socket.gethostname()}"]
+    master.kill()
+    standby.wait_listening()
+    after = health(standby)
+    assert after["role"] == "master" and after["lock"]["pid"] == standby.pid
+    assert after["since"] >= after["lock"]["since"]  # since it took the lock
 
 
 def test_cli_publish_and_consume_take_a_failover_url(cluster) -> None:

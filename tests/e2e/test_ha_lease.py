@@ -7,6 +7,7 @@ before writing anything to the journal the new master owns.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -71,3 +72,21 @@ def test_a_paused_master_that_lost_its_lease_stops_without_writing(cluster) -> N
         with c.subscribe("/queue/fence") as sub:
             assert [sub.get(timeout=10).text() for _ in range(2)] == ["before", "after"]
         assert c.head("/queue/fence").count == 0
+    stored = b"".join(p.read_bytes() for p in cluster.data_dir.rglob("*") if p.is_file())
+    assert b"written by a fenced master?" not in stored  # not a byte of it in the journal
+
+
+def test_a_master_that_finds_its_lease_taken_stops_at_once(cluster) -> None:
+    """A standby whose clock ran ahead (or an operator) claimed the lease: at its next
+    renewal the master sees another owner in the record and ends before writing again."""
+    master = cluster.master()
+    with Client(master.url) as c:
+        c.send("/queue/fence", "kept")
+    lease = cluster.data_dir / "lease"
+    record = json.loads(lease.read_text())
+    record.update(owner="intruder", generation=record["generation"] + 1, pid=1,
+                  expires=record["expires"] + 3600)
+    lease.write_text(json.dumps(record))
+    assert master.proc is not None
+    assert master.proc.wait(30) == FENCED_EXIT
+    assert "was taken by another broker" in master.log()
