@@ -1,49 +1,68 @@
-"""Shared-storage failover: takeover time and the lost/duplicated ledger over many takeovers.
+"""Shared-storage failover, SluiceMQ and ActiveMQ 5.17 side by side: takeover time and the
+lost/duplicated ledger over many takeovers, with the same client code for both.
 
-Two `sluice broker` processes share one throwaway data directory (a master and a standby on
-fixed loopback ports). Measured:
+Two broker processes share one throwaway data directory (SluiceMQ: `sluice broker` twice on
+one ``--data-dir``; ActiveMQ: two JVMs on one KahaDB directory with the shared-file locker,
+bench/amq_pair.py), each on its own loopback port. Both standbys retry the lock every
+``--lock-retry`` seconds. Measured per broker:
 
-* takeover: kill -9 of the master -> first RECEIPT from the new master, seen by a client with a
-  `failover:(...)` URL that sends one persistent message at a time; with an empty store and with
-  `--backlog` messages queued (broken down into lock taken / listening / first receipt);
-* loop: `--takeovers` kill -9s under load (`--producers` failover clients pipelining persistent
-  sends, one consumer acking client-individual with receipts); after each takeover the killed
-  broker restarts as the new standby. At the end the queue is drained and every receipted
-  message is checked against what was consumed: lost and duplicated counts. Producer throughput
-  during the loop is compared with the same load without kills.
+* takeover: a client with a ``failover:(...)`` URL sends one persistent message at a time; the
+  master is killed with -9 (at a random phase of the standby's retry grid) and the time to the
+  first RECEIPT from the new master is taken, broken down into lock taken / listening. With an
+  empty store and with ``--backlog`` messages queued; ``--repeat`` kills each (the killed broker
+  restarts as the next standby), medians reported.
+* loop: ``--takeovers`` kill -9s under load (``--producers`` failover clients pipelining
+  persistent sends, two consumers acking client-individual with receipts); after each takeover
+  the killed broker restarts as the new standby. Then the queue is drained and every receipted
+  message is checked against what the consumers processed: lost and duplicated counts.
+* baseline: the same load on one broker without kills, for the throughput comparison.
 
-Usage: python bench/failover.py [--backlog 200000] [--takeovers 10] [--producers 4]
-                                [--lock-retry 0.5] [--json out.jsonl]
+Usage: python bench/failover.py [--brokers sluice,activemq] [--backlog 1000000] [--repeat 5]
+           [--takeovers 50] [--producers 4] [--lock-retry 0.5] [--quiet-lock FILE] [--json out]
+
+With ``--quiet-lock`` every scenario holds that file's exclusive flock (the team's quiet lock),
+released between scenarios so no hold grows long.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import fcntl
 import json
 import os
 import random
 import re
 import socket
-import subprocess
+import statistics
 import sys
 import tempfile
 import threading
 import time
-from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sluicemq import Client, ClientError
-from sluicemq.client.failover import FailoverEvent
+import amq_pair
+from failover_load import Load
+from lognode import LoggedNode
+from sluicemq import Client
 from stompload import Producer, split
 from stompwire import StompConnection
 
-LISTEN = re.compile(r"listening on stomp://")
-TAKEN = re.compile(r"lock taken after")
-STANDBY = re.compile(r"sluice: standby:")
-RECOVERED = re.compile(r"recovered (\d+) messages.* in ([\d.]+)s")
+Row = dict[str, Any]
+
+
+class Node(Protocol):
+    url: str
+
+    def start(self) -> None: ...
+    def wait(self, pattern: re.Pattern[str], timeout: float = ...) -> float: ...
+    def found(self, pattern: re.Pattern[str]) -> re.Match[str] | None: ...
+    def kill(self) -> None: ...
+    def stop(self) -> None: ...
 
 
 def free_port() -> int:
@@ -52,68 +71,47 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Node:
-    """One broker process on the shared data directory, on a fixed port; its log with times."""
+class SluiceNode(LoggedNode):
+    """One `sluice broker` on the shared data directory, on a fixed port."""
 
     def __init__(self, data_dir: Path, lock_retry: float) -> None:
+        self.port = free_port()
+        super().__init__(f"stomp://127.0.0.1:{self.port}")
         self.data_dir = data_dir
         self.lock_retry = lock_retry
-        self.port = free_port()
-        self.proc: subprocess.Popen[str] | None = None
-        self.lines: list[tuple[float, str]] = []
-        self._cond = threading.Condition()
-
-    @property
-    def url(self) -> str:
-        return f"stomp://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        self.lines = []
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sluicemq", "broker", "--host", "127.0.0.1",
-             "--port", str(self.port), "--data-dir", str(self.data_dir), "--console-port", "off",
-             "--ws-port", "off", "--lock-retry", str(self.lock_retry)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        threading.Thread(target=self._pump, args=(self.proc,), daemon=True).start()
+        self.spawn([sys.executable, "-m", "sluicemq", "broker", "--host", "127.0.0.1",
+                    "--port", str(self.port), "--data-dir", str(self.data_dir),
+                    "--console-port", "off", "--ws-port", "off",
+                    "--lock-retry", str(self.lock_retry)],
+                   env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
-    def _pump(self, proc: subprocess.Popen[str]) -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            with self._cond:
-                self.lines.append((time.perf_counter(), line))
-                self._cond.notify_all()
 
-    def wait(self, pattern: re.Pattern[str], timeout: float = 600.0) -> float:
-        """Wait for a log line; returns when it was read."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                for at, line in self.lines:
-                    if pattern.search(line):
-                        return at
-                if self.proc is not None and self.proc.poll() is not None:
-                    raise RuntimeError("broker exited:\n" + "".join(text for _, text in self.lines))
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"no line like {pattern.pattern!r}")
-                self._cond.wait(0.1)  # woken by each new line; re-checks the process too
+class Flavor:
+    """How to start a broker of one kind on a shared store, and the log lines that mark its
+    standing by, its taking the lock, its serving and (if it says) its recovery."""
 
-    def found(self, pattern: re.Pattern[str]) -> re.Match[str] | None:
-        with self._cond:
-            return next((m for _, line in self.lines if (m := pattern.search(line))), None)
+    def __init__(self, name: str, make: Callable[[Path, float], Node], standby: str,
+                 taken: str, listen: str, recovered: str | None) -> None:
+        self.name = name
+        self.make = make
+        self.standby, self.taken, self.listen = (re.compile(p) for p in (standby, taken, listen))
+        self.recovered = re.compile(recovered) if recovered else None
 
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(30)
 
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.kill()
+def _amq_node(shared: Path, lock_retry: float) -> Node:
+    base = Path(tempfile.mkdtemp(prefix="amq-", dir=shared.parent))
+    return amq_pair.AmqNode(shared, base, free_port(), lock_retry)
+
+
+FLAVORS = {
+    "sluice": Flavor("sluice", SluiceNode, r"sluice: standby:", r"lock taken after",
+                     r"listening on stomp://", r"recovered (\d+) messages.* in ([\d.]+)s"),
+    "activemq": Flavor("activemq", _amq_node, amq_pair.STANDBY.pattern, amq_pair.TAKEN.pattern,
+                       amq_pair.LISTEN.pattern,
+                       r"Recovery replayed (\d+) operations from the journal in ([\d.]+) sec"),
+}
 
 
 def failover_url(nodes: list[Node]) -> str:
@@ -121,10 +119,28 @@ def failover_url(nodes: list[Node]) -> str:
     return f"failover:({inner})?randomize=false&initialReconnectDelay=10&maxReconnectDelay=100"
 
 
+def load_average() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+@contextlib.contextmanager
+def quiet(path: Path | None) -> Iterator[None]:
+    """Hold the team's quiet lock exclusively (benchmarks) for one scenario."""
+    if path is None:
+        yield
+        return
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 async def fill(port: int, dest: bytes, count: int, body: bytes) -> float:
     """Queue ``count`` persistent messages (8 producers x 8 in flight); returns msgs/s."""
     conns = [await StompConnection.open("127.0.0.1", port) for _ in range(8)]
-    workers = [Producer(c, dest, n, body, window=8, persistent=True)
+    workers = [Producer(c, dest, n, body, window=8, persistent=True, idle_timeout=300)
                for c, n in zip(conns, split(count, 8), strict=True)]
     started = time.perf_counter()
     await asyncio.gather(*(w.run() for w in workers))
@@ -133,220 +149,195 @@ async def fill(port: int, dest: bytes, count: int, body: bytes) -> float:
     return count / elapsed
 
 
-def takeover(base: Path, backlog: int, lock_retry: float) -> dict[str, Any]:
-    """One kill -9 of the master; times from the kill to lock, listening and first receipt."""
-    data = Path(tempfile.mkdtemp(prefix="takeover-", dir=base))
-    master, standby = Node(data, lock_retry), Node(data, lock_retry)
+def pair(flavor: Flavor, base: Path, lock_retry: float) -> tuple[Node, Node]:
+    """Master (listening) and standby (standing by) on a fresh shared store."""
+    data = Path(tempfile.mkdtemp(prefix=f"{flavor.name}-", dir=base)) / "store"
+    master, standby = flavor.make(data, lock_retry), flavor.make(data, lock_retry)
     master.start()
-    master.wait(LISTEN)
-    fill_rate = asyncio.run(fill(master.port, b"/queue/backlog", backlog, b"x" * 1024)) \
-        if backlog else None
+    master.wait(flavor.listen)
     standby.start()
-    standby.wait(STANDBY)
+    standby.wait(flavor.standby)
+    return master, standby
+
+
+def one_takeover(flavor: Flavor, master: Node, standby: Node, lock_retry: float) -> Row:
+    """Kill -9 the master under a one-at-a-time failover producer; times from the kill."""
     receipts: list[tuple[float, str]] = []
     stop = threading.Event()
     started = threading.Event()
+    failed: list[BaseException] = []
 
     def probe() -> None:
-        with Client(failover_url([master, standby]), timeout=120) as c:
-            while not stop.is_set():
-                c.send("/queue/probe", b"p")
-                receipts.append((time.perf_counter(), c.address))
-                started.set()
+        try:
+            with Client(failover_url([master, standby]), timeout=300) as c:
+                while not stop.is_set():
+                    c.send("/queue/probe", b"p")
+                    receipts.append((time.perf_counter(), c.address))
+                    started.set()
+        except BaseException as exc:
+            failed.append(exc)
+            started.set()
 
     thread = threading.Thread(target=probe, daemon=True)
     thread.start()
-    started.wait(30)
-    # The standby retries on a fixed grid that started when it printed its standby line; a
-    # random phase makes the lock wait typical (uniform in [0, lock_retry)) instead of fixed.
+    if not started.wait(120) or failed:
+        raise RuntimeError(f"probe client did not start: {failed}")
+    # The standby retries on a fixed grid; a random phase makes the lock wait typical
+    # (uniform in [0, lock_retry)) instead of always the same.
     time.sleep(random.uniform(0, lock_retry))
     killed = time.perf_counter()
     master.kill()
-    taken = standby.wait(TAKEN)
-    listening = standby.wait(LISTEN)
+    taken = standby.wait(flavor.taken)
+    listening = standby.wait(flavor.listen)
     while not any(at > killed and addr == standby.url for at, addr in receipts):
         if not thread.is_alive():
-            raise RuntimeError("probe client died")
+            raise RuntimeError(f"probe client died: {failed}")
         time.sleep(0.01)  # a benchmark may poll its own ledger
     first = min(at for at, addr in receipts if at > killed and addr == standby.url)
     stop.set()
-    thread.join(30)
-    recovered = standby.found(RECOVERED)
-    standby.stop()
-    return {"scenario": "takeover", "backlog": backlog, "lock_retry": lock_retry,
-            "fill_msgs_s": round(fill_rate) if fill_rate else None,
-            "lock_taken_s": round(taken - killed, 3),
-            "listening_s": round(listening - killed, 3),
-            "first_receipt_s": round(first - killed, 3),
-            "recovered": int(recovered.group(1)) if recovered else None,
-            "recovery_s": float(recovered.group(2)) if recovered else None}
+    thread.join(60)
+    row: Row = {"lock_taken_s": round(taken - killed, 3),
+                "listening_s": round(listening - killed, 3),
+                "first_receipt_s": round(first - killed, 3)}
+    found = standby.found(flavor.recovered) if flavor.recovered else None
+    if found is not None:
+        row["recovered"], row["recovery_s"] = int(found.group(1)), float(found.group(2))
+    return row
 
 
-class Load:
-    """Failover producers (pipelined, receipted) and one client-individual consumer; the
-    ledger of what was receipted and what was consumed (ACK receipted)."""
-
-    def __init__(self, url: str, producers: int, window: int) -> None:
-        self.url = url
-        self.producers = producers
-        self.window = window
-        self.receipted: list[str] = []
-        self.consumed: Counter[str] = Counter()
-        self.uncertain: set[str] = set()  # ACK written, connection lost before its receipt
-        self.events: list[FailoverEvent] = []
-        self.errors: list[BaseException] = []
-        self.stop = threading.Event()
-        self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._produce, args=(n,), daemon=True)
-                         for n in range(producers)]
-        self._threads.append(threading.Thread(target=self._consume, daemon=True))
-
-    def start(self) -> None:
-        for t in self._threads:
-            t.start()
-
-    def finish(self) -> None:
-        self.stop.set()
-        for t in self._threads:
-            t.join(120)
-
-    def _produce(self, n: int) -> None:
+def takeover(flavor: Flavor, base: Path, backlog: int, repeat: int, lock_retry: float,
+             lock: Path | None) -> Row:
+    """``repeat`` takeovers of one store holding ``backlog`` messages; medians and each run."""
+    with quiet(lock):
+        load = load_average()
+        master, standby = pair(flavor, base, lock_retry)
         try:
-            with Client(self.url, timeout=120, on_failover=self.events.append) as c:
-                window: list[tuple[str, Any]] = []
-                i = 0
-                while not self.stop.is_set() or window:
-                    if not self.stop.is_set():
-                        body = f"p{n}-{i}"
-                        i += 1
-                        window.append((body, c.send_async("/queue/load", body)))
-                    if len(window) >= self.window or self.stop.is_set():
-                        body, receipt = window.pop(0)
-                        receipt.result()
-                        with self._lock:
-                            self.receipted.append(body)
-        except BaseException as exc:
-            self.errors.append(exc)
-
-    def _consume(self) -> None:
-        try:
-            with Client(self.url, timeout=120) as c, \
-                    c.subscribe("/queue/load", ack="client-individual", prefetch=100) as sub:
-                while not self.stop.is_set():
-                    msg = sub.get(timeout=0.2)
-                    if msg is None:
-                        continue
-                    try:
-                        msg.ack(receipt=True)
-                    except ClientError as exc:
-                        if "lost before the broker confirmed" in str(exc):
-                            self.uncertain.add(msg.text())
-                        continue
-                    self.consumed[msg.text()] += 1
-        except BaseException as exc:
-            self.errors.append(exc)
-
-    def drain(self, url: str) -> None:
-        with Client(url, timeout=120) as c:
-            rest = c.head("/queue/load").count
-            with c.subscribe("/queue/load", ack="client-individual", prefetch=1000) as sub:
-                for _ in range(rest):
-                    msg = sub.get(timeout=60)
-                    if msg is None:
-                        break
-                    self.consumed[msg.text()] += 1
-                    msg.ack()
-            c.head("/queue/load")  # a round trip: every ACK above was processed
+            fill_rate = asyncio.run(fill(_port(master), b"/queue/backlog", backlog,
+                                         b"x" * 1024)) if backlog else None
+            runs = []
+            for _ in range(repeat):
+                runs.append(one_takeover(flavor, master, standby, lock_retry))
+                master.start()  # the killed broker comes back as the next standby
+                master.wait(flavor.standby)
+                master, standby = standby, master
+        finally:
+            master.stop()
+            standby.stop()
+    row: Row = {"broker": flavor.name, "scenario": "takeover", "backlog": backlog,
+                "lock_retry": lock_retry, "load_1m": load,
+                "fill_msgs_s": round(fill_rate) if fill_rate else None}
+    for key in ("lock_taken_s", "listening_s", "first_receipt_s"):
+        row[f"{key}_median"] = round(statistics.median(r[key] for r in runs), 3)
+    row["runs"] = runs
+    return row
 
 
-def loop(base: Path, takeovers: int, producers: int, window: int, lock_retry: float,
-         settle: float) -> dict[str, Any]:
+def _port(node: Node) -> int:
+    return int(node.url.rsplit(":", 1)[1])
+
+
+def loop(flavor: Flavor, base: Path, takeovers: int, producers: int, window: int,
+         lock_retry: float, settle: float, lock: Path | None) -> Row:
     """``takeovers`` kill -9s under load; the killed broker comes back as the next standby."""
-    data = Path(tempfile.mkdtemp(prefix="loop-", dir=base))
-    nodes = [Node(data, lock_retry), Node(data, lock_retry)]
-    nodes[0].start()
-    nodes[0].wait(LISTEN)
-    nodes[1].start()
-    nodes[1].wait(STANDBY)
-    load = Load(failover_url(nodes), producers, window)
-    load.start()
-    started = time.perf_counter()
-    master, standby = nodes
-    times = []
-    for _ in range(takeovers):
-        target = len(load.receipted) + int(settle * 1000)
-        while len(load.receipted) < target and not load.errors:
-            time.sleep(0.01)  # a benchmark may poll its own ledger
-        killed = time.perf_counter()
-        master.kill()
-        times.append(standby.wait(LISTEN) - killed)
-        master.start()
-        master.wait(STANDBY)
-        master, standby = standby, master
-    load.finish()
-    elapsed = time.perf_counter() - started
-    load.drain(master.url)
-    for n in nodes:
-        n.stop()
-    lost = set(load.receipted) - set(load.consumed) - load.uncertain
-    duplicated = sum(n - 1 for n in load.consumed.values() if n > 1)
-    return {"scenario": "loop", "takeovers": takeovers, "producers": producers,
-            "window": window, "receipted": len(load.receipted),
-            "consumed": sum(load.consumed.values()), "uncertain_acks": len(load.uncertain),
-            "lost": len(lost), "duplicated": duplicated, "errors": [repr(e) for e in load.errors],
+    with quiet(lock):
+        load_1m = load_average()
+        nodes = list(pair(flavor, base, lock_retry))
+        load = Load(failover_url(nodes), producers, window, consumers=2)
+        load.start()
+        started = time.perf_counter()
+        master, standby = nodes
+        times = []
+        try:
+            for _ in range(takeovers):
+                target = load.receipted_count() + int(settle * 1000)
+                while load.receipted_count() < target and not load.errors:
+                    time.sleep(0.01)  # a benchmark may poll its own ledger
+                killed = time.perf_counter()
+                master.kill()
+                times.append(standby.wait(flavor.listen) - killed)
+                master.start()
+                master.wait(flavor.standby)
+                master, standby = standby, master
+            load.finish()
+            elapsed = time.perf_counter() - started
+            load.drain(master.url)
+        finally:
+            for n in nodes:
+                n.stop()
+    ledger = load.ledger()
+    return {"broker": flavor.name, "scenario": "loop", "load_1m": load_1m,
+            "takeovers": takeovers, "producers": producers, "consumers": 2, "window": window,
+            **ledger, "errors": [repr(e) for e in load.errors],
             "resent": sum(e.resent for e in load.events),
-            "producer_msgs_s": round(len(load.receipted) / elapsed),
-            "takeover_listening_s_median": round(sorted(times)[len(times) // 2], 3)
-            if times else None,
+            "producer_msgs_s": round(ledger["receipted"] / elapsed),
+            "takeover_listening_s_median": round(statistics.median(times), 3) if times else None,
             "takeover_listening_s_max": round(max(times), 3) if times else None}
 
 
-def baseline(base: Path, producers: int, window: int, seconds: float) -> dict[str, Any]:
-    """The same load without kills, for the throughput comparison."""
-    data = Path(tempfile.mkdtemp(prefix="base-", dir=base))
-    node = Node(data, 0.5)
-    node.start()
-    node.wait(LISTEN)
-    load = Load(failover_url([node]), producers, window)
-    load.start()
-    started = time.perf_counter()
-    time.sleep(seconds)  # the measurement interval itself
-    load.finish()
-    elapsed = time.perf_counter() - started
-    node.stop()
-    return {"scenario": "baseline", "producers": producers, "window": window,
-            "producer_msgs_s": round(len(load.receipted) / elapsed)}
+def baseline(flavor: Flavor, base: Path, producers: int, window: int, seconds: float,
+             lock: Path | None) -> Row:
+    """The same load without kills (a lone master), for the throughput comparison."""
+    with quiet(lock):
+        load_1m = load_average()
+        data = Path(tempfile.mkdtemp(prefix=f"{flavor.name}-base-", dir=base)) / "store"
+        node = flavor.make(data, 0.5)
+        node.start()
+        try:
+            node.wait(flavor.listen)
+            load = Load(failover_url([node]), producers, window, consumers=2)
+            load.start()
+            started = time.perf_counter()
+            time.sleep(seconds)  # the measurement interval itself
+            load.finish()
+            elapsed = time.perf_counter() - started
+        finally:
+            node.stop()
+    return {"broker": flavor.name, "scenario": "baseline", "load_1m": load_1m,
+            "producers": producers, "window": window,
+            "producer_msgs_s": round(load.receipted_count() / elapsed)}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backlog", type=int, default=200_000)
-    parser.add_argument("--takeovers", type=int, default=10)
+    parser.add_argument("--brokers", default="sluice,activemq")
+    parser.add_argument("--backlog", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=5, help="takeovers per store")
+    parser.add_argument("--takeovers", type=int, default=50)
     parser.add_argument("--producers", type=int, default=4)
     parser.add_argument("--window", type=int, default=8)
     parser.add_argument("--settle", type=float, default=2.0,
                         help="thousands of receipts between two kills")
+    parser.add_argument("--baseline-seconds", type=float, default=20.0)
     parser.add_argument("--lock-retry", type=float, default=0.5)
     parser.add_argument("--skip", default="", help="comma list: takeover,backlog,loop,baseline")
+    parser.add_argument("--quiet-lock", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     opts = parser.parse_args(argv)
     skip = set(filter(None, opts.skip.split(",")))
+    names = [n for n in opts.brokers.split(",") if n]
+    if "activemq" in names and not amq_pair.available():
+        parser.error("ActiveMQ is not installed (apt-get install activemq)")
     base = Path(tempfile.mkdtemp(prefix="sluice-failover-"))
-    results = []
-    if "takeover" not in skip:
-        results.append(takeover(base, 0, opts.lock_retry))
-    if "backlog" not in skip and opts.backlog:
-        results.append(takeover(base, opts.backlog, opts.lock_retry))
-    if "loop" not in skip:
-        results.append(loop(base, opts.takeovers, opts.producers, opts.window,
-                            opts.lock_retry, opts.settle))
-    if "baseline" not in skip:
-        results.append(baseline(base, opts.producers, opts.window, 10.0))
-    for r in results:
-        print(json.dumps(r), flush=True)
+    lock = opts.quiet_lock
+
+    def report(row: Row) -> None:
+        print(json.dumps(row), flush=True)
         if opts.json is not None:
             with opts.json.open("a") as fh:
-                fh.write(json.dumps(r) + "\n")
+                fh.write(json.dumps(row) + "\n")
+
+    for name in names:
+        flavor = FLAVORS[name]
+        if "takeover" not in skip:
+            report(takeover(flavor, base, 0, opts.repeat, opts.lock_retry, lock))
+        if "backlog" not in skip and opts.backlog:
+            report(takeover(flavor, base, opts.backlog, opts.repeat, opts.lock_retry, lock))
+        if "loop" not in skip:
+            report(loop(flavor, base, opts.takeovers, opts.producers, opts.window,
+                        opts.lock_retry, opts.settle, lock))
+        if "baseline" not in skip:
+            report(baseline(flavor, base, opts.producers, opts.window, opts.baseline_seconds,
+                            lock))
     return 0
 
 
