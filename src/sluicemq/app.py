@@ -16,8 +16,10 @@ import gc
 import logging
 import signal
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sluicemq.config import BrokerConfig
 from sluicemq.core.dedup.recovery import ProducersPart
@@ -47,6 +49,54 @@ STATE_PARTS = (ProducersPart, StagingPart)
 M_MMAP_THRESHOLD = -3  # mallopt parameter (malloc.h)
 
 
+@dataclass(frozen=True, slots=True)
+class Loop:
+    """What the core needs of an event loop (asyncio's, or a test's hand-driven one)."""
+
+    call_soon: Callable[[Callable[[], object]], Any]
+    call_later: Callable[[float, Callable[[], None]], Any]
+    call_soon_threadsafe: Callable[..., Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Core:
+    """The sans-IO broker and what it stands on, recovered and started: all but the sockets."""
+
+    journal: Journal
+    store: Store
+    broker: Broker
+    scheduler: Scheduler
+    services: Services
+    counts: dict[str, Any]  # what recovery found (messages, durable subscriptions, records)
+    waiting: int  # scheduled messages waiting after recovery
+
+
+def build_core(config: BrokerConfig, loop: Loop, *, clock: Callable[[], float] = time.time,
+               trim_heap: Callable[[], object] | None = None,
+               fence: Callable[[], None] | None = None) -> Core:
+    """config -> journal -> store -> broker (services passed in) -> recovery -> started store.
+
+    The server builds its core here; in-process specs build theirs here too, with a
+    hand-driven loop and clock, so they test the process as it is assembled."""
+    data_dir = Path(config.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    js = config.journal
+    journal = Journal(data_dir / "journal", segment_bytes=js.segment_bytes,
+                      preallocate=js.preallocate, sync=js.sync, dir_lock=fence is None)
+    journal.fence = fence
+    store = Store(journal, loop.call_soon)
+    broker = Broker(config, store, loop.call_soon, clock=clock, trim_heap=trim_heap,
+                    parts=STATE_PARTS)
+    scheduler = Scheduler(broker, loop.call_later, enabled=config.scheduler.enabled,
+                          horizon_ms=int(config.scheduler.horizon_seconds * 1000))
+    broker.redelivery = scheduler.redeliver
+    services = Services(broker, build_security(config), RangeService(broker), scheduler)
+    counts = broker.recover()
+    waiting = scheduler.recover()
+    store.start(loop.call_soon_threadsafe)
+    return Core(journal, store, broker, scheduler, services, counts, waiting)
+
+
 class BrokerServer:
     """Wires storage, core and transport together on one event loop."""
 
@@ -68,27 +118,16 @@ class BrokerServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         data_dir = Path(self.config.data_dir)
-        data_dir.mkdir(parents=True, exist_ok=True)
-        js = self.config.journal
         fence = getattr(self.ha.lock, "check", None) if self.ha is not None else None
-        journal = Journal(data_dir / "journal", segment_bytes=js.segment_bytes,
-                          preallocate=js.preallocate, sync=js.sync, dir_lock=fence is None)
-        journal.fence = fence
-        self.store = Store(journal, loop.call_soon)
-        self.broker = Broker(self.config, self.store, loop.call_soon, trim_heap=malloc_trim(),
-                             parts=STATE_PARTS)
-        scheduler = Scheduler(self.broker, loop.call_later,
-                              enabled=self.config.scheduler.enabled,
-                              horizon_ms=int(self.config.scheduler.horizon_seconds * 1000))
-        self.broker.redelivery = scheduler.redeliver
-        self.services = services = Services(self.broker, build_security(self.config),
-                                 RangeService(self.broker), scheduler)
         t0 = time.monotonic()
-        counts = self.broker.recover()
-        waiting = scheduler.recover()
-        if waiting:
-            log.info("%d scheduled messages wait in /queue/%s", waiting, SCHEDULED)
-        report = getattr(journal, "report", None)
+        core = build_core(self.config, Loop(loop.call_soon, loop.call_later,
+                                            loop.call_soon_threadsafe),
+                          trim_heap=malloc_trim(), fence=fence)
+        self.store, self.broker, self.services = core.store, core.broker, core.services
+        services, counts, js = core.services, core.counts, self.config.journal
+        if core.waiting:
+            log.info("%d scheduled messages wait in /queue/%s", core.waiting, SCHEDULED)
+        report = getattr(core.journal, "report", None)
         dropped = getattr(report, "dropped", None) or []
         for segment, offset, nbytes, reason in dropped:
             log.warning("journal: dropped %d bytes at segment %d offset %d (%s)",
@@ -96,7 +135,6 @@ class BrokerServer:
         log.info("recovered %d messages, %d durable subscriptions from %d records in %.3fs",
                  counts["messages"], counts["durable_subscriptions"], counts["records"],
                  time.monotonic() - t0)
-        self.store.start(loop.call_soon_threadsafe)
         self.checkpointer = Checkpointer(self.broker, js.snapshot_records,
                                          loop.call_soon_threadsafe, replayed=counts["records"],
                                          backlog=counts["messages"],

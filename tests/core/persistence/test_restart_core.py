@@ -1,0 +1,74 @@
+"""Spec of recovery, in process (tests/inprocess.py): what a broker core rebuilt on the same
+data directory holds - from the index snapshot and from the journal - without a subprocess."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from inprocess import InProcessBroker, config_for
+
+
+def test_persistent_messages_survive_a_restart_in_order_and_acked_ones_stay_gone(
+        tmp_path: Path) -> None:
+    node = InProcessBroker(config_for(tmp_path / "data"))
+    producer = node.connect()
+    for i in range(6):
+        producer.request("SEND", {"destination": "/queue/keep", "persistent": "true"},
+                         str(i).encode())
+    producer.request("SEND", {"destination": "/queue/keep"}, b"memory only")
+    consumer = node.connect(peer="spec:2")
+    consumer.request("SUBSCRIBE", {"destination": "/queue/keep", "id": "s", "ack": "client",
+                                   "activemq.prefetchSize": "2"})
+    first_two = consumer.messages(2)
+    consumer.request("ACK", {"id": first_two[-1].headers["ack"]})
+    node.loop.run()
+    node = node.restart()
+    try:
+        assert node.core.counts["messages"] == 4
+        again = node.connect()
+        again.request("SUBSCRIBE", {"destination": "/queue/keep", "id": "s"})
+        assert [m.body for m in again.messages(4)] == [b"2", b"3", b"4", b"5"]
+    finally:
+        node.close()
+
+
+def test_a_committed_transaction_is_restored_whole_and_an_open_one_not_at_all(
+        tmp_path: Path) -> None:
+    node = InProcessBroker(config_for(tmp_path / "data"))
+    conn = node.connect()
+    conn.request("BEGIN", {"transaction": "done"})
+    conn.request("BEGIN", {"transaction": "open"})
+    for i in range(3):
+        conn.request("SEND", {"destination": "/queue/tx", "persistent": "true",
+                              "transaction": "done"}, f"d{i}".encode())
+        conn.request("SEND", {"destination": "/queue/tx", "persistent": "true",
+                              "transaction": "open"}, f"o{i}".encode())
+    conn.request("COMMIT", {"transaction": "done"})
+    node = node.restart()
+    try:
+        again = node.connect()
+        again.request("SUBSCRIBE", {"destination": "/queue/tx", "id": "s"})
+        assert [m.body for m in again.messages(3)] == [b"d0", b"d1", b"d2"]
+        node.loop.run()
+        assert again.take("MESSAGE") == []
+    finally:
+        node.close()
+
+
+def test_a_durable_subscription_keeps_what_was_published_while_it_was_away(
+        tmp_path: Path) -> None:
+    node = InProcessBroker(config_for(tmp_path / "data"))
+    sub = node.connect({"client-id": "c1"})
+    sub.request("SUBSCRIBE", {"destination": "/topic/t", "id": "s",
+                              "activemq.subscriptionName": "d"})
+    sub.request("UNSUBSCRIBE", {"id": "s"})
+    node.connect(peer="spec:2").request("SEND", {"destination": "/topic/t",
+                                                 "persistent": "true"}, b"while away")
+    node = node.restart()
+    try:
+        back = node.connect({"client-id": "c1"})
+        back.request("SUBSCRIBE", {"destination": "/topic/t", "id": "s",
+                                   "activemq.subscriptionName": "d"})
+        assert [m.body for m in back.messages(1)] == [b"while away"]
+    finally:
+        node.close()

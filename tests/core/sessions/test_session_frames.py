@@ -1,0 +1,144 @@
+"""Spec of a session, in process: each client command through the real ``Session`` and broker
+core, with an in-memory transport and a hand-driven loop (tests/inprocess.py) - no socket, no
+subprocess, no sleep. The wire-level specs in tests/e2e cover the same commands over TCP."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from inprocess import InProcessBroker, config_for
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[InProcessBroker]:
+    broker = InProcessBroker(config_for(tmp_path / "data"))
+    yield broker
+    broker.close()
+
+
+def test_connect_negotiates_the_highest_common_version(node: InProcessBroker) -> None:
+    conn = node.connect()
+    assert conn.session.version == "1.2"
+    assert conn.session.connected
+
+
+def test_a_frame_before_connect_is_a_fatal_error(node: InProcessBroker) -> None:
+    conn = node.connect()
+    fresh = type(conn)(node, "spec:2")
+    fresh.send_frame("SEND", {"destination": "/queue/a"}, b"x")
+    [error] = fresh.take("ERROR")
+    assert "expected CONNECT" in error.headers["message"]
+    assert fresh.out.closed
+
+
+def test_persistent_send_is_receipted_and_delivered_in_order(node: InProcessBroker) -> None:
+    producer, consumer = node.connect(), node.connect(peer="spec:2")
+    for i in range(5):
+        answer = producer.request("SEND", {"destination": "/queue/orders",
+                                           "persistent": "true"}, f"m{i}".encode())
+        assert answer.command == "RECEIPT"
+    assert consumer.request("SUBSCRIBE", {"destination": "/queue/orders", "id": "s1",
+                                          "ack": "client-individual"}).command == "RECEIPT"
+    messages = consumer.messages(5)
+    assert [m.body for m in messages] == [f"m{i}".encode() for i in range(5)]
+    assert all(m.headers["persistent"] == "true" for m in messages)
+    for m in messages:
+        assert consumer.request("ACK", {"id": m.headers["ack"]}).command == "RECEIPT"
+    assert len(node.broker.queues["orders"].pending) == 0
+
+
+def test_an_unknown_ack_id_is_an_error_that_keeps_the_connection(node: InProcessBroker) -> None:
+    conn = node.connect()
+    answer = conn.request("ACK", {"id": "9-99"})
+    assert answer.command == "ERROR"
+    assert "unknown ack id" in answer.headers["message"]
+    assert not conn.out.closed
+    assert conn.request("SEND", {"destination": "/queue/a"}, b"x").command == "RECEIPT"
+
+
+def test_nack_redelivers_with_a_count(node: InProcessBroker) -> None:
+    producer, consumer = node.connect(), node.connect(peer="spec:2")
+    producer.request("SEND", {"destination": "/queue/work"}, b"job")
+    consumer.request("SUBSCRIBE", {"destination": "/queue/work", "id": "s", "ack": "client"})
+    [first] = consumer.messages(1)
+    consumer.request("NACK", {"id": first.headers["ack"]})
+    [again] = consumer.messages(1)
+    assert again.body == b"job"
+    assert again.headers["redelivered"] == "true"
+    assert again.headers["sluice-delivery-count"] == "2"
+
+
+def test_a_transaction_delivers_nothing_before_commit_and_nothing_after_abort(
+        node: InProcessBroker) -> None:
+    producer, consumer = node.connect(), node.connect(peer="spec:2")
+    consumer.request("SUBSCRIBE", {"destination": "/queue/tx", "id": "s"})
+    producer.request("BEGIN", {"transaction": "t1"})
+    producer.request("SEND", {"destination": "/queue/tx", "transaction": "t1"}, b"kept")
+    producer.request("BEGIN", {"transaction": "t2"})
+    producer.request("SEND", {"destination": "/queue/tx", "transaction": "t2"}, b"dropped")
+    node.loop.run()
+    assert consumer.take("MESSAGE") == []
+    assert producer.request("ABORT", {"transaction": "t2"}).command == "RECEIPT"
+    assert producer.request("COMMIT", {"transaction": "t1"}).command == "RECEIPT"
+    [message] = consumer.messages(1)
+    assert message.body == b"kept"
+    node.loop.run()
+    assert consumer.take("MESSAGE") == []
+
+
+def test_a_numbered_send_seen_before_is_answered_as_a_duplicate(node: InProcessBroker) -> None:
+    producer = node.connect()
+    headers = {"destination": "/queue/once", "persistent": "true",
+               "sluice-producer-id": "p1", "sluice-producer-seq": "7"}
+    first = producer.request("SEND", headers, b"x")
+    second = producer.request("SEND", headers, b"x")
+    assert "sluice-duplicate" not in first.headers
+    assert second.headers["sluice-duplicate"] == "true"
+    assert len(node.broker.queues["once"].pending) == 1
+
+
+def test_topic_subscribers_each_get_a_copy(node: InProcessBroker) -> None:
+    a, b, producer = node.connect(), node.connect(peer="spec:2"), node.connect(peer="spec:3")
+    a.request("SUBSCRIBE", {"destination": "/topic/news", "id": "a"})
+    b.request("SUBSCRIBE", {"destination": "/topic/news", "id": "b"})
+    producer.request("SEND", {"destination": "/topic/news"}, b"hello")
+    assert [m.body for m in a.messages(1)] == [b"hello"]
+    assert [m.body for m in b.messages(1)] == [b"hello"]
+
+
+def test_a_bad_selector_is_refused_before_anything_is_created(node: InProcessBroker) -> None:
+    conn = node.connect()
+    answer = conn.request("SUBSCRIBE", {"destination": "/queue/sel", "id": "s",
+                                        "selector": "a = "})
+    assert answer.command == "ERROR"
+    assert "invalid selector" in answer.headers["message"]
+    assert conn.session.consumers == {}
+
+
+def test_a_selector_picks_what_a_consumer_gets(node: InProcessBroker) -> None:
+    producer, consumer = node.connect(), node.connect(peer="spec:2")
+    consumer.request("SUBSCRIBE", {"destination": "/queue/sel", "id": "s",
+                                   "selector": "colour = 'red'"})
+    for colour in ("blue", "red", "green", "red"):
+        producer.request("SEND", {"destination": "/queue/sel", "colour": colour}, colour.encode())
+    assert [m.body for m in consumer.messages(2)] == [b"red", b"red"]
+    assert len(node.broker.queues["sel"].pending) == 2
+
+
+def test_composite_send_reaches_every_destination_atomically(node: InProcessBroker) -> None:
+    producer = node.connect()
+    answer = producer.request("SEND", {"destination": "/queue/c1,/queue/c2",
+                                       "persistent": "true"}, b"both")
+    assert answer.command == "RECEIPT"
+    assert len(node.broker.queues["c1"].pending) == 1
+    assert len(node.broker.queues["c2"].pending) == 1
+
+
+def test_disconnect_with_receipt_closes_after_answering(node: InProcessBroker) -> None:
+    conn = node.connect()
+    answer = conn.request("DISCONNECT")
+    assert answer.command == "RECEIPT"
+    assert conn.out.closed
