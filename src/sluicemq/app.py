@@ -90,7 +90,9 @@ def build_core(config: BrokerConfig, loop: Loop, *, clock: Callable[[], float] =
     scheduler = Scheduler(broker, loop.call_later, enabled=config.scheduler.enabled,
                           horizon_ms=int(config.scheduler.horizon_seconds * 1000))
     broker.redelivery = scheduler.redeliver
-    services = Services(broker, build_security(config), RangeService(broker), scheduler)
+    security = build_security(config)
+    broker.durable_reader = security.durable_reader
+    services = Services(broker, security, RangeService(broker), scheduler)
     counts = broker.recover()
     waiting = scheduler.recover()
     store.start(loop.call_soon_threadsafe)

@@ -254,12 +254,190 @@ read = ["reader"]
     assert done.errors == [] and seen.errors == []
 
 
-def test_queue_wildcards_and_durable_wildcards_are_refused_clearly(broker) -> None:
+def test_a_bad_wildcard_is_refused_clearly(broker) -> None:
     c = connect(broker)
-    c.send("SUBSCRIBE", {"destination": "/queue/orders.>", "id": "q"})
-    assert "topics only" in c.recv().headers["message"]
-    c.send("SUBSCRIBE", {"destination": "/topic/a.>.b", "id": "bad"})
-    assert "invalid wildcard" in c.recv().headers["message"]
+    for i, dest in enumerate(("/topic/a.>.b", "/queue/a.>.b", "/queue/a,/queue/b.>.c")):
+        c.send("SUBSCRIBE", {"destination": dest, "id": f"bad{i}"})
+        assert "invalid wildcard" in c.recv().headers["message"]
+    c.send("SUBSCRIBE", {"destination": "/queue/a,/queue/b", "id": "d", "ack": "client",
+                         "activemq.subscriptionName": "x"})
+    assert "one topic" in c.recv().headers["message"]
+    c.send("SUBSCRIBE", {"destination": "/queue/ok", "id": "ok", "receipt": "ok"})
+    assert c.recv().headers["receipt-id"] == "ok"  # the connection still serves
+
+
+def send_all(c: RawStomp, *destinations: str) -> None:
+    """One persistent message to each destination (its body names it), receipted."""
+    for i, dest in enumerate(destinations):
+        c.send("SEND", {"destination": dest, "persistent": "true", "receipt": f"p{i}"},
+               dest.encode())
+        assert c.recv().headers["receipt-id"] == f"p{i}"
+
+
+def test_a_composite_subscribe_consumes_from_each_destination(broker) -> None:
+    """SUBSCRIBE /queue/a,/queue/b,/topic/c: one subscription id, a MESSAGE per destination
+    naming it, each acknowledged on its own; UNSUBSCRIBE ends all three."""
+    c, producer = connect(broker), connect(broker)
+    send_all(producer, "/queue/ca", "/queue/cb")
+    c.send("SUBSCRIBE", {"destination": "/queue/ca,cb,/topic/cc", "id": "all",
+                         "ack": "client-individual", "receipt": "s"})
+    frames = [c.recv() for _ in range(3)]  # the RECEIPT, and a MESSAGE from each queue
+    assert sorted(f.command for f in frames) == ["MESSAGE", "MESSAGE", "RECEIPT"]
+    send_all(producer, "/topic/cc")
+    frames = [f for f in frames if f.command == "MESSAGE"] + [c.recv()]
+    assert sorted(f.body for f in frames) == [b"/queue/ca", b"/queue/cb", b"/topic/cc"]
+    for f in frames:
+        assert f.headers["subscription"] == "all"
+        assert f.headers["destination"] == f.body.decode()
+        c.send("ACK", {"id": f.headers["ack"], "receipt": f"a-{f.body.decode()}"})
+        assert c.recv().headers["receipt-id"] == f"a-{f.body.decode()}"
+    c.send("UNSUBSCRIBE", {"id": "all", "receipt": "u"})
+    assert c.recv().headers["receipt-id"] == "u"
+    send_all(producer, "/queue/ca", "/topic/cc")
+    c.send("SUBSCRIBE", {"destination": "/queue/fence", "id": "f", "receipt": "f"})
+    assert c.recv().command == "RECEIPT"  # nothing came after the UNSUBSCRIBE
+    assert drain_one(c, "/queue/ca", "later") == b"/queue/ca"  # left for other consumers
+
+
+def test_a_queue_wildcard_consumes_matching_queues_now_and_later(broker) -> None:
+    """`>` the rest (also nothing: orders.> takes orders, as ActiveMQ), `*` one segment;
+    queues created after the SUBSCRIBE join it; MESSAGEs name the concrete queue."""
+    producer, c = connect(broker), connect(broker)
+    send_all(producer, "/queue/orders.eu", "/queue/orders.us.west", "/queue/other.eu")
+    c.send("SUBSCRIBE", {"destination": "/queue/orders.>", "id": "rest", "receipt": "r"})
+    first = sorted(c.recv().body for _ in range(3))  # two MESSAGEs and the RECEIPT
+    assert first == [b"", b"/queue/orders.eu", b"/queue/orders.us.west"]
+    send_all(producer, "/queue/orders.asia", "/queue/orders")
+    later = [c.recv() for _ in range(2)]
+    assert sorted(f.body for f in later) == [b"/queue/orders", b"/queue/orders.asia"]
+    assert {f.headers["destination"] for f in later} == {"/queue/orders", "/queue/orders.asia"}
+    c.send("UNSUBSCRIBE", {"id": "rest", "receipt": "u"})
+    assert c.recv().headers["receipt-id"] == "u"
+    send_all(producer, "/queue/orders.eu", "/queue/orders.us.west")
+    c.send("SUBSCRIBE", {"destination": "/queue/orders.*", "id": "star", "receipt": "s",
+                         "ack": "client-individual"})
+    frames = [c.recv() for _ in range(2)]
+    assert sorted(f.body for f in frames) == [b"", b"/queue/orders.eu"]  # not us.west
+    c.send("SUBSCRIBE", {"destination": "/queue/fence", "id": "f", "receipt": "f"})
+    assert c.recv().command == "RECEIPT"
+    assert drain_one(producer, "/queue/orders.us.west", "w") == b"/queue/orders.us.west"
+
+
+def test_a_queue_wildcard_never_reaches_a_queue_its_user_may_not_read(broker_factory) -> None:
+    hashes = {n: hash_password(p) for n, p in (("reader", "r-pw"), ("writer", "w-pw"))}
+    b = broker_factory(config_text=f"""
+[[security.users]]
+name = "reader"
+password = "{hashes['reader']}"
+[[security.users]]
+name = "writer"
+password = "{hashes['writer']}"
+[[security.acl]]
+destination = "/queue/orders.>"
+write = ["writer"]
+[[security.acl]]
+destination = "/queue/orders.us"
+read = ["reader"]
+[[security.acl]]
+destination = "/queue/orders.asia"
+read = ["reader"]
+[[security.acl]]
+destination = "/queue/fence"
+read = ["reader"]
+write = ["writer"]
+""")
+    writer, done = stomp_client(b, "writer", "w-pw")
+    writer.send("/queue/orders.eu", "secret")
+    writer.send("/queue/orders.us", "public", receipt="sent")
+    done.wait("sent")
+    reader, seen = stomp_client(b, "reader", "r-pw")
+    reader.subscribe("/queue/orders.>", id="all", headers={"receipt": "sub"})
+    seen.wait("sub")
+    writer.send("/queue/orders.eu", "secret later")
+    writer.send("/queue/orders.asia", "new queue", receipt="sent2")
+    done.wait("sent2")
+    reader.subscribe("/queue/fence", id="sync", headers={"receipt": "sync"})
+    seen.wait("sync")
+    writer.send("/queue/fence", "fence", receipt="fence")  # delivered after all of the above
+    done.wait("fence")
+    assert seen.fenced.wait(10)
+    reader.disconnect()
+    assert sorted(seen.bodies["all"]) == ["/queue/orders.asia=new queue",
+                                          "/queue/orders.us=public"]
+    assert seen.errors == [] and done.errors == []
+
+
+def connect_as(b: BrokerProcess, login: str, passcode: str) -> RawStomp:
+    c = RawStomp(b.host, b.port)
+    c.send("CONNECT", {"accept-version": "1.2", "host": "localhost", "login": login,
+                       "passcode": passcode, "client-id": login})
+    assert c.recv().command == "CONNECTED"
+    return c
+
+
+def durable_pattern(c: RawStomp, pattern: str, receipt: str) -> None:
+    c.send("SUBSCRIBE", {"destination": pattern, "id": "d", "ack": "client-individual",
+                         "activemq.subscriptionName": "watch", "receipt": receipt})
+
+
+def test_a_durable_wildcard_subscription_keeps_what_came_while_away_across_kill_9(
+        broker) -> None:
+    """Topics that match, existing or new (before and after a restart), are kept for the
+    subscription while its client is away; it gets them in order when it comes back."""
+    c = connect_as(broker, "anyone", "x")
+    durable_pattern(c, "/topic/prices.>", "s")
+    assert c.recv().headers["receipt-id"] == "s"
+    c.close()
+    other = connect(broker)
+    send_all(other, "/topic/prices.ibm", "/topic/orders.x", "/topic/prices.ibm.eu")
+    broker.kill()
+    broker.restart()
+    other = connect(broker)
+    send_all(other, "/topic/prices.new")
+    c = connect_as(broker, "anyone", "x")
+    durable_pattern(c, "/topic/prices.>", "again")
+    frames = [c.recv() for _ in range(4)]
+    assert [f.body for f in frames if f.command == "MESSAGE"] == [
+        b"/topic/prices.ibm", b"/topic/prices.ibm.eu", b"/topic/prices.new"]
+    for f in frames:
+        if f.command == "MESSAGE":
+            assert f.headers["destination"] == f.body.decode()
+            c.send("ACK", {"id": f.headers["ack"]})
+    c.send("UNSUBSCRIBE", {"id": "d", "activemq.subscriptionName": "watch", "receipt": "u"})
+    assert c.recv().headers["receipt-id"] == "u"
+
+
+def test_a_durable_wildcard_keeps_only_what_its_owner_may_read_across_a_restart(
+        broker_factory) -> None:
+    hashes = {n: hash_password(p) for n, p in (("reader", "r-pw"), ("writer", "w-pw"))}
+    b = broker_factory(config_text=f"""
+[[security.users]]
+name = "reader"
+password = "{hashes['reader']}"
+[[security.users]]
+name = "writer"
+password = "{hashes['writer']}"
+[[security.acl]]
+destination = "/topic/orders.>"
+write = ["writer"]
+[[security.acl]]
+destination = "/topic/orders.us"
+read = ["reader"]
+""")
+    c = connect_as(b, "reader", "r-pw")
+    durable_pattern(c, "/topic/orders.>", "s")
+    assert c.recv().headers["receipt-id"] == "s"
+    c.close()
+    writer = connect_as(b, "writer", "w-pw")
+    send_all(writer, "/topic/orders.eu", "/topic/orders.us")
+    b.kill()
+    b.restart()
+    writer = connect_as(b, "writer", "w-pw")
+    send_all(writer, "/topic/orders.eu", "/topic/orders.us")
+    c = connect_as(b, "reader", "r-pw")
+    durable_pattern(c, "/topic/orders.>", "again")
+    frames = [c.recv() for _ in range(3)]
+    assert sorted(f.body for f in frames) == [b"", b"/topic/orders.us", b"/topic/orders.us"]
 
 
 def test_a_virtual_topic_gives_each_consumer_group_its_own_copy(broker) -> None:

@@ -62,7 +62,7 @@ class Pager:
                 return False
         elif (msg.deliveries == 0 and not msg.persistent and self.temp is not None
               and msg.body is not None):
-            payload = records.encode_message("", msg.mid, msg.timestamp, msg.expires,
+            payload = records.encode_message(msg.destination, msg.mid, msg.timestamp, msg.expires,
                                              msg.priority, msg.headers, msg.body)
             f, off, length = self.temp.append(payload)
             fifo.append(msg.mid, TEMP, f, off, length, 0, msg.size)
@@ -98,6 +98,8 @@ class Pager:
             sm = records.decode_message(self.temp.read(seg, off, length))
             if consume:
                 self.temp.release(seg)
+            if _is_pattern(destination):  # a wildcard subscription: each its own topic
+                destination = sm.key or destination
             msg = Message(mid, destination, sm.headers, sm.body, persistent=False,
                           priority=sm.priority, expires=sm.expires, timestamp=sm.timestamp)
             return msg
@@ -112,6 +114,8 @@ class Pager:
         else:
             payload = self.store.read(loc)
         sm = records.decode_message(payload)
+        if _is_pattern(destination):  # a wildcard durable subscription: each its own topic
+            destination = f"/topic/{sm.key[2:]}" if sm.key.startswith("t:") else destination
         body: bytes | None = sm.body if size < self.spill_bytes else None
         msg = Message(mid, destination, sm.headers, body, persistent=True, priority=priority,
                       expires=sm.expires, timestamp=sm.timestamp)
@@ -154,3 +158,8 @@ class Pager:
         elif slot[1] == TEMP and self.temp is not None:
             self.temp.release(slot[2])
 
+
+
+def _is_pattern(destination: str) -> bool:
+    """A wildcard subscription's queue (concrete names never hold ``*`` or ``>``)."""
+    return "*" in destination or ">" in destination

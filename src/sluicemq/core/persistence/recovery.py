@@ -27,11 +27,13 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from sluicemq.config import match_destination
 from sluicemq.core.paging.spill import JOURNAL, SpillFifo
 from sluicemq.core.persistence import capture as capturing
 from sluicemq.core.persistence.live import BaseLanes, Entry, LiveSlots
 from sluicemq.core.persistence.parts import StatePart
 from sluicemq.core.routing.message import Message
+from sluicemq.core.routing.wildcards import is_pattern
 from sluicemq.core.selectors import compile_selector
 from sluicemq.core.streams.chunks import (
     COMPLETE_FIRST,
@@ -75,6 +77,7 @@ class Replay:
         self.subs: dict[str, records.DurableSub] = {}
         self.sub_locs: dict[str, Location] = {}  # where each live SUB record is
         self.selectors: dict[str, Any] = {}
+        self.patterns: dict[str, Callable[[str], bool]] = {}  # wildcard durables: topic test
         self.tx_parts: dict[str, list[Location]] = defaultdict(list)
         self.max_mid = 0
         self.records = 0
@@ -178,7 +181,7 @@ class Replay:
             return
         name = key[2:]
         for k, sub in self.subs.items():
-            if sub.topic != name:
+            if sub.topic != name and not (k in self.patterns and self.patterns[k](name)):
                 continue
             selector = self.selectors.get(k)
             if selector is not None:
@@ -265,6 +268,8 @@ class Replay:
             return  # restated by compaction: the subscription and its messages stay
         self.subs[sub.key] = sub
         self.selectors[sub.key] = compile_selector(sub.selector) if sub.selector else None
+        if is_pattern(sub.topic):  # as at publish time: matching topics its owner may read
+            self.patterns[sub.key] = _reaches(sub.topic, self.broker.durable_reader(sub.key))
         self.live[sub.key] = LiveSlots()
         self.base.pop(sub.key, None)
 
@@ -272,6 +277,7 @@ class Replay:
         key = records.decode_unsub(payload)
         self.sub_locs.pop(key, None)
         self.subs.pop(key, None)
+        self.patterns.pop(key, None)
         self.selectors.pop(key, None)
         self.live.pop(key, None)
         self.base.pop(key, None)
@@ -416,6 +422,11 @@ class Replay:
             k for k, sub in self.subs.items() if f"t:{sub.topic}" == key]
         return any(self.live[k].has(mid) or (k in self.base and self.base[k].has(mid))
                    for k in keys)
+
+
+def _reaches(pattern: str, may_read: Callable[[str], bool]) -> Callable[[str], bool]:
+    """Does a wildcard durable subscription take a message published to ``topic``?"""
+    return lambda topic: match_destination(pattern, topic) and may_read(topic)
 
 
 def _queue_of(broker: Broker, key: str) -> Queue:

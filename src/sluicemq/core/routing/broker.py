@@ -41,7 +41,7 @@ from sluicemq.core.routing.streams import StreamTable
 from sluicemq.core.routing.temporary import TempDestinations
 from sluicemq.core.routing.topic import Topic
 from sluicemq.core.routing.virtual import VirtualTopicIndex
-from sluicemq.core.routing.wildcards import MayRead, WildcardIndex
+from sluicemq.core.routing.wildcards import MayRead, QueueWatch, WildcardIndex
 from sluicemq.core.selectors import Selector
 from sluicemq.core.staging.stager import Stager
 from sluicemq.core.streams.chunks import DISCARDED
@@ -54,6 +54,10 @@ from sluicemq.storage.tempstore import TempStore
 log = logging.getLogger("sluicemq.broker")
 
 DISPATCH_BUDGET = 64  # deliveries per queue per loop turn
+
+
+def _anything(topic: str) -> bool:
+    return True
 
 
 def _lag(q: Queue) -> int:
@@ -77,6 +81,7 @@ class Broker:
         self._policies: dict[tuple[str, str], Policy] = {}
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
+        self.queue_watch = QueueWatch()  # wildcard queue subscriptions (orders.>)
         self.wildcards = WildcardIndex()  # topic subscriptions by pattern (prices.*, orders.>)
         self.virtual = VirtualTopicIndex(config.virtual_topics)  # Consumer.<g>.VirtualTopic.X
         self.temps = TempDestinations()  # /temp-queue/, /temp-topic/: owned by a connection
@@ -87,6 +92,8 @@ class Broker:
         self.durables = self.durable_subs.by_key  # what snapshots and the console read
         self.sub_tickets = self.durable_subs.tickets
         self.redelivery: Callable[[Queue, list[Message]], list[Message]] | None = None
+        # What a durable subscription's owner may read (wired to security by app.py)
+        self.durable_reader: Callable[[str], MayRead] = lambda key: _anything
         self.client_ids: dict[tuple[str | None, str], object] = {}  # (owner, id) -> session
         self.admission = Admission(config.limits)  # connections, every transport
         self.destinations = DestinationBudget(self)  # creation caps, idle reclaiming
@@ -171,6 +178,8 @@ class Broker:
             self.queues[name] = q
             self.virtual.added(name)
             self.advisories.destination("added", QUEUE, name)
+            if self.queue_watch:
+                self.queue_watch.created(name)
         return q
 
     def topic(self, name: str) -> Topic:

@@ -2,18 +2,22 @@
 
 Each is journaled as a SUB record (pinned while the subscription exists) and removed with an
 UNSUB record that also lets go of every message it still held. A SUBSCRIBE with a changed
-topic or selector replaces the old definition, as in ActiveMQ.
+topic or selector replaces the old definition, as in ActiveMQ. The topic may be a wildcard
+pattern (``prices.>``): the subscription then collects every matching topic's messages that
+its owner may read, while its client is away too (``durable_reader`` says what the owner
+may read, from who created it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from sluicemq.config import BrokerConfig, Limits, Policy
 from sluicemq.core.routing.names import TOPIC
 from sluicemq.core.routing.queue import Queue, QueueOwner
 from sluicemq.core.routing.topic import Topic
+from sluicemq.core.routing.wildcards import MayRead, WildcardIndex, is_pattern
 from sluicemq.core.selectors import compile_selector
 from sluicemq.errors import ProtocolError
 from sluicemq.storage import records
@@ -24,6 +28,8 @@ class DurableHost(QueueOwner, Protocol):
     """What durable subscriptions need of the broker: topics, policies, consumer caps."""
 
     config: BrokerConfig
+    wildcards: WildcardIndex
+    durable_reader: Callable[[str], MayRead]  # subscription key -> what its owner may read
 
     def topic(self, name: str) -> Topic: ...
 
@@ -66,11 +72,17 @@ class Durables:
 
     def install(self, sub: records.DurableSub) -> Queue:
         """Set up a subscription that is already journaled (new, or found at start-up)."""
-        topic = self.host.topic(sub.topic)
         selector = compile_selector(sub.selector) if sub.selector else None
-        q = Queue(self.host, sub.key, topic.destination, self.host.policy(TOPIC, sub.topic),
-                  durable=True, selector=selector)
-        topic.subscribers[sub.key] = q
+        policy = self.host.policy(TOPIC, sub.topic)
+        if is_pattern(sub.topic):
+            q = Queue(self.host, sub.key, f"/topic/{sub.topic}", policy, durable=True,
+                      selector=selector)
+            self.host.wildcards.add(sub.topic, sub.key, q, self.host.durable_reader(sub.key))
+        else:
+            topic = self.host.topic(sub.topic)
+            q = Queue(self.host, sub.key, topic.destination, policy, durable=True,
+                      selector=selector)
+            topic.subscribers[sub.key] = q
         self.by_key[sub.key] = (sub, q)
         return q
 

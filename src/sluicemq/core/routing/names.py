@@ -53,15 +53,12 @@ _SEGMENT_RE = re.compile(r"[A-Za-z0-9_\-:@#$]{1,200}|\*|>")
 
 
 def parse_subscription(destination: str | None) -> tuple[str, str, bool]:
-    """A SUBSCRIBE destination: (kind, name, is_pattern). Topics may be ActiveMQ wildcard
-    patterns (``/topic/prices.*``, ``/topic/orders.>``: ``*`` one segment, ``>`` the rest)."""
+    """A SUBSCRIBE destination: (kind, name, is_pattern). Names may be ActiveMQ wildcard
+    patterns (``/topic/prices.*``, ``/queue/orders.>``: ``*`` one segment, ``>`` the rest)."""
     for prefix, kind in _PREFIXES.items():
         if destination and destination.startswith(prefix):
             segs = destination[len(prefix):].split(".")
             if "*" in segs or ">" in segs:
-                if kind == QUEUE:
-                    raise ProtocolError(f"wildcard subscriptions are for topics only (not yet "
-                                        f"queues): {destination!r}", fatal=False)
                 if (not all(_SEGMENT_RE.fullmatch(s) for s in segs) or ">" in segs[:-1]
                         or len(destination) > 220):
                     raise ProtocolError(f"invalid wildcard destination {destination!r}: "
@@ -86,6 +83,25 @@ def parse_composite(destination: str) -> list[tuple[str, str]]:
         if kind is not None and not part.startswith("/"):
             part = destination_of(kind, part)
         parsed = parse_destination(part)
+        if parsed not in out:
+            out.append(parsed)
+        kind = parsed[0]
+        if len(out) > MAX_COMPOSITE:
+            raise ProtocolError(f"a composite destination may name at most {MAX_COMPOSITE} "
+                                "destinations", fatal=False)
+    return out
+
+
+def parse_composite_subscription(destination: str) -> list[tuple[str, str, bool]]:
+    """A composite SUBSCRIBE, ``/queue/a,/topic/b.>,c``: each part as ``parse_subscription``
+    reads it, in order, without repeats; a part without a prefix is of the kind before it."""
+    out: list[tuple[str, str, bool]] = []
+    kind: str | None = None
+    for raw in destination.split(","):
+        part = raw.strip()
+        if kind is not None and not part.startswith("/"):
+            part = destination_of(kind, part)
+        parsed = parse_subscription(part)
         if parsed not in out:
             out.append(parsed)
         kind = parsed[0]

@@ -1,4 +1,4 @@
-"""Wildcard topic subscriptions (ActiveMQ syntax): ``.`` separates segments, ``*`` matches
+"""Wildcard subscriptions (ActiveMQ syntax): ``.`` separates segments, ``*`` matches
 one segment, ``>`` whatever follows (as ActiveMQ's prefix filter, also nothing: ``prices.>``
 matches ``prices``, the same rule as ``[[policy]]`` patterns).
 
@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from sluicemq.config import match_destination
 
 if TYPE_CHECKING:
     from sluicemq.core.routing.message import Message
@@ -90,3 +92,28 @@ class WildcardIndex:
                     stack.append((child, i + 1))
         return [q for q, may_read in found.values()
                 if (q.selector is None or q.selector.matches(msg.headers)) and may_read(topic)]
+
+
+class QueueWatch:
+    """Wildcard queue subscriptions (``/queue/orders.>``) waiting for queues to appear: each
+    is told the name of every queue created after it that its pattern matches. Queues come
+    into being far less often than messages are published, so a scan of the few watchers
+    per new queue is enough."""
+
+    def __init__(self) -> None:
+        self._watchers: dict[str, tuple[str, Callable[[str], None]]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._watchers)
+
+    def add(self, key: str, pattern: str, created: Callable[[str], None]) -> None:
+        self._watchers[key] = (pattern, created)
+
+    def remove(self, key: str) -> None:
+        self._watchers.pop(key, None)
+
+    def created(self, name: str) -> None:
+        """Queue ``name`` was just created."""
+        for pattern, created in list(self._watchers.values()):
+            if match_destination(pattern, name):
+                created(name)

@@ -226,6 +226,13 @@ class Security:
         """May `user` (None: anonymous) do `action` on `destination` (None: broker-wide)?"""
         return self.acl.allows(user or ANONYMOUS, action, destination)
 
+    def durable_reader(self, key: str) -> Callable[[str], bool]:
+        """Which topics durable subscription ``key`` may collect: what the user who created
+        it may read (anonymous when nobody owns it), asked while its client is away too."""
+        name = self.durables.owner(key) if self.durables is not None else None
+        user = self.user(name) if name is not None else None
+        return lambda topic: self.authorize(user, READ, f"/topic/{topic}")
+
     # -- authentication ----------------------------------------------------------------------
     def _token(self, login: str, passcode: str) -> bytes:
         return hmac.new(self._secret, f"{login}\0{passcode}".encode(), hashlib.sha256).digest()

@@ -15,6 +15,7 @@ import logging
 import os
 from collections import deque
 from collections.abc import Callable
+from typing import Protocol
 
 from sluicemq.core.paging.flow import parse_size
 from sluicemq.core.routing.destinations import owner_of
@@ -40,6 +41,10 @@ _session_ids = itertools.count(1)
 _BOOT = os.urandom(4).hex()
 
 
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
 class SessionContext:
     """State of one connection: version, subscriptions, open transactions, held frames."""
 
@@ -63,6 +68,7 @@ class SessionContext:
         self.heartbeat = (0, 0)  # (we send every ms, we expect every ms)
         self.consumers: dict[str, Consumer] = {}
         self.by_index: dict[int, Consumer] = {}
+        self.fanins: dict[str, Closable] = {}  # SUBSCRIBEs to several destinations (fanin.py)
         self.indexes = itertools.count(1)
         self.transactions: dict[str, TxSpool] = {}
         limits = broker.config.limits
@@ -316,6 +322,9 @@ class SessionContext:
 
     def _release(self) -> None:
         """Give back everything the connection held: in-flight messages, groups, transactions."""
+        for fanin in list(self.fanins.values()):
+            fanin.close()
+        self.fanins.clear()
         for consumer in list(self.consumers.values()):
             self.drop_consumer(consumer)
         self.consumers.clear()

@@ -1,5 +1,7 @@
 """SUBSCRIBE and UNSUBSCRIBE: queue consumers, topic and wildcard subscribers, durable
-subscriptions; a ``browser:true`` SUBSCRIBE is a range read and goes to ``session.ranges``.
+subscriptions (to a topic or a topic pattern), composite and queue-wildcard subscriptions
+(several consumers under one id, sessions/fanin.py); a ``browser:true`` SUBSCRIBE is a range
+read and goes to ``session.ranges``.
 
 Everything a SUBSCRIBE asks for (ack mode, prefetch, selector, priority) is checked before
 anything is created for it, so a refused SUBSCRIBE leaves nothing behind.
@@ -7,16 +9,40 @@ anything is created for it, so a refused SUBSCRIBE leaves nothing behind.
 
 from __future__ import annotations
 
-from sluicemq.core.routing.names import QUEUE, parse_subscription
+from dataclasses import dataclass
+
+from sluicemq.core.routing.names import (
+    QUEUE,
+    destination_of,
+    parse_composite_subscription,
+    parse_subscription,
+)
 from sluicemq.core.routing.queue import ACK_MODES, AUTO, Consumer, Queue
 from sluicemq.core.routing.temporary import PREFIX as TEMP_PREFIX
 from sluicemq.core.scheduling import scheduler as scheduled
 from sluicemq.core.security.policy import READ
-from sluicemq.core.selectors import SelectorError, compile_selector
+from sluicemq.core.selectors import Selector, SelectorError, compile_selector
 from sluicemq.core.sessions.context import SessionContext
+from sluicemq.core.sessions.fanin import FanIn
 from sluicemq.core.streams.chunks import MAX_STREAMS
 from sluicemq.errors import ProtocolError
 from sluicemq.protocol.frames import Frame
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """What a SUBSCRIBE asks of each consumer it makes, checked before any is made."""
+
+    sub_id: str
+    destination: str
+    ack_mode: str
+    prefetch: int
+    selector_text: str | None
+    selector: Selector | None
+    durable_name: str | None
+    max_streams: int
+    priority: int
+    exclusive: bool
 
 
 def subscribe(session: SessionContext, frame: Frame) -> None:
@@ -25,21 +51,56 @@ def subscribe(session: SessionContext, frame: Frame) -> None:
     if h.get("destination", "").startswith(("/temp-", "/remote-temp-")):
         session.resolve_temporary(frame)
     destination = h.get("destination")
-    kind, name, pattern = parse_subscription(destination)
-    scheduled.refuse_direct(kind, name)
-    if name.startswith(TEMP_PREFIX):
-        broker.temps.check(kind, name, session.id, consuming=True)
-    if pattern:  # read rights are checked per topic the pattern reaches, per message
-        if h.get("browser") == "true":
-            raise ProtocolError("a range read needs one destination, not a wildcard",
-                                fatal=False)
-    else:
+    parts = (parse_composite_subscription(destination) if destination and "," in destination
+             else [parse_subscription(destination)])
+    for kind, name, _pattern in parts:
+        scheduled.refuse_direct(kind, name)
+        if name.startswith(TEMP_PREFIX):
+            broker.temps.check(kind, name, session.id, consuming=True)
+    fan_in = len(parts) > 1 or (parts[0][0] == QUEUE and parts[0][2])
+    if h.get("browser") == "true":  # range read, head query or ledger commit
+        kind, name, pattern = parts[0]
+        if fan_in or pattern:
+            raise ProtocolError("a range read needs one destination, not a wildcard or a "
+                                "composite", fatal=False)
         session.authorize(READ, kind, name)
-        if h.get("browser") == "true":  # range read, head query or ledger commit
-            session.ranges.subscribe(session, frame, kind, name)
-            return
-        session.admit_destination(kind, name)
-    limits = broker.config.limits
+        session.ranges.subscribe(session, frame, kind, name)
+        return
+    for kind, name, pattern in parts:  # patterns: read rights per destination they reach
+        if not pattern:
+            session.authorize(READ, kind, name)
+            session.admit_destination(kind, name)
+    wanted = _wanted(session, h, destination or "", *parts[0][:2])
+    if fan_in:
+        if wanted.durable_name:
+            raise ProtocolError("a durable subscription is to one topic (or one topic "
+                                "pattern), not to a composite or a queue", fatal=False)
+        fanin = FanIn(session, wanted.sub_id, lambda kind, name, pattern: _open(
+            session, wanted, kind, name, pattern, destination_of(kind, name)))
+        session.fanins[wanted.sub_id] = fanin
+        try:
+            for kind, name, pattern in parts:
+                if kind == QUEUE and pattern:
+                    fanin.watch(name)
+                else:
+                    fanin.add(kind, name, pattern)
+        except ProtocolError:
+            del session.fanins[wanted.sub_id]
+            fanin.close()
+            raise
+        session.receipt(frame)
+        return
+    kind, name, pattern = parts[0]
+    consumer = _open(session, wanted, kind, name, pattern, destination or "")
+    session.consumers[wanted.sub_id] = consumer
+    session.receipt(frame)
+
+
+def _wanted(session: SessionContext, h: dict[str, str], destination: str, kind: str,
+            name: str) -> Wanted:
+    """The SUBSCRIBE's options, each checked (``kind/name``: the first destination, whose
+    policy gives the default prefetch)."""
+    limits = session.broker.config.limits
     if len(session.consumers) >= limits.max_subscriptions:
         raise ProtocolError(f"too many subscriptions on this connection (limit "
                             f"{limits.max_subscriptions}, max_subscriptions)", fatal=False)
@@ -47,14 +108,15 @@ def subscribe(session: SessionContext, frame: Frame) -> None:
     if sub_id is None:
         if session.version != "1.0":
             raise ProtocolError("SUBSCRIBE requires an 'id' header", fatal=False)
-        sub_id = destination or ""
-    if sub_id in session.consumers:
+        sub_id = destination
+    if sub_id in session.consumers or sub_id in session.fanins:
         raise ProtocolError(f"subscription id {sub_id!r} already in use", fatal=False)
     ack_mode = h.get("ack", AUTO)
     if ack_mode not in ACK_MODES:
         raise ProtocolError(f"invalid ack mode {ack_mode!r}; use one of {ACK_MODES}",
                             fatal=False)
-    prefetch = _prefetch(h, broker.policy(kind, name).default_prefetch, limits.max_unacked)
+    prefetch = _prefetch(h, session.broker.policy(kind, name).default_prefetch,
+                         limits.max_unacked)
     selector_text = h.get("selector") or None
     try:
         selector = compile_selector(selector_text) if selector_text else None
@@ -66,51 +128,62 @@ def subscribe(session: SessionContext, frame: Frame) -> None:
     except ValueError:
         raise ProtocolError(f"invalid {MAX_STREAMS} {h.get(MAX_STREAMS)!r}",
                             fatal=False) from None
-    priority = consumer_priority(h)  # checked before anything is created for it
+    return Wanted(sub_id, destination, ack_mode, prefetch, selector_text, selector,
+                  durable_name, max_streams, consumer_priority(h),
+                  h.get("activemq.exclusive") == "true")
+
+
+def _open(session: SessionContext, wanted: Wanted, kind: str, name: str, pattern: bool,
+          destination: str) -> Consumer:
+    """Make one consumer of ``/kind/name`` (a topic part may be a pattern) and attach it."""
+    broker = session.broker
     index = next(session.indexes)
     queue: Queue
-    consumer_selector = selector
+    consumer_selector = wanted.selector
+    durable_name = wanted.durable_name
     if kind == QUEUE and durable_name:  # as ActiveMQ: only topics have durable subscribers
         raise ProtocolError(f"activemq.subscriptionName {durable_name!r} on a queue: durable "
                             "subscriptions are for topics (/topic/...)", fatal=False)
     if kind == QUEUE:
         queue = broker.subscribe_queue(name)
-    elif pattern:
-        if durable_name:
-            raise ProtocolError("durable subscriptions to a wildcard pattern are not "
-                                "supported yet", fatal=False)
-        queue = broker.subscribe_topic_pattern(name, f"s:{session.id}:{index}", selector,
-                                               lambda topic: _may_read_topic(session, topic))
-        consumer_selector = None
-    elif durable_name:
+    elif durable_name:  # a topic or a topic pattern
         if not session.client_id:
             raise ProtocolError("a durable subscription needs a client-id on CONNECT",
                                 fatal=False)
         claim_durable(session, durable_name)
         queue = broker.durable_subs.open(session.client_id, durable_name, name,
-                                            selector_text)
+                                         wanted.selector_text)
         if queue.consumers:
             raise ProtocolError(f"durable subscription {durable_name!r} is already active",
                                 fatal=False)
         consumer_selector = None
-    else:
-        queue = broker.subscribe_topic(name, f"s:{session.id}:{index}", selector)
+    elif pattern:
+        queue = broker.subscribe_topic_pattern(name, f"s:{session.id}:{index}",
+                                               wanted.selector,
+                                               lambda topic: _may_read_topic(session, topic))
         consumer_selector = None
-    consumer = Consumer(session, sub_id, index, destination or "", queue, ack_mode=ack_mode,
-                        prefetch=prefetch, selector=consumer_selector,
-                        exclusive=h.get("activemq.exclusive") == "true",
-                        max_streams=max_streams, priority=priority)
-    session.consumers[sub_id] = consumer
+    else:
+        queue = broker.subscribe_topic(name, f"s:{session.id}:{index}", wanted.selector)
+        consumer_selector = None
+    consumer = Consumer(session, wanted.sub_id, index, destination, queue,
+                        ack_mode=wanted.ack_mode, prefetch=wanted.prefetch,
+                        selector=consumer_selector, exclusive=wanted.exclusive,
+                        max_streams=wanted.max_streams, priority=wanted.priority)
     session.by_index[index] = consumer
     broker.attach(consumer)
-    broker.advisories.consumer("added", kind, name, session.id, sub_id)
-    session.receipt(frame)
+    broker.advisories.consumer("added", kind, name, session.id, wanted.sub_id)
+    return consumer
 
 
 def unsubscribe(session: SessionContext, frame: Frame) -> None:
     h = frame.headers
     sub_id = h.get("id") or (h.get("destination") if session.version == "1.0" else None)
     durable_name = h.get("activemq.subscriptionName") or h.get("durable-subscription-name")
+    fanin = session.fanins.pop(sub_id, None) if sub_id is not None else None
+    if fanin is not None:
+        fanin.close()
+        session.receipt(frame)
+        return
     consumer = session.consumers.pop(sub_id, None) if sub_id is not None else None
     if (consumer is None and not durable_name and sub_id is not None
             and session.ranges.unsubscribe(session, sub_id)):
