@@ -13,29 +13,19 @@ import time
 from typing import Any
 
 import pytest
+from accounts import Accounts
 
 from sluicemq.client import Client
-from sluicemq.core.security.policy import hash_password
 from sluicemq.core.streams.chunks import OFFSET, SEQ, STREAM_ID
 from sluicemq.errors import ClientError
 from sluicemq.protocol.codec import FrameParser, encode_frame
 from sluicemq.protocol.frames import Frame
 
-USERS = {"app": ("app-pw", ["apps"]), "olga": ("olga-pw", ["admins"]),
-         "rita": ("rita-pw", ["readers"])}
-HASHES = {name: hash_password(pw) for name, (pw, _groups) in USERS.items()}
+ACCOUNTS = Accounts({"app": ("app-pw", ["apps"]), "olga": ("olga-pw", ["admins"]),
+                     "rita": ("rita-pw", ["readers"])})
+USERS = ACCOUNTS.users
 DELAY = 0.3
-
-
-def config(max_failures: int = 100) -> str:
-    users = "".join(f'[[security.users]]\nname = "{n}"\npassword = "{HASHES[n]}"\n'
-                    f"groups = {g!r}\n".replace("'", '"') for n, (_p, g) in USERS.items())
-    return f"""
-[security]
-login-failure-delay = {DELAY}
-max-login-failures = {max_failures}
-
-{users}
+RULES = """
 [[security.acl]]
 destination = "/queue/orders.>"
 read = ["apps", "readers"]
@@ -53,13 +43,16 @@ admin = ["admins"]
 """
 
 
+def config(max_failures: int = 100) -> str:
+    return ACCOUNTS.config(RULES, delay=DELAY, max_failures=max_failures)
+
+
 @pytest.fixture
 def secured(broker_factory: Any) -> Any:
     return broker_factory(config_text=config())
 
 
-def login(b: Any, user: str, **kwargs: Any) -> Client:
-    return Client(b.url, login=user, passcode=USERS[user][0], timeout=10, **kwargs)
+login = ACCOUNTS.login
 
 
 class Raw:

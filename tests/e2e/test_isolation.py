@@ -18,28 +18,18 @@ from typing import Any
 
 import aiohttp
 import pytest
+from accounts import Accounts
 
 from sluicemq import Client, ClientError
-from sluicemq.core.security.policy import hash_password
 from sluicemq.core.streams.chunks import FINAL, NAME, OFFSET, QUERY, SEQ, SIZE, STREAM_ID
 from sluicemq.protocol.codec import FrameParser, encode_frame
 from sluicemq.protocol.frames import Frame
 
-USERS = {"app-a": ("a-pw", ["apps"]), "app-b": ("b-pw", ["apps"]),
-         "olga": ("olga-pw", ["admins"])}
-HASHES = {name: hash_password(pw) for name, (pw, _groups) in USERS.items()}
+ACCOUNTS = Accounts({"app-a": ("a-pw", ["apps"]), "app-b": ("b-pw", ["apps"]),
+                     "olga": ("olga-pw", ["admins"])})
+USERS = ACCOUNTS.users
 DELAY = 0.1
-
-
-def config(extra_security: str = "", max_failures: int = 10) -> str:
-    users = "".join(f'[[security.users]]\nname = "{n}"\npassword = "{HASHES[n]}"\n'
-                    f"groups = {g!r}\n".replace("'", '"') for n, (_p, g) in USERS.items())
-    return f"""
-[security]
-login-failure-delay = {DELAY}
-max-login-failures = {max_failures}
-{extra_security}
-{users}
+RULES = """
 [[security.acl]]
 destination = "/queue/orders.>"
 read = ["apps"]
@@ -66,13 +56,16 @@ admin = ["admins"]
 """
 
 
+def config(extra_security: str = "", max_failures: int = 10) -> str:
+    return ACCOUNTS.config(RULES, delay=DELAY, max_failures=max_failures, extra=extra_security)
+
+
 @pytest.fixture
 def secured(broker_factory: Any) -> Any:
     return broker_factory(config_text=config())
 
 
-def login(b: Any, user: str, **kwargs: Any) -> Client:
-    return Client(b.url, login=user, passcode=USERS[user][0], timeout=10, **kwargs)
+login = ACCOUNTS.login
 
 
 class Raw:
