@@ -5,6 +5,19 @@ later segment on disk. Compaction copies the live messages of the oldest segment
 new plain message records at the head of the log, and points their holders at the copies; the
 old segment then has no live record and is reclaimed.
 
+When: only while the journal holds more than ``amplification`` times the bytes of its live
+records plus one segment (besides the one being written). Copying a segment that is mostly
+live frees little, and a backlog larger than a few segments would otherwise be copied round
+and round for ever (every copy lands at the head, the next segment becomes the oldest);
+copying is worth it when dead records fill the segments behind the oldest one. So the
+compactor keeps a *census*: the bytes of live records in each full segment, measured through
+the holders (at most a few milliseconds of it a tick) and scaled down as a segment's live
+count falls; a segment not measured yet counts as full, which only delays compaction.
+
+How: the copies are the records' own bytes with the holder's key spliced in (no decoding),
+appended a bounded amount per loop turn, so a segment of large records never holds the event
+loop for long.
+
 Why two phases: a copy may be pointed at only once it is durable (a failed batch rewinds the
 journal and its locations are reused). Phase one appends the copies; a later tick, once they
 are durable, moves each holder over and releases the old record. A holder that went away in
@@ -24,14 +37,20 @@ journal.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sluicemq.errors import StorageError
 from sluicemq.storage import records
 from sluicemq.storage.segment import Location
 from sluicemq.storage.store import Store, TicketLike
 
 log = logging.getLogger("sluicemq.compaction")
+
+TURN_BYTES = 2 << 20  # copied per loop turn (at least one record)
+TURN_RECORDS = 500
+CENSUS_SECONDS = 0.005  # measuring segments' live bytes, per tick
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,20 +65,26 @@ class Holder:
 
 FindHolders = Callable[[int], list[Holder] | None]  # None: cannot account for the segment
 Relocate = Callable[[list[tuple[Holder, TicketLike]]], list[bool]]  # found and moved?
+Schedule = Callable[[Callable[[], None]], object]
 
 
 class Compactor:
     """Copies the oldest segment's live messages forward, at most one segment at a time."""
 
-    def __init__(self, store: Store, find_holders: FindHolders, relocate: Relocate, *,
-                 min_segments: int = 4, max_live: int = 10_000) -> None:
+    def __init__(self, store: Store, find_holders: FindHolders, relocate: Relocate,
+                 schedule: Schedule, *, amplification: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.find_holders = find_holders
         self.relocate = relocate
-        self.min_segments = min_segments  # compact only when this many segments are on disk
-        self.max_live = max_live  # and the oldest holds no more records than this
+        self._schedule = schedule
+        self.amplification = amplification  # journal bytes allowed per live byte
+        self._clock = clock
+        self._census: dict[int, tuple[int, int]] = {}  # segment -> (live count, bytes); -1: ?
+        self._todo: list[Holder] = []  # holders still to copy (phase one, paced)
+        self._cache: tuple[Location, bytes] | None = None
         self._plan: list[tuple[Holder, TicketLike]] = []
-        self._plan_seq = 0
+        self._plan_seq = 0  # 0 while copies are still being appended
         self.compacted_segments = 0
         self.copied = 0
 
@@ -67,46 +92,121 @@ class Compactor:
     def busy(self) -> bool:
         """Copies are appended but their holders not yet moved (no index snapshot now: the
         copies are retained by nobody the snapshot could name)."""
-        return bool(self._plan)
+        return bool(self._plan or self._todo)
+
+    def live_bytes(self) -> int:
+        """Bytes of live records in the full segments, as far as the census knows (a segment
+        not measured counts as full)."""
+        live = self.store.journal.live_counts()[:-1]
+        return sum(self._estimate(seg, count) for seg, count in live)
 
     def tick(self) -> None:
-        """Advance: finish a durable plan, or start one for the oldest segment."""
+        """Advance: finish a durable plan, measure a few segments, maybe start a plan."""
+        if self._todo:
+            return  # still copying, turn by turn
         if self._plan:
-            if self.store.durable_seq >= self._plan_seq:
-                self._finish()
-            return
-        journal = self.store.journal
-        live = journal.live_counts()
-        if len(live) < self.min_segments:
+            if not self._plan_seq or self.store.durable_seq < self._plan_seq:
+                return
+            self._finish()
+        live = self.store.journal.live_counts()
+        self._measure(live)
+        if not self._worth_it(live):
             return
         segment, count = live[0]
-        if count == 0 or count > self.max_live:
-            return
         holders = self.find_holders(segment)
         if holders is None or len(holders) != count:
             return
-        self._start(holders)
+        self._todo = holders[::-1]  # popped from the end: oldest holder first
+        self._copy_some()
+        log.info("compacting journal segment %d: copying %d live message(s) forward",
+                 segment, count)
 
-    def _start(self, holders: list[Holder]) -> None:
-        cache: tuple[Location, bytes] | None = None
-        for h in holders:
-            if cache is None or cache[0] != h.loc:
-                cache = (h.loc, self.store.read(h.loc))
-            payload = records.tx_op_at(cache[1], h.inner) if h.inner else cache[1]
+    def copy_rest(self) -> None:
+        """Append every copy still to be made now (a clean stop waits for this plan)."""
+        while self._todo:
+            self._copy_some()
+
+    # -- when ----------------------------------------------------------------------------------
+    def _estimate(self, segment: int, count: int) -> int:
+        size = self.store.journal.segment_bytes
+        known = self._census.get(segment)
+        if known is None or known[1] < 0:
+            return size
+        measured_count, nbytes = known
+        if measured_count == count or not measured_count:
+            return nbytes
+        return nbytes * count // measured_count  # fewer live records since: scale down
+
+    def _measure(self, live: list[tuple[int, int]]) -> None:
+        """Refresh the census of full segments whose live count changed, oldest first, for
+        at most ``CENSUS_SECONDS``; forget segments that are gone."""
+        present = {seg for seg, _ in live}
+        for seg in [s for s in self._census if s not in present]:
+            del self._census[seg]
+        deadline = self._clock() + CENSUS_SECONDS
+        for seg, count in live[:-1]:
+            known = self._census.get(seg)
+            if known is not None and known[0] == count:
+                continue
+            holders = self.find_holders(seg) if count else []
+            if holders is None or len(holders) != count:
+                self._census[seg] = (count, -1)
+            else:
+                unique = {(h.loc.offset, h.loc.length) for h in holders}
+                self._census[seg] = (count, sum(length for _off, length in unique))
+            if self._clock() > deadline:
+                return
+
+    def _worth_it(self, live: list[tuple[int, int]]) -> bool:
+        """Is the journal beyond ``amplification`` x its live bytes + one segment (besides
+        the segment being written), and the oldest segment movable?"""
+        if len(live) < 3 or not live[0][1]:
+            return False
+        size = self.store.journal.segment_bytes
+        full = live[:-1]
+        held = sum(self._estimate(seg, count) for seg, count in full)
+        return len(full) * size > self.amplification * held + size
+
+    # -- copying (phase one) ---------------------------------------------------------------
+    def _copy_some(self) -> None:
+        """Append copies for up to ``TURN_BYTES`` / ``TURN_RECORDS``; the rest on later turns."""
+        copied_bytes = 0
+        for _ in range(TURN_RECORDS):
+            if not self._todo or copied_bytes >= TURN_BYTES:
+                break
+            h = self._todo.pop()
+            payload = self._payload(h)
+            if payload is None:
+                continue
+            copied_bytes += len(payload)
             if h.mid < 0:
                 ticket = self.store.append_sub(records.decode_sub(payload))
             else:
-                sm = records.decode_message(payload)
-                ticket = self.store.append_message(h.key, h.mid, sm.timestamp, sm.expires,
-                                                   sm.priority, sm.headers, sm.body)
+                ticket = self.store.append_record(
+                    records.MSG, records.rekey_message(payload, h.key, h.mid))
             self.store.hold(ticket)
             self._plan.append((h, ticket))
-        self._plan_seq = self.store.flush()
-        log.info("compacting journal segment %d: copying %d live message(s) forward",
-                 holders[0].loc.segment, len(holders))
+        if self._todo:
+            self._schedule(self._copy_some)
+            return
+        self._cache = None
+        if self._plan:
+            self._plan_seq = self.store.flush()
 
+    def _payload(self, h: Holder) -> bytes | memoryview | None:
+        """The holder's message (or SUB) payload; None once its segment is gone (everything
+        in it was consumed meanwhile)."""
+        cache = self._cache
+        if cache is None or cache[0] != h.loc:
+            try:
+                cache = self._cache = (h.loc, self.store.read(h.loc))
+            except StorageError:
+                return None
+        return records.tx_op_at(cache[1], h.inner) if h.inner else cache[1]
+
+    # -- moving the holders (phase two) ---------------------------------------------------
     def _finish(self) -> None:
-        plan, self._plan = self._plan, []
+        plan, self._plan, self._plan_seq = self._plan, [], 0
         if any(t.loc is None for _, t in plan):  # the copies' batch failed: try again later
             return
         moved = self.relocate(plan)

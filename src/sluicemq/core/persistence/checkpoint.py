@@ -154,6 +154,7 @@ class Checkpointer:
         compactor = self.broker.compactor
         if not compactor.busy:
             return
+        compactor.copy_rest()
         done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
 
         def durable(exc: BaseException | None) -> None:

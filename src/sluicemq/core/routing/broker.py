@@ -115,7 +115,8 @@ class Broker:
         self.flow = FlowControl(self.limits, self.memory, store.disk_estimate,
                                 lambda: self.temp.bytes_used, HeapTrimmer(trim_heap),
                                 lambda: store.journal.unwritten_bytes)
-        self.compactor = Compactor(store, self._compaction_holders, self._compaction_relocate)
+        self.compactor = Compactor(store, self._compaction_holders, self._compaction_relocate,
+                                   self._schedule)
         self.stager = Stager(self)  # staged publishing (docs/replay-protocol.md, section 3)
         self.producers = Producers(store, config.limits.dedup_window)  # section 4
         store.reclaim_watchers += [self.stager.anchor.move_if_oldest,
