@@ -252,15 +252,26 @@ async def sub_unsub(port: int, n: int) -> Outcome:
     return Outcome(s.errors, f"{len(s.errors)} of {n} cycles refused")
 
 
-async def heavy_headers(port: int, n: int) -> Outcome:
-    s = await Stomp.open(port)
-    headers = {f"h{i}": "v" * 8000 for i in range(900)}
-    for _ in range(n):
-        s.send("SEND", {"destination": "/queue/heavy", "persistent": "true", **headers}, b"x")
-        await s.writer.drain()
-    await s.sync()
-    await s.close()
-    return Outcome(s.errors, f"{n} messages of 7.2 MB headers queued")
+async def heavy_headers(port: int, n: int, per_message: int) -> Outcome:
+    """``n`` persistent messages of ``per_message`` 8 KB headers each; a connection closed
+    for them (a frame refused) is opened again until all were tried."""
+    headers = {f"h{i}": "v" * 8000 for i in range(per_message)}
+    errors: list[str] = []
+    sent = 0
+    while sent < n:
+        s = await Stomp.open(port)
+        while sent < n and not s.closed.is_set():
+            s.send("SEND", {"destination": "/queue/heavy", "persistent": "true", **headers},
+                   b"x")
+            sent += 1
+            try:
+                await s.sync()  # handled (or refused: then the broker closes the socket)
+            except ConnectionError:
+                break
+        await s.close()
+        errors += s.errors
+    return Outcome(errors, f"{n} messages of {per_message * 8 / 1000:.2f} MB headers sent, "
+                           f"{len(errors)} refused")
 
 
 async def open_transactions(port: int, conns: int, txs: int) -> Outcome:
@@ -372,7 +383,8 @@ def attacks(b: Broker, scale: float) -> dict[str, Callable[[], Awaitable[Outcome
     return {
         "queues": lambda: many_queues(b.port, n(100_000)),
         "sub-unsub": lambda: sub_unsub(b.port, n(50_000)),
-        "headers": lambda: heavy_headers(b.port, n(150)),
+        "headers": lambda: heavy_headers(b.port, n(150), 900),
+        "headers-1mb": lambda: heavy_headers(b.port, n(1125), 120),
         "transactions": lambda: open_transactions(b.port, n(20), 100),
         "wait-consumer": lambda: wait_consumer(b.port, n(300_000)),
         "durable": lambda: durable_hoard(b.port, n(20_000), 20),

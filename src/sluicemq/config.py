@@ -23,6 +23,7 @@ class Limits:
     max_frame_bytes: int = 64 << 20  # whole frame, headers + body
     max_headers: int = 1000  # header lines per frame
     max_header_line: int = 8192  # bytes per header line (and per command line)
+    max_header_bytes: int = 1 << 20  # a frame's whole header section
     # The shortest heart-beat interval the broker sends at or expects: within it, a client
     # gets the beats it asks for (1 s asked, 1 s given) and is held to the ones it promised.
     heartbeat_ms: int = 500

@@ -64,11 +64,17 @@ class FrameParser:
         max_frame_bytes: int = 64 << 20,
         max_headers: int = 1000,
         max_header_line: int = 8192,
+        max_header_bytes: int = 1 << 20,
     ) -> None:
         self.version = version
         self.max_frame_bytes = max_frame_bytes
         self.max_headers = max_headers
         self.max_header_line = max_header_line
+        # The whole header section (command line through the blank line). Why apart from
+        # max_headers x max_header_line (8 MB): headers are parsed, held and stored as Python
+        # strings in one piece, so megabytes of them cost the event loop and RAM far more than
+        # a body of that size; refusing them as they arrive costs nothing.
+        self.max_header_bytes = max_header_bytes
         self._buf = bytearray()
         self._scan = 0  # where the search for the end of the headers resumes (frame-relative)
         self._pending: _PendingBody | None = None
@@ -148,6 +154,9 @@ class FrameParser:
             self._scan = 0
             if hdr_end - p >= limit:
                 raise ProtocolError(f"frame headers exceed max_frame_bytes={limit}")
+            if hdr_end - p > self.max_header_bytes:
+                raise ProtocolError(
+                    f"frame headers exceed max_header_bytes={self.max_header_bytes}")
             command, headers = self._parse_head(b, p, hdr_end)
 
             length = headers.get("content-length")
@@ -252,6 +261,8 @@ class FrameParser:
         size = n - p
         if size >= self.max_frame_bytes:
             raise ProtocolError(f"frame headers exceed max_frame_bytes={self.max_frame_bytes}")
+        if size > self.max_header_bytes + 2:  # + 2: the blank line's CR LF may follow
+            raise ProtocolError(f"frame headers exceed max_header_bytes={self.max_header_bytes}")
         # Check the command line, even half-received, so garbage (TLS, HTTP) fails on arrival.
         first_eol = b.find(b"\n", p, p + MAX_COMMAND_LINE + 1)
         if first_eol < 0 and size > MAX_COMMAND_LINE:

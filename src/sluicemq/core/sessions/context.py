@@ -75,7 +75,8 @@ class SessionContext:
         self.tx_limit = parse_size(limits.max_transaction_bytes)
         self.parser = FrameParser(max_frame_bytes=limits.max_frame_bytes,
                                   max_headers=limits.max_headers,
-                                  max_header_line=limits.max_header_line, version="1.0")
+                                  max_header_line=limits.max_header_line,
+                                  max_header_bytes=limits.max_header_bytes, version="1.0")
         self.on_version: Callable[[str], None] = lambda v: None
         self.received = 0
         self.delivered = 0
