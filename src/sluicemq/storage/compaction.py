@@ -84,7 +84,8 @@ class Compactor:
         self._todo: list[Holder] = []  # holders still to copy (phase one, paced)
         self._cache: tuple[Location, bytes] | None = None
         self._plan: list[tuple[Holder, TicketLike]] = []
-        self._plan_seq = 0  # 0 while copies are still being appended
+        self._plan_seq = 0  # the last copy's record; 0 while copies are still being appended
+        self._stopped = False
         self.compacted_segments = 0
         self.copied = 0
 
@@ -101,13 +102,15 @@ class Compactor:
         return sum(self._estimate(seg, count) for seg, count in live)
 
     def tick(self) -> None:
-        """Advance: finish a durable plan, measure a few segments, maybe start a plan."""
-        if self._todo:
-            return  # still copying, turn by turn
-        if self._plan:
-            if not self._plan_seq or self.store.durable_seq < self._plan_seq:
-                return
-            self._finish()
+        """Once a second: measure a few segments, maybe start a plan (one in progress goes
+        on by itself: copies turn by turn, then the move once they are durable, then the
+        next segment while compaction is still worth it)."""
+        if not self.busy:
+            self._next()
+
+    def _next(self) -> None:
+        if self._stopped:
+            return
         live = self.store.journal.live_counts()
         self._measure(live)
         if not self._worth_it(live):
@@ -121,10 +124,17 @@ class Compactor:
         log.info("compacting journal segment %d: copying %d live message(s) forward",
                  segment, count)
 
-    def copy_rest(self) -> None:
-        """Append every copy still to be made now (a clean stop waits for this plan)."""
+    def stop(self) -> None:
+        """A clean stop: no new plan; the copies of the one in progress are appended now, so
+        that ``finish_durable`` can complete it once they are durable."""
+        self._stopped = True
         while self._todo:
             self._copy_some()
+
+    def finish_durable(self) -> None:
+        """Move the holders of a plan whose copies are all durable, now."""
+        if self._plan and self._plan_seq and self.store.durable_seq >= self._plan_seq:
+            self._finish()
 
     # -- when ----------------------------------------------------------------------------------
     def _estimate(self, segment: int, count: int) -> int:
@@ -192,6 +202,11 @@ class Compactor:
         self._cache = None
         if self._plan:
             self._plan_seq = self.store.flush()
+            self.store.after_durable(self._plan_seq, self._durable)
+
+    def _durable(self) -> None:
+        self.finish_durable()
+        self._next()
 
     def _payload(self, h: Holder) -> bytes | memoryview | None:
         """The holder's message (or SUB) payload; None once its segment is gone (everything

@@ -90,6 +90,7 @@ class Store:
         self.durable_seq = 0
         self.appended_seq = 0
         self._releases: deque[tuple[int, TicketLike | SegmentRelease]] = deque()
+        self._after: deque[tuple[int, Callable[[], None]]] = deque()  # after_durable
         self._acks: list[tuple[str, int, TicketLike]] = []
         self._flush_scheduled = False
         self.on_durable: Callable[[int], None] = lambda seq: None
@@ -276,7 +277,18 @@ class Store:
             self.journal.reclaim()
             if self.reclaim_watchers and self._oldest_nearly_free():
                 self._schedule(self._reclaimed)
+        while self._after and self._after[0][0] <= seq:
+            self._schedule(self._after.popleft()[1])
         self.on_durable(seq)
+
+    def after_durable(self, seq: int, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on a loop turn once record ``seq`` is durable (or its batch failed and
+        a later one was written: the caller checks its tickets). ``seq`` must not be older
+        than one asked for before."""
+        if seq <= self.durable_seq:
+            self._schedule(fn)
+        else:
+            self._after.append((seq, fn))
 
     def _oldest_nearly_free(self) -> bool:
         """Is the oldest segment kept by no more records than there are watchers (each holds

@@ -152,9 +152,9 @@ class Checkpointer:
         """Before a clean stop: let a compaction whose copies are appended finish (once they
         are durable), so that the last snapshot can be taken (a plan in flight prevents it)."""
         compactor = self.broker.compactor
+        compactor.stop()
         if not compactor.busy:
             return
-        compactor.copy_rest()
         done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
 
         def durable(exc: BaseException | None) -> None:
@@ -164,7 +164,7 @@ class Checkpointer:
         self.broker.when_durable(durable)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(done, 10.0)
-        compactor.tick()
+        compactor.finish_durable()
 
     def _drop_pending(self) -> None:
         self._busy = False
