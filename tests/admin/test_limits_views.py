@@ -16,6 +16,7 @@ max-connections-per-address = 7
 max-destinations = 40
 max-destinations-per-user = 30
 connect-timeout = 4.5
+max-header-bytes = 131072
 """
 
 
@@ -50,9 +51,11 @@ def test_connection_and_destination_caps_are_shown_with_their_use(broker_factory
     assert limits["destinations"] == {"used": 4, "limit": 40}
     assert limits["destinations_per_user"] == {"used": 4, "limit": 30}
     assert limits["connect_timeout_s"] == 4.5
+    assert limits["max_header_bytes"] == 131072
     families = scrape(broker.console_url)
     assert value(families["sluice_limit"], limit="max_connections_per_address") == 7
     assert value(families["sluice_limit"], limit="max_destinations") == 40
+    assert value(families["sluice_limit"], limit="max_header_bytes") == 131072
     assert value(families["sluice_limit_used"], limit="max_destinations") == 4
     assert value(families["sluice_limit_used"], limit="max_destinations_per_user") == 4
     assert value(families["sluice_limit_used"], limit="max_connections") >= 3

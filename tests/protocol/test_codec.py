@@ -249,6 +249,12 @@ class TestHeaders:
         assert parse_all(b"SEND\n" + line + b"\n\n\x00", max_header_line=100)
         frame = b"SEND\ncontent-length:4\n\nabcd\x00"
         assert parse_all(frame, max_frame_bytes=len(frame))
+        for eol in (b"\n", b"\r\n"):  # command and header lines, up to the blank line
+            head = b"SEND" + eol + b"k:" + b"v" * 90
+            frame = head + eol + eol + b"\x00"
+            limit = len(head) + len(eol) - 1  # a CRLF's CR counts, as part of its line
+            assert parse_all(frame, max_header_bytes=limit)
+            assert parse_bytewise(frame, max_header_bytes=limit)
 
 
 class TestErrors:
@@ -288,6 +294,22 @@ class TestErrors:
         parser = FrameParser(max_header_line=100)
         with pytest.raises(ProtocolError, match="max_header_line"):
             parser.feed(b"SEND\nk:" + b"v" * 200)
+
+    def test_header_section_too_large(self) -> None:
+        for eol in (b"\n", b"\r\n"):
+            head = b"SEND" + eol + b"a:" + b"v" * 50 + eol + b"b:" + b"v" * 50
+            frame = head + eol + eol + b"\x00"
+            limit = len(head) + len(eol) - 2
+            rejects(frame, f"frame headers exceed max_header_bytes={limit}",
+                    max_header_bytes=limit)
+
+    def test_header_section_too_large_is_refused_before_it_ends(self) -> None:
+        """Megabytes of headers cost the broker more than their size: never buffered whole."""
+        parser = FrameParser(max_header_bytes=1000)
+        parser.feed(b"SEND\n")
+        with pytest.raises(ProtocolError, match="max_header_bytes=1000"):
+            for i in range(100):
+                parser.feed(b"h%d:%s\n" % (i, b"v" * 90))
 
     def test_content_length_over_the_limit_is_refused_before_the_body_arrives(self) -> None:
         parser = FrameParser(max_frame_bytes=1000)

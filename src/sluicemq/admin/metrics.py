@@ -7,7 +7,7 @@ journal figures from the journal's stats, rates from the console's once-a-second
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
@@ -72,24 +72,19 @@ class BrokerCollector(Collector):
                                   value=sampler.total_in)
         yield CounterMetricFamily("sluice_messages_delivered", "MESSAGE frames to consumers",
                                   value=sampler.total_out)
-        conns = GaugeMetricFamily("sluice_connections", "Open client connections",
-                                  labels=["transport"])
         by_transport: dict[str, int] = {"tcp": 0, "websocket": 0}
         for _, transport in self.ctx.connections():
             by_transport[transport] = by_transport.get(transport, 0) + 1
-        for transport, n in sorted(by_transport.items()):
-            conns.add_metric([transport], n)
-        yield conns
+        yield _by_label("sluice_connections", "Open client connections", "transport",
+                        sorted(by_transport.items()))
         yield GaugeMetricFamily("sluice_durable_subscriptions", "Durable topic subscriptions",
                                 value=len(broker.durables))
-        streams = GaugeMetricFamily("sluice_streams", "Large streams by state",
-                                    labels=["state"])
         by_state: dict[str, int] = {}
         for st in (getattr(broker, "streams", None) or {}).values():
             by_state[st.state] = by_state.get(st.state, 0) + 1
-        for state in ("receiving", "dispatching", "resumed", "abandoned", "complete"):
-            streams.add_metric([state], by_state.get(state, 0))
-        yield streams
+        yield _by_label("sluice_streams", "Large streams by state", "state",
+                        ((state, by_state.get(state, 0)) for state in
+                         ("receiving", "dispatching", "resumed", "abandoned", "complete")))
         yield GaugeMetricFamily(
             "sluice_streams_in_progress", "Streams receiving, dispatching or resumed",
             value=sum(by_state.get(s, 0) for s in ("receiving", "dispatching", "resumed")))
@@ -99,21 +94,18 @@ class BrokerCollector(Collector):
         broker = self.ctx.broker
         limits = broker.config.limits
         admission, budget = broker.admission, broker.destinations
-        caps = GaugeMetricFamily("sluice_limit", "Configured [limits] caps (counts)",
-                                 labels=["limit"])
-        used = GaugeMetricFamily("sluice_limit_used", "What is used of each [limits] cap now",
-                                 labels=["limit"])
-        for name, cap, now in (
-                ("max_connections", limits.max_connections, admission.total),
-                ("max_connections_per_address", limits.max_connections_per_address,
-                 admission.busiest()),
-                ("max_destinations", limits.max_destinations, budget.count),
-                ("max_destinations_per_user", limits.max_destinations_per_user,
-                 max(budget.per_owner.values(), default=0))):
-            caps.add_metric([name], cap)
-            used.add_metric([name], now)
-        yield caps
-        yield used
+        counted = (("max_connections", limits.max_connections, admission.total),
+                   ("max_connections_per_address", limits.max_connections_per_address,
+                    admission.busiest()),
+                   ("max_destinations", limits.max_destinations, budget.count),
+                   ("max_destinations_per_user", limits.max_destinations_per_user,
+                    max(budget.per_owner.values(), default=0)))
+        per_frame = (("max_frame_bytes", limits.max_frame_bytes),
+                     ("max_header_bytes", limits.max_header_bytes))
+        yield _by_label("sluice_limit", "Configured [limits] caps (counts, frame bytes)",
+                        "limit", [*((name, cap) for name, cap, _ in counted), *per_frame])
+        yield _by_label("sluice_limit_used", "What is used of each [limits] cap now", "limit",
+                        ((name, now) for name, _, now in counted))
         yield GaugeMetricFamily("sluice_consumer_waits",
                                 "SENDs waiting for a destination to have a consumer",
                                 value=len(broker.consumer_waits))
@@ -143,12 +135,9 @@ class BrokerCollector(Collector):
         yield CounterMetricFamily("sluice_journal_batches", "Group commits", value=js.batches)
         yield CounterMetricFamily("sluice_journal_failures", "Group commits that failed",
                                   value=js.failures)
-        batch = GaugeMetricFamily("sluice_journal_batch_records",
-                                  "Records per group commit", labels=["stat"])
-        batch.add_metric(["last"], js.last_batch)
-        batch.add_metric(["max"], js.max_batch)
-        batch.add_metric(["mean"], js.mean_batch)
-        yield batch
+        yield _by_label("sluice_journal_batch_records", "Records per group commit", "stat",
+                        (("last", js.last_batch), ("max", js.max_batch),
+                         ("mean", js.mean_batch)))
         h = self.ctx.fsync
         yield HistogramMetricFamily("sluice_journal_fsync_seconds",
                                     "fdatasync latency per group commit",
@@ -156,16 +145,12 @@ class BrokerCollector(Collector):
 
     def _flow(self) -> Iterator[Metric]:
         flow = self.ctx.broker.flow
-        used = GaugeMetricFamily("sluice_limit_used_bytes",
-                                 "Bytes used of each broker-wide limit", labels=["limit"])
-        limit = GaugeMetricFamily("sluice_limit_bytes", "Broker-wide limits (memory for "
-                                  "queued messages, journal store, temp files)",
-                                  labels=["limit"])
-        for name, u in flow.usage().items():
-            used.add_metric([name], u["used"])
-            limit.add_metric([name], u["limit"])
-        yield used
-        yield limit
+        usage = flow.usage()
+        yield _by_label("sluice_limit_used_bytes", "Bytes used of each broker-wide limit",
+                        "limit", ((name, u["used"]) for name, u in usage.items()))
+        yield _by_label("sluice_limit_bytes", "Broker-wide limits (memory for queued "
+                        "messages, journal store, temp files)", "limit",
+                        ((name, u["limit"]) for name, u in usage.items()))
         yield GaugeMetricFamily("sluice_flow_producers_waiting",
                                 "SENDs held by producer flow control now", value=flow.waiting)
         yield CounterMetricFamily("sluice_flow_blocked", "SENDs that had to wait for room",
@@ -212,6 +197,15 @@ class BrokerCollector(Collector):
                                     labels=["source"])
             lim.add_metric([source], limit)
             yield lim
+
+
+def _by_label(name: str, documentation: str, label: str,
+              values: Iterable[tuple[str, float]]) -> GaugeMetricFamily:
+    """A gauge family with one series per value of its one label."""
+    family = GaugeMetricFamily(name, documentation, labels=[label])
+    for key, value in values:
+        family.add_metric([key], value)
+    return family
 
 
 Row = tuple[list[str], list[int]]

@@ -254,6 +254,8 @@ def limits_view(broker: Broker) -> dict[str, Any]:
         "destinations_per_user": {"used": max(budget.per_owner.values(), default=0),
                                   "limit": limits.max_destinations_per_user},
         "connect_timeout_s": limits.connect_timeout,
+        "max_frame_bytes": limits.max_frame_bytes,
+        "max_header_bytes": limits.max_header_bytes,
         "max_transaction_bytes": parse_size(limits.max_transaction_bytes),
         "max_durable_subscriptions": limits.max_durable_subscriptions,
         "max_consumer_waits": limits.max_consumer_waits,

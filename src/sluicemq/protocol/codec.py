@@ -220,7 +220,7 @@ class FrameParser:
             if not (first_line.isalpha() and first_line.isascii()):
                 _reject_command(first_line)
             raise ProtocolError(f"frame headers are not valid UTF-8: {exc.reason}") from None
-        lines = text.split("\n")
+        lines = raw_lines = text.split("\n")
         if "\r" in text:
             lines = [line[:-1] if line[-1:] == "\r" else line for line in lines]
         command = lines[0]
@@ -229,7 +229,8 @@ class FrameParser:
         if len(lines) > self.max_headers + 1:
             raise ProtocolError(f"frame has more than max_headers={self.max_headers} headers")
         if end - p > self.max_header_line:
-            longest = max(map(len, b[p:end].split(b"\n")))
+            ascii_text = len(text) == end - p  # then the str lines are the byte lines
+            longest = max(map(len, raw_lines if ascii_text else b[p:end].split(b"\n")))
             if longest > self.max_header_line:
                 raise ProtocolError(
                     f"header line of {longest} bytes exceeds max_header_line={self.max_header_line}"

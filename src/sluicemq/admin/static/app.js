@@ -147,6 +147,7 @@ function limitsCard(l) {
   return card("Limits", of(l.destinations),
               `destinations · per user ${of(l.destinations_per_user)} · connections ${of(l.connections)} · ` +
               `per address ${of(l.connections_per_address)} · consumer waits ${num(l.consumer_waits)} · ` +
+              `frames ≤ ${bytes(l.max_frame_bytes)}, headers ≤ ${bytes(l.max_header_bytes)} · ` +
               `refused ${num(l.refused.connections)} connections, ${num(l.refused.destinations)} destinations`,
               "card-limits");
 }
