@@ -233,6 +233,8 @@ def main() -> int:
     p.add_argument("--trigger-ms", type=int, default=100, help="latency query's trigger")
     p.add_argument("--skip", default="",
                    help="comma list of ingest,reads,sink,files,latency")
+    p.add_argument("--reads", default="",
+                   help="comma list of read scenarios (default: all; see bench/spark_reads.py)")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -245,7 +247,8 @@ def main() -> int:
             if "ingest" not in skip:
                 results.append(bench_ingest(spark, url, tmp, args.messages))
             if "reads" not in skip:
-                results += bench_reads(spark, url, tmp, args.messages, args.repeat, fill)
+                results += bench_reads(spark, url, tmp, args.messages, args.repeat, fill,
+                                       set(filter(None, args.reads.split(","))))
             if "sink" not in skip:
                 results += bench_sink(spark, url, args.messages, args.repeat)
             if "files" not in skip:

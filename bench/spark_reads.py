@@ -84,7 +84,9 @@ def _trivial_sources(n: int, size: int) -> tuple[type, type]:
 
 
 def bench_reads(spark: Any, url: str, tmp: Path, count: int, repeat: int,
-                fill: Any) -> list[dict]:
+                fill: Any, only: set[str] | None = None) -> list[dict]:
+    """The read table (or the scenarios in ``only``; trivial-arrow always runs: it is what
+    every figure is compared with)."""
     destination = "/queue/bench.reads"
     fill_rate = fill(url, destination, count, 1024)
     text = tmp / "bodies.txt"
@@ -137,6 +139,11 @@ def bench_reads(spark: Any, url: str, tmp: Path, count: int, repeat: int,
         "trivial-tuples": lambda: of("trivial_tuples"),
         "read-text": read_text,
     }
+    if only:
+        unknown = only - set(scenarios)
+        if unknown:
+            raise SystemExit(f"unknown read scenarios {sorted(unknown)}: {sorted(scenarios)}")
+        scenarios = {k: v for k, v in scenarios.items() if k in only or k == "trivial-arrow"}
     for run in scenarios.values():  # warm-up: Python workers start once, outside the figures
         run()
     rates: dict[str, list[float]] = {name: [] for name in scenarios}

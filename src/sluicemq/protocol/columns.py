@@ -51,6 +51,8 @@ from dataclasses import dataclass
 from itertools import accumulate, islice
 from operator import le
 
+import numpy as np
+
 MAGIC = b"SLC1"
 SPANS_MAGIC = b"SLC2"
 PACKED, SPANS = "packed", "spans"  # the layouts, as a range read asks for one
@@ -405,9 +407,9 @@ def decode(body: bytes | bytearray | memoryview) -> Columns:
 
 
 def _spans(view: memoryview, n: int, offsets: list[int], data_at: int) -> Columns:
-    spans = array("i")
-    spans.frombytes(view[offsets[5]:offsets[5] + 12 * n])
-    if n and (spans[0] < 0 or spans[-1] > len(view) - data_at or not _ascending(spans)):
+    spans = np.frombuffer(view, "<i4", 3 * n, offsets[5])
+    if n and (spans[0] < 0 or spans[-1] > len(view) - data_at
+              or bool((spans[1:] < spans[:-1]).any())):
         raise ValueError("column batch: spans are not ascending within the data")
     seq_at, ts_at, exp_at, prio_at, flags_at = offsets[:5]
     return Columns(n, view, seq_at, ts_at, exp_at, prio_at, flags_at, spans_at=offsets[5],

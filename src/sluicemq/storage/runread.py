@@ -23,6 +23,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from sluicemq.errors import StorageError
 from sluicemq.storage import records
@@ -41,7 +42,6 @@ _HEAD = np.dtype([("magic", "<u2"), ("rtype", "u1"), ("rflags", "u1"), ("length"
                   ("expires", "<i8"), ("priority", "u1"), ("flags", "u1"), ("klen", "<u2"),
                   ("hlen", "<u4")])
 assert _HEAD.itemsize == HEADER_SIZE + records.MSG_HEAD.size
-_HEAD_RANGE = np.arange(_HEAD.itemsize, dtype=np.int64)
 _MAGIC = int.from_bytes(MAGIC, "little")
 _PAYLOAD_AT = HEADER_SIZE + records.MSG_HEAD.size  # where the key starts in a record
 GAP = 64 << 10  # other records bridged inside one read (read, never sent)
@@ -151,7 +151,9 @@ def _read(journal: Journal, mids: NDArray[np.uint64], segs: NDArray[np.uint32],
     for i, j in _groups(seg, off, end):
         buf = journal.read_extent(int(seg[i]), int(off[i]), int(end[j - 1]))
         at = off[i:j] - off[i]
-        head = np.frombuffer(buf, np.uint8)[at[:, None] + _HEAD_RANGE].reshape(-1).view(_HEAD)
+        # each record's first 48 bytes as rows (a strided window, rows copied out whole)
+        head = sliding_window_view(np.frombuffer(buf, np.uint8), _HEAD.itemsize)[at]
+        head = head.reshape(-1).view(_HEAD)
         _check(buf, head, at, seg[i:j], off[i:j], size[i:j], mids[i:j])
         h = at + _PAYLOAD_AT + head["klen"]
         b = h + head["hlen"]
