@@ -206,6 +206,9 @@ class AdvisorySettings:
     """`[advisories]`: ActiveMQ's advisory topics (core/routing/advisories.py)."""
 
     enabled: bool = True
+    # A consumer that takes nothing (prefetch full or its connection not reading) while
+    # messages wait this long is advised on ActiveMQ.Advisory.SlowConsumer.*; 0: never.
+    slow_consumer_seconds: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)

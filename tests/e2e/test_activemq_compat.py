@@ -623,12 +623,38 @@ def test_advisories_tell_of_new_and_temporary_destinations_and_expired_messages(
         "removed", temp.headers["destination"])
 
 
+def test_advisories_tell_of_producers_and_slow_consumers(broker_factory) -> None:
+    """.Producer.Queue.X when a connection first sends to X (not again) and when it goes;
+    .SlowConsumer.Queue.X once for a consumer whose prefetch stayed full while messages
+    waited for slow_consumer_seconds."""
+    b = broker_factory(config_text="[advisories]\nslow_consumer_seconds = 1\n")
+    watcher = watch_advisories(b, "Producer.Queue.adv.p", "SlowConsumer.Queue.adv.p")
+    producer, consumer = connect(b), connect(b)
+    consumer.send("SUBSCRIBE", {"destination": "/queue/adv.p", "id": "slow", "receipt": "s",
+                                "ack": "client-individual", "activemq.prefetchSize": "1"})
+    assert consumer.recv().headers["receipt-id"] == "s"
+    send_all(producer, "/queue/adv.p", "/queue/adv.p", "/queue/adv.p")
+    added = watcher.recv()
+    assert (added.headers["advisory-type"], added.headers["event"],
+            added.headers["destination"]) == ("ProducerInfo", "added", "/queue/adv.p")
+    assert json.loads(added.body)["connection"] == added.headers["connection"]
+    assert consumer.recv().command == "MESSAGE"  # and never acknowledged
+    slow = watcher.recv(timeout=15)  # the broker looks once a second
+    assert (slow.headers["advisory-type"], slow.headers["event"], slow.headers["subscription"],
+            slow.headers["prefetch"], slow.headers["inflight"], slow.headers["pending"]) == (
+        "ConsumerInfo", "slow", "slow", "1", "1", "2")
+    producer.send("DISCONNECT", {"receipt": "bye"})
+    gone = watcher.recv(timeout=15)  # not a second slow advisory, not a second 'added'
+    assert (gone.headers["advisory-type"], gone.headers["event"]) == ("ProducerInfo", "removed")
+
+
 def test_advisories_can_be_switched_off(broker_factory) -> None:
     b = broker_factory(config_text="[advisories]\nenabled = false\n")
     watcher = connect(b)
-    watcher.send("SUBSCRIBE", {"destination": "/topic/ActiveMQ.Advisory.Connection", "id": "w",
-                               "receipt": "w"})
-    assert watcher.recv().headers["receipt-id"] == "w"
-    connect(b)
+    for i, topic in enumerate(("Connection", "Producer.>", "SlowConsumer.>")):
+        watcher.send("SUBSCRIBE", {"destination": f"/topic/ActiveMQ.Advisory.{topic}",
+                                   "id": f"w{i}", "receipt": f"w{i}"})
+        assert watcher.recv().headers["receipt-id"] == f"w{i}"
+    send_all(connect(b), "/queue/quiet")
     watcher.send("SUBSCRIBE", {"destination": "/queue/fence", "id": "f", "receipt": "f"})
     assert watcher.recv().command == "RECEIPT"  # no advisory came before it

@@ -2,9 +2,13 @@
 
 ``/topic/ActiveMQ.Advisory.Connection``, ``.Consumer.Queue.<name>`` / ``.Consumer.Topic.<name>``,
 ``.Queue`` / ``.Topic`` / ``.TempQueue`` / ``.TempTopic`` (a destination added or removed),
-``.Expired.Queue.<name>`` / ``.Expired.Topic.<name>`` and ``.MessageDLQd.Queue.<name>`` carry
-one non-persistent message per event: a JSON body and the key facts as headers
-(``advisory-type``, ``event``, and the destination, connection and consumer concerned). An
+``.Expired.Queue.<name>`` / ``.Expired.Topic.<name>``, ``.MessageDLQd.Queue.<name>``,
+``.Producer.Queue.<name>`` / ``.Producer.Topic.<name>`` (a connection's first SEND to a
+destination, and its end) and ``.SlowConsumer.Queue.<name>`` / ``.Topic.<name>`` (a consumer
+whose prefetch stayed full, or whose connection stopped reading, while messages waited for
+``slow_consumer_seconds``; once per episode) carry one non-persistent message per event:
+a JSON body and the key facts as headers (``advisory-type``, ``event``, and the
+destination, connection and consumer concerned). An
 advisory is built only when its topic has a subscriber (plain or wildcard, e.g.
 ``/topic/ActiveMQ.Advisory.>``), so the hot path pays one lookup when nobody listens;
 ``[advisories] enabled = false`` turns them off.
@@ -14,13 +18,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from sluicemq.core.routing.message import Message
 from sluicemq.core.routing.names import QUEUE
 from sluicemq.core.routing.temporary import PREFIX as TEMP_PREFIX
 
+if TYPE_CHECKING:
+    from sluicemq.core.routing.queue import Consumer, Queue
+
 PREFIX = "ActiveMQ.Advisory."
+MAX_PRODUCED = 1000  # destinations remembered per connection for its Producer advisories
 
 Listening = Callable[[str], bool]
 Publish = Callable[[str, Message], None]
@@ -31,12 +40,70 @@ class Advisories:
     """Publishes advisory messages through the broker's own topic publication."""
 
     def __init__(self, enabled: bool, listening: Listening, publish: Publish,
-                 next_mid: NextMid) -> None:
+                 next_mid: NextMid, slow_seconds: float = 30.0) -> None:
         self.enabled = enabled
         self._listening = listening
         self._publish = publish
         self._next_mid = next_mid
         self.published = 0
+        self._produced: dict[str, set[tuple[str, str]]] = {}  # connection -> destinations
+        self.slow_seconds = slow_seconds
+        self._stalled: dict[int, float] = {}  # id(consumer) -> when it was first seen stalled
+        self._advised: set[int] = set()  # consumers advised as slow in this episode
+
+    def producer(self, conn: str, kind: str, name: str) -> None:
+        """A SEND from ``conn`` to ``/kind/name``: advised the first time (STOMP has no
+        producer objects: a connection is a producer of what it sends to)."""
+        if not self.enabled:
+            return
+        seen = self._produced.setdefault(conn, set())
+        if (kind, name) in seen or len(seen) >= MAX_PRODUCED:
+            return
+        seen.add((kind, name))
+        self._producer_event("added", conn, kind, name)
+
+    def connection_ended(self, conn: str) -> None:
+        """Its producers go with it."""
+        for kind, name in self._produced.pop(conn, ()):
+            self._producer_event("removed", conn, kind, name)
+
+    def _producer_event(self, event: str, conn: str, kind: str, name: str) -> None:
+        what = "Queue" if kind == QUEUE else "Topic"
+        self._emit(f"{PREFIX}Producer.{what}.{name}", "ProducerInfo", event,
+                   {"destination": f"/{kind}/{name}", "connection": conn})
+
+    def check_slow(self, now: float, queues: Iterable[Queue]) -> None:
+        """Once a second: a consumer that could take nothing while its queue held messages
+        for ``slow_seconds`` is advised once, until it takes messages again."""
+        if not self.enabled or self.slow_seconds <= 0:
+            return
+        stalled: dict[int, float] = {}
+        for q in queues:
+            if not q.consumers or not q.pending:
+                continue
+            for c in q.consumers:
+                if c.ready():
+                    continue
+                key = id(c)
+                since = stalled[key] = self._stalled.get(key, now)
+                if now - since >= self.slow_seconds and key not in self._advised:
+                    self._advised.add(key)
+                    self._slow(q, c, now - since)
+        self._stalled = stalled
+        self._advised &= stalled.keys()
+
+    def _slow(self, queue: Queue, consumer: Consumer, seconds: float) -> None:
+        kind, _, name = queue.destination[1:].partition("/")
+        what = "Queue" if kind == QUEUE else "Topic"
+        session = consumer.delivery
+        self._emit(f"{PREFIX}SlowConsumer.{what}.{name}", "ConsumerInfo", "slow",
+                   {"destination": queue.destination,
+                    "connection": str(getattr(session, "id", "")),
+                    "subscription": consumer.sub_id,
+                    "inflight": str(len(consumer.inflight)),
+                    "prefetch": str(consumer.prefetch),
+                    "pending": str(len(queue.pending)),
+                    "stalled-seconds": str(round(seconds, 1))})
 
     def connection(self, event: str, conn: str, peer: str, user: str | None) -> None:
         """``event``: "added" or "removed"."""

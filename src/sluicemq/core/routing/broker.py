@@ -87,7 +87,8 @@ class Broker:
         self.temps = TempDestinations()  # /temp-queue/, /temp-topic/: owned by a connection
         self.advisories = Advisories(config.advisories.enabled, self.has_listeners,
                                      lambda name, msg: self.publish(TOPIC, name, msg),
-                                     self.allocate_mid)
+                                     self.allocate_mid,
+                                     config.advisories.slow_consumer_seconds)
         self.durable_subs = Durables(self, store)
         self.durables = self.durable_subs.by_key  # what snapshots and the console read
         self.sub_tickets = self.durable_subs.tickets
@@ -290,6 +291,8 @@ class Broker:
         self.producers.tick(int(now * 1000))
         self.destinations.sweep(now)
         self.flow.tick()
+        if self.advisories.enabled:
+            self.advisories.check_slow(now, self._subscription_queues())
         self.large_streams.tick(now)
 
     # -- journal compaction ------------------------------------------------------------------
@@ -408,6 +411,12 @@ class Broker:
         if topic is not None:
             topic.subscribers.pop(key, None)
         self.wildcards.remove(key)
+
+    def _subscription_queues(self) -> Iterator[Queue]:
+        """Every queue a consumer can wait on: queues, and each topic's subscribers."""
+        yield from self.queues.values()
+        for topic in self.topics.values():
+            yield from topic.subscribers.values()
 
     def has_listeners(self, topic: str) -> bool:
         """Would a message published to ``topic`` reach anyone (plain or wildcard)?"""

@@ -334,6 +334,7 @@ class SessionContext:
             spool.close()
         self.transactions.clear()
         self.broker.consumer_waits.cancel(self)
+        self.broker.advisories.connection_ended(self.id)
         for kind, name in self.broker.temps.release(self.id):
             self.broker.drop_temporary(kind, name)
         if self.client_id:

@@ -94,6 +94,7 @@ def route(session: SessionContext, frame: Frame) -> tuple[str, str] | None:
 def authorize(session: SessionContext, s: Send) -> bool:
     session.authorize(WRITE, s.kind, s.name)
     session.admit_destination(s.kind, s.name)
+    session.broker.advisories.producer(session.id, s.kind, s.name)
     return False
 
 
@@ -214,6 +215,7 @@ def send_composite(session: SessionContext, frame: Frame, targets: list[tuple[st
     for kind, name in targets if authorize_all else targets[:1]:
         session.authorize(WRITE, kind, name)
         session.admit_destination(kind, name)
+        broker.advisories.producer(session.id, kind, name)
     for special in (QUERY, STREAM_ID, stage_frames.FORMAT):
         if special in h:
             raise ProtocolError(f"{special} is not supported on a composite destination",
