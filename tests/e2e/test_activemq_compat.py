@@ -578,7 +578,7 @@ def test_advisories_tell_of_consumers_connections_and_dead_letters(broker_factor
     assert worker.recv().headers["receipt-id"] == "s"
     added = watcher.recv()
     assert (added.headers["advisory-type"], added.headers["event"],
-            added.headers["destination"], added.headers["subscription"]) == (
+            added.headers["advisory-destination"], added.headers["advisory-subscription"]) == (
         "ConsumerInfo", "added", "/queue/adv.work", "job")
     assert json.loads(added.body)["destination"] == "/queue/adv.work"
     worker.send("SEND", {"destination": "/queue/adv.work", "receipt": "p"}, b"poison")
@@ -601,26 +601,27 @@ def test_advisories_tell_of_new_and_temporary_destinations_and_expired_messages(
     other.send("SEND", {"destination": "/queue/adv.fresh", "receipt": "1"}, b"x")
     created = watcher.recv()
     assert (created.headers["advisory-type"], created.headers["event"],
-            created.headers["destination"]) == ("DestinationInfo", "added", "/queue/adv.fresh")
+            created.headers["advisory-destination"]) == (
+        "DestinationInfo", "added", "/queue/adv.fresh")
     assert other.recv().headers["receipt-id"] == "1"
     other.send("SUBSCRIBE", {"destination": "/temp-queue/replies", "id": "t", "receipt": "t"})
     temp = watcher.recv()
     assert temp.headers["event"] == "added"
-    assert temp.headers["destination"].startswith("/queue/sluice.temp.")
+    assert temp.headers["advisory-destination"].startswith("/queue/sluice.temp.")
     assert other.recv().headers["receipt-id"] == "t"
     other.send("SEND", {"destination": "/queue/adv.late", "expires": "1", "persistent": "true",
                         "receipt": "2"}, b"too late")
-    assert watcher.recv().headers["destination"] == "/queue/adv.late"  # the queue, added
+    assert watcher.recv().headers["advisory-destination"] == "/queue/adv.late"  # queue added
     assert other.recv().headers["receipt-id"] == "2"
     other.send("SUBSCRIBE", {"destination": "/queue/adv.late", "id": "l", "receipt": "l"})
     expired = watcher.recv()
-    assert (expired.headers["advisory-type"], expired.headers["destination"]) == (
+    assert (expired.headers["advisory-type"], expired.headers["advisory-destination"]) == (
         "MessageExpired", "/queue/adv.late")
-    assert json.loads(expired.body)["message-id"] == expired.headers["message-id"]
+    assert json.loads(expired.body)["message-id"] == expired.headers["advisory-message-id"]
     other.send("DISCONNECT", {"receipt": "bye"})
     gone = watcher.recv()
-    assert (gone.headers["event"], gone.headers["destination"]) == (
-        "removed", temp.headers["destination"])
+    assert (gone.headers["event"], gone.headers["advisory-destination"]) == (
+        "removed", temp.headers["advisory-destination"])
 
 
 def test_advisories_tell_of_producers_and_slow_consumers(broker_factory) -> None:
@@ -636,13 +637,16 @@ def test_advisories_tell_of_producers_and_slow_consumers(broker_factory) -> None
     send_all(producer, "/queue/adv.p", "/queue/adv.p", "/queue/adv.p")
     added = watcher.recv()
     assert (added.headers["advisory-type"], added.headers["event"],
-            added.headers["destination"]) == ("ProducerInfo", "added", "/queue/adv.p")
+            added.headers["advisory-destination"]) == ("ProducerInfo", "added", "/queue/adv.p")
     assert json.loads(added.body)["connection"] == added.headers["connection"]
     assert consumer.recv().command == "MESSAGE"  # and never acknowledged
     slow = watcher.recv(timeout=15)  # the broker looks once a second
-    assert (slow.headers["advisory-type"], slow.headers["event"], slow.headers["subscription"],
-            slow.headers["prefetch"], slow.headers["inflight"], slow.headers["pending"]) == (
+    assert (slow.headers["advisory-type"], slow.headers["event"],
+            slow.headers["advisory-subscription"], slow.headers["prefetch"],
+            slow.headers["inflight"], slow.headers["pending"]) == (
         "ConsumerInfo", "slow", "slow", "1", "1", "2")
+    assert (slow.headers["destination"], slow.headers["subscription"]) == (
+        "/topic/ActiveMQ.Advisory.SlowConsumer.Queue.adv.p", "w1")  # the watcher's own
     producer.send("DISCONNECT", {"receipt": "bye"})
     gone = watcher.recv(timeout=15)  # not a second slow advisory, not a second 'added'
     assert (gone.headers["advisory-type"], gone.headers["event"]) == ("ProducerInfo", "removed")

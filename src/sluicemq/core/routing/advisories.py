@@ -8,7 +8,8 @@ destination, and its end) and ``.SlowConsumer.Queue.<name>`` / ``.Topic.<name>``
 whose prefetch stayed full, or whose connection stopped reading, while messages waited for
 ``slow_consumer_seconds``; once per episode) carry one non-persistent message per event:
 a JSON body and the key facts as headers (``advisory-type``, ``event``, and the
-destination, connection and consumer concerned). An
+destination, connection and consumer concerned, as ``advisory-destination``, ``connection``,
+``advisory-subscription``). An
 advisory is built only when its topic has a subscriber (plain or wildcard, e.g.
 ``/topic/ActiveMQ.Advisory.>``), so the hot path pays one lookup when nobody listens;
 ``[advisories] enabled = false`` turns them off.
@@ -30,6 +31,11 @@ if TYPE_CHECKING:
 
 PREFIX = "ActiveMQ.Advisory."
 MAX_PRODUCED = 1000  # destinations remembered per connection for its Producer advisories
+# What the broker puts on every MESSAGE (the advisory topic, its subscription, its id): a
+# fact of the same name goes in as advisory-<name> (advisory-destination: the queue advised
+# about), so clients route and acknowledge advisories like any message.
+MESSAGE_HEADERS = frozenset({"destination", "subscription", "message-id", "ack", "timestamp",
+                             "expires", "priority", "persistent", "redelivered"})
 
 Listening = Callable[[str], bool]
 Publish = Callable[[str, Message], None]
@@ -148,7 +154,9 @@ class Advisories:
         if not self.enabled or not self._listening(topic):
             return
         now = int(time.time() * 1000)
-        headers = {"advisory-type": kind, "event": event, **facts, "timestamp": str(now)}
+        headers = {"advisory-type": kind, "event": event, "timestamp": str(now)}
+        for key, value in facts.items():  # a fact never stands in for the MESSAGE's own
+            headers[f"advisory-{key}" if key in MESSAGE_HEADERS else key] = value
         body = json.dumps({"type": kind, "event": event, **facts, "time": now}).encode()
         self._publish(topic, Message(self._next_mid(), f"/topic/{topic}", headers, body,
                                      persistent=False, timestamp=now))
