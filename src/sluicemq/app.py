@@ -25,7 +25,8 @@ from sluicemq.config import BrokerConfig
 from sluicemq.core.dedup.recovery import ProducersPart
 from sluicemq.core.paging.trim import malloc_trim
 from sluicemq.core.persistence.checkpoint import Checkpointer
-from sluicemq.core.persistence.recovery import save_snapshot
+from sluicemq.core.persistence.parts import check_parts
+from sluicemq.core.persistence.recovery import replay, save_snapshot
 from sluicemq.core.replay.ranges import RangeService
 from sluicemq.core.routing.broker import Broker
 from sluicemq.core.scheduling.scheduler import NAME as SCHEDULED
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("sluicemq.server")
 # State beside the queues that rides in the journal and the index snapshot: the producer table
 # (dedup) and staged publishing. Their order is the snapshot sections' order.
-STATE_PARTS = (ProducersPart, StagingPart)
+STATE_PARTS = check_parts((ProducersPart, StagingPart))
 M_MMAP_THRESHOLD = -3  # mallopt parameter (malloc.h)
 
 
@@ -85,15 +86,14 @@ def build_core(config: BrokerConfig, loop: Loop, *, clock: Callable[[], float] =
                       preallocate=js.preallocate, sync=js.sync, dir_lock=fence is None)
     journal.fence = fence
     store = Store(journal, loop.call_soon)
-    broker = Broker(config, store, loop.call_soon, clock=clock, trim_heap=trim_heap,
-                    parts=STATE_PARTS)
+    broker = Broker(config, store, loop.call_soon, clock=clock, trim_heap=trim_heap)
     scheduler = Scheduler(broker, loop.call_later, enabled=config.scheduler.enabled,
                           horizon_ms=int(config.scheduler.horizon_seconds * 1000))
     broker.redelivery = scheduler.redeliver
     security = build_security(config)
     broker.durable_reader = security.durable_reader
     services = Services(broker, security, RangeService(broker), scheduler)
-    counts = broker.recover()
+    counts = replay(broker, STATE_PARTS)
     waiting = scheduler.recover()
     store.start(loop.call_soon_threadsafe)
     return Core(journal, store, broker, scheduler, services, counts, waiting)
@@ -138,7 +138,8 @@ class BrokerServer:
                  counts["messages"], counts["durable_subscriptions"], counts["records"],
                  time.monotonic() - t0)
         self.checkpointer = Checkpointer(self.broker, js.snapshot_records,
-                                         loop.call_soon_threadsafe, replayed=counts["records"],
+                                         loop.call_soon_threadsafe, parts=STATE_PARTS,
+                                         replayed=counts["records"],
                                          backlog=counts["messages"],
                                          anchor=counts.get("anchor"))
         self.store.reclaim_watchers.append(self.checkpointer.after_reclaim)
@@ -236,7 +237,8 @@ class BrokerServer:
             broker = self.broker
             # The index snapshot lets the next start skip the journal scan.
             pins = self.checkpointer.pins if self.checkpointer is not None else []
-            self.store.close(on_closed=(lambda: save_snapshot(broker, pins)) if broker else None)
+            self.store.close(on_closed=(lambda: save_snapshot(broker, STATE_PARTS, pins))
+                             if broker else None)
         print("sluice: stopped", flush=True)
 
 

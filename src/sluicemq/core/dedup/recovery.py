@@ -7,13 +7,12 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from sluicemq.core.dedup.producers import PRODUCER_ID, PRODUCER_SEQ, ProducerTable
-from sluicemq.core.persistence.parts import StatePart
+from sluicemq.core.persistence.parts import Replay, StatePart
 from sluicemq.storage import records
 from sluicemq.storage.segment import Location
 from sluicemq.storage.staging_records import MEMO_PRODUCERS, decode_memo
 
 if TYPE_CHECKING:
-    from sluicemq.core.persistence.recovery import Replay
     from sluicemq.core.routing.broker import Broker
 
 

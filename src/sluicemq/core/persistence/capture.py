@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ from sluicemq.storage import snapshot
 from sluicemq.storage.segment import Location
 
 if TYPE_CHECKING:
+    from sluicemq.core.persistence.parts import StatePart
     from sluicemq.core.routing.broker import Broker
     from sluicemq.core.routing.message import Message
     from sluicemq.core.routing.queue import Queue
@@ -51,7 +52,8 @@ class Capture:
     pins: list[Location]
 
 
-def capture(broker: Broker, pinned: Iterable[Location] = ()) -> Capture | str:
+def capture(broker: Broker, parts: Sequence[type[StatePart]],
+            pinned: Iterable[Location] = ()) -> Capture | str:
     """The broker's stored state now, or why no snapshot can be taken now. ``pinned``: records
     retained by others than the broker's holders (the checkpointer's anchor pins)."""
     store = broker.store
@@ -96,13 +98,14 @@ def capture(broker: Broker, pinned: Iterable[Location] = ()) -> Capture | str:
             pins.append(loc)
     streams.extend(_stream_dict(st, None, is_open=False)
                    for st in broker.finished_streams.values())
-    parts: dict[str, Any] = {}
-    for part in broker.parts:
+    sections: dict[str, Any] = {}
+    for part in parts:
         data, part_pins = part.capture(broker)
-        parts[part.name] = data
+        sections[part.name] = data
         pins.extend(part_pins)
     position = snapshot.Position(last, end, seq)
-    snap = snapshot.IndexSnapshot(position, broker.next_mid, lanes, subs, held, streams, parts)
+    snap = snapshot.IndexSnapshot(position, broker.next_mid, lanes, subs, held, streams,
+                                  sections)
     return Capture(snap, expected, pins)
 
 

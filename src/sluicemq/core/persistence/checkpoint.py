@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,6 +29,7 @@ from sluicemq.storage import snapshot
 from sluicemq.storage.segment import Location
 
 if TYPE_CHECKING:
+    from sluicemq.core.persistence.parts import StatePart
     from sluicemq.core.routing.broker import Broker
 
 log = logging.getLogger("sluicemq.checkpoint")
@@ -61,12 +62,13 @@ class Checkpointer:
     """
 
     def __init__(self, broker: Broker, every: int, call_soon_threadsafe: Callable[..., Any],
-                 *, replayed: int = 0, backlog: int = 0,
+                 *, parts: Sequence[type[StatePart]] = (), replayed: int = 0, backlog: int = 0,
                  anchor: tuple[int, int] | None = None) -> None:
         """``replayed``: records start-up read after the snapshot it used (all of them after a
         full scan); ``backlog``: messages it restored; ``anchor``: (segment, offset) of that
         snapshot's last record, which replay left retained for us, if one was used."""
         self.broker = broker
+        self.parts = parts  # state beside the queues that snapshots carry
         self.every = every  # journal records between snapshots (at least); 0: never
         self._call_soon_threadsafe = call_soon_threadsafe
         self._carried = replayed  # records after the last snapshot that this run did not append
@@ -130,7 +132,7 @@ class Checkpointer:
         if not self.due():
             return
         started = time.perf_counter()
-        cap = capture(self.broker, self.pins)
+        cap = capture(self.broker, self.parts, self.pins)
         loop_ms = (time.perf_counter() - started) * 1000
         if isinstance(cap, str):
             self._refused(cap)

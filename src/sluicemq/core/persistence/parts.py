@@ -2,7 +2,8 @@
 
 Queues, durable subscriptions and streams are built into replay and capture. Any other stored
 state (staged parts, memo tables, ledgers, ...) plugs in as a ``StatePart`` subclass that the
-composition root (``app.py``) hands to the broker (``Broker(..., parts=...)``). One
+composition root (``app.py``, ``STATE_PARTS``) hands to replay, capture and the
+checkpointer; the broker itself does not know them. One
 instance per start-up lives through replay; the class method ``capture`` runs on the event
 loop whenever a snapshot is taken. The contract, in start-up order:
 
@@ -24,13 +25,23 @@ snapshot, never a wrong one).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from sluicemq.storage.segment import Location
 
 if TYPE_CHECKING:
-    from sluicemq.core.persistence.recovery import Replay
     from sluicemq.core.routing.broker import Broker
+
+
+class Replay(Protocol):
+    """What a part sees of start-up replay (``persistence/recovery.py``): it adds messages as
+    journal records would, and learns of ids taken outside them. A shape, so that recovery
+    and the parts it drives do not import each other."""
+
+    max_mid: int
+
+    def message(self, payload: bytes | memoryview, loc: Location, inner: int = 0,
+                mid: int | None = None) -> None: ...
 
 
 class StatePart:

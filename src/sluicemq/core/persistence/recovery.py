@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sluicemq.config import match_destination
@@ -69,7 +69,8 @@ class Replay:
     """What the journal says the broker holds, built record by record in log order, optionally
     on top of an index snapshot (``snap``)."""
 
-    def __init__(self, broker: Broker, snap: snapshot.IndexSnapshot | None = None) -> None:
+    def __init__(self, broker: Broker, parts: Sequence[type[StatePart]],
+                 snap: snapshot.IndexSnapshot | None = None) -> None:
         self.broker = broker
         self.live: dict[str, LiveSlots] = defaultdict(LiveSlots)
         self.base: dict[str, BaseLanes] = {}
@@ -85,7 +86,7 @@ class Replay:
         self.base_open: set[StreamKey] = set()  # streams the snapshot had open
         self.base_finished: set[StreamKey] = set()
         self.chunks: dict[int, StreamKey] = {}  # message id -> its stream, for chunks in records
-        self.parts: list[StatePart] = [part(broker) for part in broker.parts]
+        self.parts: list[StatePart] = [part(broker) for part in parts]
         self.handlers: dict[int, Handler] = {
             records.MSG: self.message, records.ACK: self.acks_record, records.TX: self.tx,
             records.SUB: self.sub, records.UNSUB: self.unsub}
@@ -434,9 +435,9 @@ def _queue_of(broker: Broker, key: str) -> Queue:
     return broker.queue(name) if kind == "q" else broker.durables[key][1]
 
 
-def replay(broker: Broker) -> dict[str, Any]:
-    """Restore from the index snapshot and the journal after it, or from the whole journal;
-    returns what was restored, for the start-up log line."""
+def replay(broker: Broker, parts: Sequence[type[StatePart]] = ()) -> dict[str, Any]:
+    """Restore from the index snapshot and the journal after it, or from the whole journal,
+    with the state ``parts`` beside the queues; returns what was restored, for the log."""
     started = time.monotonic()
     directory = broker.store.journal.directory
     snap, why = snapshot.load(directory)
@@ -445,7 +446,7 @@ def replay(broker: Broker) -> dict[str, Any]:
     if snap is not None:
         why = snapshot.check(directory, snap.position)
         if why is None:
-            r = Replay(broker, snap)
+            r = Replay(broker, parts, snap)
             r.run(snap.position.anchor)
             why = r.settle()
     if why is not None:
@@ -456,7 +457,7 @@ def replay(broker: Broker) -> dict[str, Any]:
         log.info("no index snapshot: scanning the whole journal")
     used = r is not None
     if r is None:
-        r = Replay(broker)
+        r = Replay(broker, parts)
         r.run(None)
         inconsistent = r.settle()
         if inconsistent is not None:
@@ -482,7 +483,8 @@ def replay(broker: Broker) -> dict[str, Any]:
             and snap.position.anchor is not None else None}
 
 
-def save_snapshot(broker: Broker, pins: Iterable[Location] = ()) -> None:
+def save_snapshot(broker: Broker, parts: Sequence[type[StatePart]],
+                  pins: Iterable[Location] = ()) -> None:
     """Run by the closing journal: write the index snapshot, or log why not. ``pins``: records
     the checkpointer retains.
 
@@ -490,7 +492,7 @@ def save_snapshot(broker: Broker, pins: Iterable[Location] = ()) -> None:
     """
     started = time.monotonic()
     try:
-        cap = capturing.capture(broker, pins)
+        cap = capturing.capture(broker, parts, pins)
         why = cap if isinstance(cap, str) else capturing.verify(cap)
         if why is not None:
             log.warning("index snapshot not written (%s)", why)

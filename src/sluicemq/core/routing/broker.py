@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from sluicemq.config import BrokerConfig, Policy
@@ -26,8 +26,6 @@ from sluicemq.core.paging.cursor import PendingList
 from sluicemq.core.paging.flow import FlowControl, MemoryAccount, resolve_limits
 from sluicemq.core.paging.pager import Pager
 from sluicemq.core.paging.trim import HeapTrimmer
-from sluicemq.core.persistence.parts import StatePart, check_parts
-from sluicemq.core.persistence.recovery import replay
 from sluicemq.core.routing import holders
 from sluicemq.core.routing.advisories import Advisories
 from sluicemq.core.routing.destinations import DestinationBudget
@@ -71,10 +69,8 @@ class Broker:
     def __init__(self, config: BrokerConfig, store: Store,
                  schedule: Callable[[Callable[[], None]], Any],
                  clock: Callable[[], float] = time.time,
-                 trim_heap: Callable[[], object] | None = None,
-                 parts: Sequence[type[StatePart]] = ()) -> None:
+                 trim_heap: Callable[[], object] | None = None) -> None:
         self.config = config
-        self.parts = check_parts(parts)  # state beside the queues: journal, snapshot, replay
         self.store = store
         self._schedule = schedule
         self._clock = clock
@@ -510,11 +506,6 @@ class Broker:
         self.stager.failed(first, last)
         self.producers.failed(first, last)
         self.durable_waits.failed(first, last, exc)
-
-    # -- recovery ----------------------------------------------------------------------------
-    def recover(self) -> dict[str, Any]:
-        """Rebuild queues and durable subscriptions from the journal; returns counts."""
-        return replay(self)
 
 
 def _record(key: str, msg: Message, holders: int = 1) -> NewMessage:

@@ -12,22 +12,43 @@ on next use). At a cap, idle destinations are reclaimed at once before anything 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sluicemq.core.routing.names import QUEUE, TOPIC
 from sluicemq.errors import ProtocolError
 
 if TYPE_CHECKING:
-    from sluicemq.core.routing.broker import Broker
+    from sluicemq.config import BrokerConfig
+    from sluicemq.core.routing.advisories import Advisories
     from sluicemq.core.routing.queue import Queue
+    from sluicemq.core.routing.topic import Topic
+    from sluicemq.core.routing.virtual import VirtualTopicIndex
+    from sluicemq.core.streams.chunks import StreamKey, StreamState
 
 Key = tuple[str, str]  # (kind, name)
+
+
+class DestinationHost(Protocol):
+    """What the budget needs of the broker: its destinations and what keeps one alive."""
+
+    config: BrokerConfig
+    queues: dict[str, Queue]
+    topics: dict[str, Topic]
+    streams: dict[StreamKey, StreamState]
+    virtual: VirtualTopicIndex
+    advisories: Advisories
+
+    def now_ms(self) -> int: ...
+
+    def is_dirty(self, queue: Queue) -> bool: ...
+
+    def forget_policies(self) -> None: ...
 
 
 class DestinationBudget:
     """Who created which destination, and the sweep that drops idle empty ones."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: DestinationHost) -> None:
         self.broker = broker
         self.owners: dict[Key, str] = {}
         self.per_owner: dict[str, int] = {}

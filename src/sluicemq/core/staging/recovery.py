@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from sluicemq.core.persistence.parts import StatePart
+from sluicemq.core.persistence.parts import Replay, StatePart
 from sluicemq.core.staging.book import ParkedPart, StageBook, StagedRecord
 from sluicemq.errors import StorageError
 from sluicemq.storage import records
@@ -35,7 +35,6 @@ from sluicemq.storage.staging_records import (
 from sluicemq.storage.store import RecoveredTicket
 
 if TYPE_CHECKING:
-    from sluicemq.core.persistence.recovery import Replay
     from sluicemq.core.routing.broker import Broker
 
 log = logging.getLogger("sluicemq.staging")

@@ -20,7 +20,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sluicemq.core.paging.spill import JOURNAL, SpillFifo
 from sluicemq.core.persistence.anchor import Anchor
@@ -51,8 +51,11 @@ from sluicemq.storage.staging_records import (
 from sluicemq.storage.store import TicketLike
 
 if TYPE_CHECKING:
-    from sluicemq.core.routing.broker import Broker
+    from sluicemq.config import BrokerConfig
+    from sluicemq.core.paging.pager import Pager
     from sluicemq.core.routing.queue import Queue
+    from sluicemq.core.routing.topic import Topic
+    from sluicemq.storage.store import Store
 
 log = logging.getLogger("sluicemq.staging")
 
@@ -60,10 +63,30 @@ RECORD_BYTES = 4 << 20  # a part larger than this is journaled as several record
 MEMORY_TABLE = "published"
 
 
+class StagerHost(Protocol):
+    """What publication needs of the broker: ids, destinations, the pager and the store."""
+
+    config: BrokerConfig
+    store: Store
+    pager: Pager
+
+    def now_ms(self) -> int: ...
+
+    def allocate_mids(self, count: int) -> int: ...
+
+    def queue(self, name: str) -> Queue: ...
+
+    def topic(self, name: str) -> Topic: ...
+
+    def schedule_dispatch(self, queue: Queue) -> None: ...
+
+    def body_of(self, msg: Message) -> bytes | memoryview: ...
+
+
 class Stager:
     """Parked parts and published batches of one broker."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: StagerHost) -> None:
         self.broker = broker
         self.store = broker.store
         limits = broker.config.limits
