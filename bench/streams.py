@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 LISTEN_RE = re.compile(r"listening on stomp://([\d.]+):(\d+)")
@@ -61,10 +62,10 @@ class RssSampler(threading.Thread):
                 return
 
 
-def start_broker(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
+def start_broker(data_dir: Path, extra: Sequence[str] = ()) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "sluicemq", "broker", "--port", "0", "--data-dir", str(data_dir),
-         "--console-port", "auto", "--ws-port", "auto", "--log-level", "warning"],
+         "--console-port", "auto", "--ws-port", "auto", "--log-level", "warning", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     for line in proc.stdout:
