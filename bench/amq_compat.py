@@ -473,8 +473,8 @@ def wait_stomp(port: int, timeout: float) -> None:
 
 
 @contextlib.contextmanager
-def activemq() -> Iterator[int]:
-    """A private ActiveMQ on a free loopback port (stopped after)."""
+def activemq() -> Iterator[tuple[int, int]]:
+    """A private ActiveMQ on a free loopback port (stopped after): (port, pid)."""
     base = Path(tempfile.mkdtemp(prefix="amq-compat-"))
     scripts = base / "scripts"
     scripts.mkdir()
@@ -491,7 +491,7 @@ def activemq() -> Iterator[int]:
     subprocess.run([*script, "start"], check=True, env=env, capture_output=True)
     try:
         wait_stomp(port, 120)
-        yield port
+        yield port, int((base / "amq" / "broker.pid").read_text().split()[0])
     finally:
         subprocess.run([*script, "stop"], env=env, capture_output=True, timeout=120)
         shutil.rmtree(base, ignore_errors=True)
@@ -528,7 +528,7 @@ def main() -> None:
     args = ap.parse_args()
     names = [n for n in SCENARIOS if not args.only
              or any(part in n for part in args.only.split(","))]
-    with activemq() as port:
+    with activemq() as (port, _pid):
         amq = run_all(port, names)
     with sluice() as port:
         ours = run_all(port, names)

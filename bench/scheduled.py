@@ -10,8 +10,8 @@ throwaway data directory; for ActiveMQ 5.17, start it with ``schedulerSupport="t
 ``<broker>`` element and pass --url and --pid.
 
     python bench/scheduled.py [--count 100000] [--min-delay 5000] [--max-delay 15000]
-                              [--rate 2000] [--url stomp://127.0.0.1:61613 --pid PID]
-                              [--json out.jsonl]
+                              [--rate 2000] [--url stomp://127.0.0.1:61613 --pid PID
+                              | --activemq] [--json out.jsonl]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import json
 import multiprocessing
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -75,18 +76,31 @@ def main() -> None:
     ap.add_argument("--min-delay", type=int, default=5_000)
     ap.add_argument("--max-delay", type=int, default=15_000)
     ap.add_argument("--url", help="a running broker (default: start a SluiceMQ)")
+    ap.add_argument("--activemq", action="store_true", help="start a private ActiveMQ 5.17 "
+                    "(schedulerSupport on, bench/amq_compat.py) and measure it")
     ap.add_argument("--pid", type=int, help="its process id, for RSS")
     ap.add_argument("--rate", type=float, default=0, help="sends per second (0: as fast as "
                     "receipts allow); equal rates make brokers comparable")
     ap.add_argument("--label", default=None)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    if args.activemq:
+        from amq_compat import activemq
+        with activemq() as (port, pid):
+            run(args, f"stomp://127.0.0.1:{port}", pid, None)
+        return
     proc = None
     if args.url is None:
         proc, url = start_broker(Path(tempfile.mkdtemp(prefix="sluice-sched-")) / "data")
         pid = proc.pid
     else:
         url, pid = args.url, args.pid
+    run(args, url, pid, proc)
+
+
+def run(args: argparse.Namespace, url: str, pid: int | None,
+        proc: subprocess.Popen[str] | None) -> None:
+    """One measurement against the broker at ``url`` (``proc``: ours to stop after)."""
     host, port = url.removeprefix("stomp://").rsplit(":", 1)
     try:
         ready = multiprocessing.Event()
@@ -130,7 +144,8 @@ def main() -> None:
         child.join(30)
         result = {
             "date": time.strftime("%Y-%m-%d %H:%M"), "broker": args.label or (
-                "sluice" if proc else url), "scenario": "scheduled-delivery",
+                "sluice" if proc else "activemq" if args.activemq else url),
+            "scenario": "scheduled-delivery",
             "messages": args.count, "delay_ms": [args.min_delay, args.max_delay],
             "rate": args.rate or None,
             "send_msgs_per_s": round(args.count / sent_s), "received": len(late),
