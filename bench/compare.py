@@ -10,6 +10,10 @@ each peer) and appends every JSON result to bench/results/compare-<date>.jsonl. 
     .venv/bin/python bench/compare.py                      # full set, --repeat 3
     .venv/bin/python bench/compare.py --quick              # smaller counts, one run each
     .venv/bin/python bench/compare.py --scenarios large    # the 1 GiB stream only
+    .venv/bin/python bench/compare.py --scenarios large,large-nc  # with and without a consumer
+
+The disk's own dd + fdatasync rate and fdatasync latency are measured first (--no-disk skips
+that) and SluiceMQ's stream without a consumer and lone producer's receipt are set against them.
     .venv/bin/python bench/compare.py --table bench/results/compare-2026-11-22.jsonl
 """
 
@@ -96,9 +100,13 @@ SCENARIOS = [
     _persist(1, 1, 3000, 1000),
     _persist(8, 1, 8000, 2000),
     _persist(8, 8, 30000, 8000),
-    Scenario("nonpersist", ["nonpersist", "--count", "100000"], ["--count", "20000"],
+    Scenario("nonpersist", ["nonpersist", "--count", "100000", "--settle", "3"],
+             ["--count", "20000"],
              [_rate("non-persistent 1 KiB produce (msgs/s)", "produce_msgs_per_s"),
-              _rate("non-persistent 1 KiB consume (msgs/s)", "consume_msgs_per_s")]),
+              _rate("non-persistent 1 KiB consume (msgs/s)", "consume_msgs_per_s"),
+              Row("  broker RSS right after the 100k burst drained (MiB)", "rss_drained_mib",
+                  lower_is_better=True),
+              Row("  ... and 3 s later (MiB)", "rss_settled_mib", lower_is_better=True)]),
     Scenario("e2e", ["e2e", "--count", "50000"], ["--count", "10000"],
              [_rate("end-to-end full speed (msgs/s)"),
               _ms("  latency p50 (ms)", "latency_p50_ms"),
@@ -110,6 +118,11 @@ SCENARIOS = [
     Scenario("large", ["large", "--total-mib", "1024", "--chunk-mib", "1", "--window", "8"],
              ["--total-mib", "256"],
              [_rate("1 GiB as 1 MiB persistent chunks, W=8, e2e (MB/s)", "mb_per_s"),
+              Row("  broker RSS peak during it (MiB)", "rss_peak_mib", lower_is_better=True)],
+             opt_in=True),
+    Scenario("large-nc", ["persist", "--size", str(MIB), "--producers", "1", "--window", "8",
+                          "--count", "1024", "--no-drain"], ["--count", "256"],
+             [_rate("1 GiB as 1 MiB persistent chunks, W=8, no consumer (MB/s)", "mb_per_s"),
               Row("  broker RSS peak during it (MiB)", "rss_peak_mib", lower_is_better=True)],
              opt_in=True),
     Scenario("backlog", ["backlog", "--producers", "8", "--window", "8", "--count", "1000000"],
@@ -226,6 +239,63 @@ def start_sluice(python: str, extra: list[str]) -> Broker:
     threading.Thread(target=lambda: broker.log.extend(proc.stdout or []), daemon=True).start()
     stomp_ready(broker.host, broker.port)
     return broker
+
+
+# ---------------------------------------------------------------- the disk itself
+
+
+def measure_disk(directory: Path, mib: int = 1024, samples: int = 2000) -> Result:
+    """What the disk under the brokers' data does by itself, in the same run: `dd` of ``mib``
+    MiB with one fdatasync at the end, and the fdatasync latency of a 1 KiB append into a
+    zero-filled file (what a lone persistent producer's receipt waits for)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / "dd.bin"
+    try:
+        started = time.perf_counter()
+        subprocess.run(["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={mib}",
+                        "conv=fdatasync"], check=True, capture_output=True, timeout=600)
+        dd = mib * MIB / 1e6 / (time.perf_counter() - started)
+    finally:
+        target.unlink(missing_ok=True)
+    fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        zeros = bytes(MIB)
+        for i in range(16):
+            os.pwrite(fd, zeros, i * MIB)
+        os.fsync(fd)
+        record, waits = os.urandom(1024), []
+        for i in range(samples):
+            t0 = time.perf_counter_ns()
+            os.pwrite(fd, record, i * 1040)
+            os.fdatasync(fd)
+            waits.append(time.perf_counter_ns() - t0)
+    finally:
+        os.close(fd)
+        target.unlink(missing_ok=True)
+    waits.sort()
+    return {"broker": "disk", "name": "disk", "dd_mb_per_s": round(dd, 1),
+            "fdatasync_p50_ms": round(waits[len(waits) // 2] / 1e6, 3),
+            "fdatasync_p99_ms": round(waits[len(waits) * 99 // 100] / 1e6, 3),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+
+def disk_lines(results: list[Result]) -> list[str]:
+    """The disk's own figures and SluiceMQ's against them (last of each in ``results``)."""
+    latest = {(r.get("broker"), r.get("name")): r for r in results}
+    disk = latest.get(("disk", "disk"))
+    if disk is None:
+        return []
+    lines = [f"disk (same run): dd + fdatasync {fmt(disk['dd_mb_per_s'])} MB/s; fdatasync of "
+             f"a 1 KiB append p50 {disk['fdatasync_p50_ms']:.3f} ms, "
+             f"p99 {disk['fdatasync_p99_ms']:.3f} ms"]
+    nc = latest.get(("sluice", "large-nc"), {}).get("mb_per_s")
+    if isinstance(nc, int | float):
+        lines.append(f"SluiceMQ 1 GiB without a consumer / dd: {nc / disk['dd_mb_per_s']:.2f}x")
+    p50 = latest.get(("sluice", "persist-1x1"), {}).get("receipt_p50_ms")
+    if isinstance(p50, int | float):
+        lines.append("SluiceMQ one synchronous producer's receipt p50 / fdatasync p50: "
+                     f"{p50 / disk['fdatasync_p50_ms']:.2f}x")
+    return lines
 
 
 # ---------------------------------------------------------------- running
@@ -377,6 +447,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=900, help="seconds per scenario")
     parser.add_argument("--out", type=Path,
                         default=HERE / "results" / f"compare-{time.strftime('%Y-%m-%d')}.jsonl")
+    parser.add_argument("--disk", action=argparse.BooleanOptionalAction, default=True,
+                        help="first measure the disk itself (dd + fdatasync, fdatasync latency)")
     parser.add_argument("--table", type=Path, help="only print the table of an existing JSONL")
     parser.add_argument("--run", action="append", default=[],
                         help="with --table: only these run ids (default: every non-quick run)")
@@ -401,14 +473,23 @@ def main(argv: list[str] | None = None) -> int:
         results = [r for r in results
                    if (r.get("run") in opts.run if opts.run else not r.get("quick"))]
         print(table(results, opts.brokers))
+        for line in disk_lines(results):
+            print(line)
         return 0
     results: list[Result] = []
+    if opts.disk:
+        disk = measure_disk(TMP / "sluice-bench" / "disk")
+        disk.update(run=opts.run_id)
+        record(opts.out, disk)
+        results.append(disk)
     for name in opts.brokers:
         for result in run_broker(name, opts.selected, opts, opts.out):
             results.append(result)
             if result.get("errors"):
                 print(f"   {name}:{result['name']}: {result['errors']}", file=sys.stderr)
     print(table(results, opts.brokers))
+    for line in disk_lines(results):
+        print(line)
     print(f"\nresults appended to {opts.out}", file=sys.stderr)
     return 0
 

@@ -431,6 +431,7 @@ async def scenario_persist(opts: argparse.Namespace) -> Result:
     latencies = [t for p in producers for t in p.latencies]
     result: Result = {
         "msgs_per_s": round(opts.count / elapsed),
+        "mb_per_s": round(opts.count * opts.size / 1e6 / elapsed, 1),
         **latency_summary("receipt", latencies),
     }
     if not opts.no_drain:
@@ -443,11 +444,18 @@ async def scenario_nonpersist(opts: argparse.Namespace) -> Result:
     body = os.urandom(opts.size)
     elapsed, _ = await produce(opts, dest, opts.count, body, window=0, persistent=False)
     drained = await drain(opts, dest, opts.count)
-    return {
+    result: Result = {
         "produce_msgs_per_s": round(opts.count / elapsed),
         "consume_msgs_per_s": drained["drain_msgs_per_s"],
         "drained": drained["drained"],
     }
+    pid = broker_pid(opts)
+    if opts.settle > 0 and pid is not None:
+        # Memory given back after the burst: RSS right after the drain and `settle` s later.
+        result["rss_drained_mib"] = round(read_rss(pid)[0] / MIB, 1)
+        await asyncio.sleep(opts.settle)
+        result["rss_settled_mib"] = round(read_rss(pid)[0] / MIB, 1)
+    return result
 
 
 async def scenario_e2e(opts: argparse.Namespace) -> Result:
@@ -622,6 +630,8 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--total-mib", type=int, default=1024, help="large: payload in total")
     load.add_argument("--chunk-mib", type=int, default=1, help="large: MiB per message")
     load.add_argument("--no-drain", action="store_true", help="persist: leave the queue full")
+    load.add_argument("--settle", type=float, default=0.0,
+                      help="nonpersist: seconds after the drain to read the broker's RSS again")
     load.add_argument("--idle-timeout", type=float, default=30.0,
                       help="give up when no message arrives for this many seconds")
     run = parser.add_argument_group("reporting")

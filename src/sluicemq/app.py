@@ -86,7 +86,8 @@ def build_core(config: BrokerConfig, loop: Loop, *, clock: Callable[[], float] =
                       preallocate=js.preallocate, sync=js.sync, dir_lock=fence is None)
     journal.fence = fence
     store = Store(journal, loop.call_soon)
-    broker = Broker(config, store, loop.call_soon, clock=clock, trim_heap=trim_heap)
+    broker = Broker(config, store, loop.call_soon, clock=clock, trim_heap=trim_heap,
+                    call_later=loop.call_later)
     scheduler = Scheduler(broker, loop.call_later, enabled=config.scheduler.enabled,
                           horizon_ms=int(config.scheduler.horizon_seconds * 1000))
     broker.redelivery = scheduler.redeliver
@@ -233,6 +234,11 @@ class BrokerServer:
         if self.checkpointer is not None:
             await self.checkpointer.finish_compaction()
             self.checkpointer.close()
+        if self.broker is not None and self.broker.later.deferred:
+            later = self.broker.later
+            log.info("concurrent store and dispatch: %d messages deferred, %d acknowledged "
+                     "before their write (never written), %d written", later.deferred,
+                     later.skipped, later.stored)
         if self.store is not None:
             broker = self.broker
             # The index snapshot lets the next start skip the journal scan.

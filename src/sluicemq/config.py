@@ -177,6 +177,9 @@ class JournalSettings:
     sync: bool = True  # False only for throwaway benchmarks: receipts would lie
     spill_bytes: int = 64 << 10  # persistent bodies this large are read back from the journal
     snapshot_records: int = 50_000  # index snapshot after this many journal records; 0: never
+    # A persistent message a ready consumer takes is written only if still unacknowledged this
+    # long after it arrived (concurrent store and dispatch); 0: always write first.
+    store_delay_ms: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -434,3 +434,50 @@ class TestEncode:
             [back] = parse_all(encode_frame(frame, version), version=version)
             assert back.headers == {**frame.headers, "content-length": "6"}
             assert back.body == frame.body
+
+
+# -- large bodies arriving in pieces (gathered, joined once) -----------------------------------
+
+def _large_frames(size: int) -> tuple[bytes, bytes]:
+    body = bytes(range(256)) * (size // 256) + b"\x01" * (size % 256)
+    first = b"SEND\ndestination:/queue/big\ncontent-length:%d\n\n" % size + body + b"\x00"
+    second = b"SEND\ndestination:/queue/small\n\nhi\x00"
+    return body, first + b"\n" + second
+
+
+@pytest.mark.parametrize("piece", [997, 4096, 65535, 65536, 100_000, 1 << 20])
+def test_a_large_body_cut_anywhere_arrives_whole_and_the_next_frame_follows(piece: int) -> None:
+    body, stream = _large_frames(300_001)
+    for data_type in (bytes, bytearray, memoryview):
+        parser = FrameParser()
+        frames: list[Frame] = []
+        for i in range(0, len(stream), piece):
+            frames += parser.feed(data_type(stream[i : i + piece]))
+        assert [f.headers["destination"] for f in frames] == ["/queue/big", "/queue/small"]
+        assert frames[0].body == body and type(frames[0].body) is bytes
+        assert frames[1].body == b"hi"
+        assert parser.buffered == 0
+
+
+def test_a_large_body_split_exactly_before_its_nul_waits_for_the_nul() -> None:
+    body, stream = _large_frames(200_000)
+    cut = stream.index(body) + len(body)
+    parser = FrameParser()
+    assert parser.feed(stream[:1000]) == []
+    assert parser.feed(stream[1000:cut]) == []
+    assert parser.buffered == len(body)  # counted while it is gathered
+    frames = parser.feed(stream[cut:])
+    assert [f.body for f in frames] == [body, b"hi"]
+    assert parser.buffered == 0
+
+
+def test_a_large_body_not_ended_by_nul_where_content_length_says_is_refused() -> None:
+    body, stream = _large_frames(200_000)
+    end = stream.index(body) + len(body)
+    bad = stream[:end] + b"X" + stream[end + 1 :]
+    parser = FrameParser()
+    parser.feed(bad[:5000])
+    with pytest.raises(ProtocolError, match="not followed by NUL"):
+        parser.feed(bad[5000:])
+    with pytest.raises(ProtocolError, match="already rejected"):
+        parser.feed(b"\n")

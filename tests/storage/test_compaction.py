@@ -18,6 +18,7 @@ CONFIG = """
 [journal]
 segment_bytes = 262144
 preallocate = false
+store_delay_ms = 0  # write every message: the churn must fill segments with history
 """
 BODY = b"c" * 1024
 

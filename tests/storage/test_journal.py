@@ -12,6 +12,7 @@ import pytest
 
 from sluicemq.errors import StorageError
 from sluicemq.storage.journal import Journal, Location
+from sluicemq.storage.journal_writer import LARGE_RECORD, zero_fill
 from sluicemq.storage.segment import HEADER_SIZE, segment_name
 
 
@@ -324,3 +325,24 @@ def test_after_recovery_counts_start_at_zero_and_the_replayer_retains(open_journ
     t = again.journal.append(1, b"still works")
     again.watch.wait(t.seq)
     assert again.journal.read(t.loc) == b"still works"
+
+
+def test_segments_are_zero_filled_ahead_unless_the_records_since_are_large() -> None:
+    assert zero_fill(0, 0)  # nothing written yet: the small-record case
+    assert zero_fill(1000, 1000 * 1024)
+    assert zero_fill(3, 3 * LARGE_RECORD - 1)
+    assert not zero_fill(3, 3 * LARGE_RECORD)
+
+
+def test_large_records_in_allocated_not_zero_filled_segments_recover_whole(
+        open_journal) -> None:
+    first = open_journal(segment_bytes=2 << 20)
+    data = [bytes([i]) * (300 << 10) for i in range(1, 31)]  # ~9 MiB: the later segments
+    tickets = [first.journal.append(1, p) for p in data]     # are allocated, not zero-filled
+    first.watch.wait(tickets[-1].seq)
+    first.journal.close()
+
+    again = open_journal(first.directory, segment_bytes=2 << 20)
+    assert [p for _, p, _ in again.records] == data
+    report = again.journal.report
+    assert report is not None and report.dropped == [] and report.segments >= 4

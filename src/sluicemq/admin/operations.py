@@ -180,6 +180,7 @@ def _move_atomically(broker: Broker, source: Queue, target: Queue, msgs: list[Me
                      rewrite: Callable[[dict[str, str]], dict[str, str]] | None) -> None:
     """Queue to queue: persistent messages move in TX records of at most ~4 MiB each."""
     store = broker.store
+    broker.later.store_all()  # deferred messages (concurrent store and dispatch) get records first
     batch: list[Message] = []
     size = 0
 

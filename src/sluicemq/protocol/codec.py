@@ -23,6 +23,9 @@ MAX_COMMAND_LINE = 64
 _EOL = (10, 13)
 _EOLS = re.compile(rb"[\r\n]*")
 _SMALL_BODY = 2048
+_GATHER_BODY = 64 << 10
+"""A body at least this large that has not fully arrived is gathered piece by piece (the reads
+kept as they came, joined once) instead of growing the stream buffer: one copy, not three."""
 
 
 class _PendingBody:
@@ -32,7 +35,7 @@ class _PendingBody:
     the frame is pending, so headers are parsed once however many reads the body takes.
     """
 
-    __slots__ = ("body_end", "body_start", "command", "headers", "scan")
+    __slots__ = ("body_end", "body_start", "command", "got", "headers", "need", "parts", "scan")
 
     def __init__(
         self, command: str, headers: dict[str, str], body_start: int, body_end: int, scan: int
@@ -42,6 +45,10 @@ class _PendingBody:
         self.body_start = body_start
         self.body_end = body_end  # -1: no content-length, the body ends at the first NUL
         self.scan = scan  # where the search for that NUL resumes
+        # Gathering a large body: the pieces so far, body bytes still missing, bytes held.
+        self.parts: list[bytes | memoryview] | None = None
+        self.need = 0
+        self.got = 0
 
 
 class FrameParser:
@@ -95,20 +102,27 @@ class FrameParser:
     @property
     def buffered(self) -> int:
         """Bytes held for an incomplete frame, for the connection's memory accounting."""
-        return len(self._buf)
+        pend = self._pending
+        return len(self._buf) + (pend.got if pend is not None else 0)
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
         """Consume the next chunk of the stream and return the frames it completed, in order."""
         if self._failed is not None:
             raise ProtocolError(f"stream already rejected: {self._failed}")
-        buf = self._buf
-        if buf or type(data) is not bytes:
-            buf += data
-            src: bytes | bytearray = buf
-        else:
-            src = data  # nothing buffered: parse the caller's immutable bytes in place
         frames: list[Frame] = []
+        pend = self._pending
         try:
+            if pend is not None and pend.parts is not None:
+                rest = self._gather(pend, data, frames)
+                if not rest:
+                    return frames
+                data = rest
+            buf = self._buf
+            if buf or type(data) is not bytes:
+                buf += data
+                src: bytes | bytearray = buf
+            else:
+                src = data  # nothing buffered: parse the caller's immutable bytes in place
             used = self._parse(src, frames)
         except ProtocolError as exc:
             self._failed = str(exc)
@@ -178,13 +192,42 @@ class FrameParser:
                         f"content-length {length.strip()} exceeds max_frame_bytes={limit}"
                     )
                 if body_end >= n:
-                    self._pending = _PendingBody(command, headers, body_start - p, body_end - p, 0)
-                    return p
+                    pend = _PendingBody(command, headers, body_start - p, body_end - p, 0)
+                    self._pending = pend
+                    if body_end - body_start < _GATHER_BODY:
+                        return p
+                    with memoryview(b) as view:  # b may be our buffer: copy what is here
+                        pend.parts = [view[body_start:n].tobytes()]
+                    pend.got = n - body_start
+                    pend.need = body_end - n
+                    return n
                 if b[body_end]:
                     raise ProtocolError("frame body not followed by NUL where content-length ends")
             body = b[body_start:body_end] if type(b) is bytes else _slice(b, body_start, body_end)
             frames.append(Frame(command, headers, body))
             p = body_end + 1
+
+    def _gather(self, pend: _PendingBody, data: bytes | bytearray | memoryview,
+                frames: list[Frame]) -> memoryview | None:
+        """Add ``data`` to a large body being gathered; once it is whole, emit its frame and
+        return what followed its NUL (None while more is needed). Immutable reads are kept as
+        they are, so each body byte is copied once, by the final join."""
+        need = pend.need
+        n = len(data)
+        parts = pend.parts
+        assert parts is not None
+        if n <= need:
+            parts.append(data if type(data) is bytes else bytes(data))
+            pend.need = need - n
+            pend.got += n
+            return None
+        if data[need]:
+            raise ProtocolError("frame body not followed by NUL where content-length ends")
+        view = memoryview(data)
+        parts.append(view[:need])
+        frames.append(Frame(pend.command, pend.headers, b"".join(parts)))
+        self._pending = None
+        return view[need + 1:]
 
     def _finish_pending(self, b: bytes | bytearray, n: int, frames: list[Frame]) -> int:
         """Complete the pending frame (which starts at offset 0) if its body has arrived.

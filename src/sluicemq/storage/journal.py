@@ -109,6 +109,7 @@ class Journal(JournalReads, JournalWriter):
         self._undeleted: list[int] = []
         self._repair: tuple[int, int, int] | None = None
         self._prep: tuple[int, Future[int]] | None = None
+        self._prep_mark = (0, 0)
         self._helper: ThreadPoolExecutor | None = None
         self._writer: threading.Thread | None = None
         self._on_durable: Callable[[int], None] = _ignore_durable

@@ -75,6 +75,17 @@ class Entry:
         self.payload = payload
 
 
+LARGE_RECORD = 256 << 10
+"""Average record size from which the next segment is allocated rather than zero-filled."""
+
+
+def zero_fill(records: int, nbytes: int) -> bool:
+    """Zero-fill the next segment, given the records (and their bytes) written since the last
+    one was prepared? Yes unless they averaged ``LARGE_RECORD``: small records need the
+    fastest fdatasync (no extent to update), a stream of large ones the disk's full rate."""
+    return records == 0 or nbytes < records * LARGE_RECORD
+
+
 class JournalWriter:
     """The writer thread's methods; the state is the journal's (``Journal.__init__``)."""
 
@@ -99,6 +110,7 @@ class JournalWriter:
     _undeleted: list[int]
     _repair: tuple[int, int, int] | None
     _prep: tuple[int, Future[int]] | None
+    _prep_mark: tuple[int, int]  # stats (records, bytes) when the last segment was prepared
     _helper: ThreadPoolExecutor | None
     _on_durable: Callable[[int], None]
     _on_failed: Callable[[int, int, BaseException], None]
@@ -252,8 +264,15 @@ class JournalWriter:
         return kept
 
     def _prepare(self, seg: int) -> None:
+        """Have the helper make segment ``seg`` ahead of need: zero-filled, unless the records
+        written since the last one averaged ``LARGE_RECORD`` bytes or more (a stream)."""
         assert self._helper is not None
-        future = self._helper.submit(create_segment, self.directory, seg, self.segment_bytes)
+        stats = self.stats
+        written, size = self._prep_mark
+        self._prep_mark = (stats.records, stats.bytes)
+        zero = zero_fill(stats.records - written, stats.bytes - size)
+        future = self._helper.submit(create_segment, self.directory, seg, self.segment_bytes,
+                                     zero=zero)
         self._prep = (seg, future)
 
     def _delete(self, doomed: list[int]) -> None:

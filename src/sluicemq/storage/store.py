@@ -95,6 +95,10 @@ class Store:
         self._flush_scheduled = False
         self.on_durable: Callable[[int], None] = lambda seq: None
         self.on_failed: Callable[[int, int, BaseException], None] = lambda a, b, e: None
+        # Called before a record is appended (a message's queue key, or None for any other
+        # record but an ACK batch) and at close: the broker journals messages it deferred
+        # (concurrent store and dispatch) first, so the log keeps every queue's order.
+        self.pre_append: Callable[[str | None], None] = lambda key: None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def recover(self) -> Iterator[tuple[int, Any, RecoveredTicket]]:
@@ -121,6 +125,7 @@ class Store:
 
     def close(self, on_closed: Callable[[], None] | None = None) -> None:
         """Journal the last acks and close; ``on_closed`` as in ``Journal.close``."""
+        self.pre_append(None)
         self.flush()
         self.journal.close(on_closed)
 
@@ -160,10 +165,12 @@ class Store:
 
     def append_message(self, key: str, mid: int, timestamp: int, expires: int, priority: int,
                        headers: dict[str, str], body: bytes) -> TicketLike:
+        self.pre_append(key)
         payload = records.encode_message(key, mid, timestamp, expires, priority, headers, body)
         return self._append(records.MSG, payload)
 
     def append_tx(self, txid: str, ops: list[tuple[int, bytes]], *, final: bool) -> TicketLike:
+        self.pre_append(None)
         return self._append(records.TX, records.encode_tx(txid, ops, final=final))
 
     def transaction(self, txid: str, added: Iterable[NewMessage],
@@ -209,13 +216,16 @@ class Store:
         return result
 
     def append_sub(self, sub: records.DurableSub) -> TicketLike:
+        self.pre_append(None)
         return self._append(records.SUB, records.encode_sub(sub))
 
     def append_unsub(self, key: str) -> TicketLike:
+        self.pre_append(None)
         return self._append(records.UNSUB, records.encode_unsub(key))
 
     def append_record(self, rtype: int, payload: bytes) -> TicketLike:
         """Any other record type (staging, memo tables: ``storage/staging_records.py``)."""
+        self.pre_append(None)
         return self._append(rtype, payload)
 
     # -- references --------------------------------------------------------------------------

@@ -14,7 +14,10 @@ until the client closes too or ``LINGER_SECONDS`` have passed.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import sys
+import termios
 import time
 from typing import TYPE_CHECKING, cast
 
@@ -30,6 +33,7 @@ log = logging.getLogger("sluicemq.tcp")
 
 WRITE_HIGH_WATER = 4 << 20
 WRITE_LOW_WATER = 1 << 20
+_INT0 = bytes(4)  # the ioctl's int argument
 LINGER_SECONDS = 5.0  # input discarded after a close, before the socket is dropped for good
 
 
@@ -44,6 +48,7 @@ class StompProtocol(asyncio.Protocol):
         self.session: Session | None = None
         self.writable = True
         self._out: list[bytes | memoryview] = []
+        self.bytes_out = 0  # every byte ever written (see bytes_acked)
         self._flush_scheduled = False
         self._closing = False
         self._loop = asyncio.get_running_loop()
@@ -161,6 +166,7 @@ class StompProtocol(asyncio.Protocol):
     def write(self, data: bytes | memoryview) -> None:
         if self.transport is None:
             return
+        self.bytes_out += len(data)
         self._out.append(data)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -214,6 +220,23 @@ class StompProtocol(asyncio.Protocol):
         send_ms, expect_ms = self.session.heartbeat
         if send_ms or expect_ms:
             self._keepalive = Keepalive(self, send_ms, expect_ms)
+
+    def bytes_acked(self) -> int:
+        """How many of the bytes ever written to this connection (``bytes_out``) its peer's
+        TCP has acknowledged: what is neither in our buffers nor in the kernel's send queue
+        (SIOCOUTQ). Bytes counted here survive a kill -9 or a reset of the broker, so a
+        message deferred for an ack:auto consumer is settled once they reach its end. -1
+        when that cannot be known (TLS keeps buffers of its own; a closed connection)."""
+        transport = self.transport
+        if transport is None or transport.get_extra_info("ssl_object") is not None:
+            return -1
+        held = sum(map(len, self._out)) + transport.get_write_buffer_size()
+        sock = transport.get_extra_info("socket")
+        try:
+            queued = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, _INT0)
+        except (OSError, AttributeError, ValueError):
+            return -1
+        return self.bytes_out - held - int.from_bytes(queued, sys.byteorder)
 
     @property
     def gone(self) -> bool:

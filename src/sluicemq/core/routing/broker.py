@@ -26,6 +26,7 @@ from sluicemq.core.paging.cursor import PendingList
 from sluicemq.core.paging.flow import FlowControl, MemoryAccount, resolve_limits
 from sluicemq.core.paging.pager import Pager
 from sluicemq.core.paging.trim import HeapTrimmer
+from sluicemq.core.persistence.storelater import StoreLater
 from sluicemq.core.routing import holders
 from sluicemq.core.routing.advisories import Advisories
 from sluicemq.core.routing.destinations import DestinationBudget
@@ -54,6 +55,7 @@ log = logging.getLogger("sluicemq.broker")
 DISPATCH_BUDGET = 64  # deliveries per queue per loop turn
 
 
+
 def _anything(topic: str) -> bool:
     return True
 
@@ -69,7 +71,8 @@ class Broker:
     def __init__(self, config: BrokerConfig, store: Store,
                  schedule: Callable[[Callable[[], None]], Any],
                  clock: Callable[[], float] = time.time,
-                 trim_heap: Callable[[], object] | None = None) -> None:
+                 trim_heap: Callable[[], object] | None = None,
+                 call_later: Callable[[float, Callable[[], None]], Any] | None = None) -> None:
         self.config = config
         self.store = store
         self._schedule = schedule
@@ -120,6 +123,10 @@ class Broker:
                                    self.producers.anchor.move_if_oldest]
         store.on_durable = self._on_durable
         store.on_failed = self._on_failed
+        # Concurrent store and dispatch (never without a timer to write deferred messages by)
+        self.later = StoreLater(store, config.journal.spill_bytes, schedule, call_later,
+                                clock, delay=config.journal.store_delay_ms / 1000)
+        store.pre_append = self.later.store_all
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -208,7 +215,9 @@ class Broker:
             kind, name = QUEUE, f"{self.policy(kind, name).dlq_prefix}{name}"
         if kind == QUEUE:
             q = self.queue(name)
-            if msg.persistent:
+            if msg.persistent and stream is None and self.later.wants(q, msg):
+                self.later.add(q.key, msg)  # a consumer is ready: it may ack before the write
+            elif msg.persistent:
                 msg.ticket = self._append_msg(q.key, msg)
                 msg.inner = 0
                 self.store.hold(msg.ticket)
@@ -332,9 +341,13 @@ class Broker:
     def record_removal(self, queue: Queue, msgs: Iterable[Message]) -> None:
         if not queue.durable:
             return
+        later = self.later
         for m in msgs:
-            if m.persistent and m.ticket is not None:
-                self.store.remove(queue.key, m.mid, m.ticket)
+            if m.persistent:
+                if m.ticket is not None:
+                    self.store.remove(queue.key, m.mid, m.ticket)
+                elif later.entries:
+                    later.removed(m)  # deferred and now settled: it needs no record at all
 
     def record_removal_run(self, queue: Queue, mids: array, segments: array,
                            offsets: array) -> None:
@@ -367,6 +380,7 @@ class Broker:
         self.advisories.dead_lettered(queue.destination, dlq.destination, msg.message_id,
                                       reason)
         if msg.persistent:
+            self.later.store_all()  # a deferred one gets its record first, then its removal
             removed = ([Removed(queue.key, msg.mid, msg.ticket)]
                        if queue.durable and msg.ticket is not None else [])
             [(moved.ticket, moved.inner)] = self.store.transaction(
@@ -457,6 +471,7 @@ class Broker:
                acks: list[tuple[Queue, list[Message]]],
                nacks: list[tuple[Queue, list[Message]]]) -> None:
         """Apply a transaction: stored as one (``Store.transaction``), then the effects."""
+        self.later.store_all()  # acks of deferred messages: journal them first, then the acks
         routed: list[tuple[Queue, Message]] = []
         stored: list[tuple[NewMessage, list[Message]]] = []  # a record and its persistent copies
         for kind, name, msg in messages:
@@ -493,8 +508,10 @@ class Broker:
 
     # -- durability --------------------------------------------------------------------------
     def when_durable(self, callback: Waiter) -> None:
-        """Call back once everything appended so far is on disk (receipts wait on this)."""
-        self.durable_waits.add(callback)
+        """Call back once everything appended so far is on disk (receipts wait on this) and
+        every message deferred so far is on disk or acknowledged by its consumer."""
+        if not self.later.wait(lambda exc: self.durable_waits.add(callback)):
+            self.durable_waits.add(callback)
 
     def _on_durable(self, seq: int) -> None:
         self.pager.settle(seq)

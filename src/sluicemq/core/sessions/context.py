@@ -21,7 +21,7 @@ from sluicemq.core.paging.flow import parse_size
 from sluicemq.core.routing.destinations import owner_of
 from sluicemq.core.routing.message import Message
 from sluicemq.core.routing.names import destination_of
-from sluicemq.core.routing.queue import Consumer
+from sluicemq.core.routing.queue import AUTO, Consumer
 from sluicemq.core.routing.temporary import is_temporary
 from sluicemq.core.security.policy import User
 from sluicemq.core.sessions.peer import Outbound
@@ -120,6 +120,14 @@ class SessionContext:
             self.out.write(head)
             self.out.write(body)
             self.out.write(b"\x00")
+        if msg.ticket is None and msg.persistent and self.broker.later.entries:
+            # deferred (concurrent store and dispatch): ack:auto settles once the bytes are out
+            if consumer.ack_mode != AUTO:
+                self.broker.later.sent(msg, consumer, None)
+            else:  # a transport that cannot tell what its peer has (WebSocket) never settles
+                acked = getattr(self.out, "bytes_acked", _unknown)
+                end = getattr(self.out, "bytes_out", 0)
+                self.broker.later.sent(msg, consumer, (acked, end))
 
     def when_writable(self, resume: Callable[[], None]) -> None:
         """Call ``resume`` once the transport has drained (paced writers: range reads)."""
@@ -362,3 +370,8 @@ def _representable(key: str, value: str, version: str) -> bool:
 def header_safe(text: str) -> str:
     """One printable line with no backslash: readable in any version, even before CONNECT."""
     return "".join(ch if ch.isprintable() and ch != "\\" else "?" for ch in text)[:1000]
+
+
+def _unknown() -> int:
+    """Bytes a transport's peer acknowledged, where the transport cannot know: none."""
+    return -1

@@ -1,0 +1,252 @@
+"""Concurrent store-and-dispatch: a persistent message a consumer is ready for goes out first
+and is written to the journal only if it is still unacknowledged ``delay`` seconds later.
+
+Why: with a live consumer most messages are acknowledged within a millisecond or two, and a
+message acknowledged before its write need never be written at all - a stream with a consumer
+then moves at the speed of the sockets, not of the disk (ActiveMQ's concurrent store and
+dispatch and RabbitMQ do the same). The promise a receipt makes does not weaken: a receipt
+asked for while messages are deferred waits until each of them is durable or acknowledged by
+its consumer. For ``ack:auto`` "acknowledged" means its bytes have left the broker for good:
+the peer's TCP acknowledged every byte of the connection up to the message's end, so neither
+a kill -9 nor a reset can lose it any more; until then it counts as unacknowledged.
+
+Order: deferred messages are written in the order they were published, and all of them before
+any other record (the store calls ``store_all`` before every append), so the journal holds
+everything in publish order; an acknowledged deferred message leaves no record at all.
+Everything here runs on the event-loop thread.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from sluicemq.core.routing.message import Message
+from sluicemq.core.routing.queue import Consumer, Queue
+from sluicemq.storage.records import PRODUCER_HEADER
+from sluicemq.storage.store import Store
+
+Waiter = Callable[[BaseException | None], None]
+# An ack:auto delivery: (bytes of the connection its peer has acknowledged - a function, -1
+# when unknown -, the connection's byte count at the end of the message).
+Sent = tuple[Callable[[], int], int]
+RECHECK_SECONDS = 0.001  # how often an ack:auto delivery is looked at again until it is due
+# An ack:auto consumer that is reading is given this long to take a message in before it is
+# written after all: such a consumer paces the producer (as RabbitMQ's confirms do), and its
+# bytes reach it behind what was sent before, however short the store delay.
+AUTO_SECONDS = 0.5
+MAX_BYTES = 16 << 20  # deferred bodies held at most; past it the oldest are written at once
+
+
+class _Entry:
+    __slots__ = ("consumer", "due", "index", "key", "msg", "removed", "unsent")
+
+    def __init__(self, key: str, msg: Message, index: int, due: float) -> None:
+        self.key = key
+        self.msg = msg
+        self.index = index
+        self.due = due
+        self.consumer: Consumer | None = None  # who it was last handed to
+        self.unsent: Sent | None = None  # set when handed to an ack:auto consumer
+        self.removed = False  # an ack:auto consumer took it: nothing holds it any more
+
+
+class StoreLater:
+    """The deferred messages, oldest first, and the receipts waiting for them to settle.
+
+    ``store`` journals them (bodies of ``spill_bytes`` and more are then dropped from memory
+    once a consumer, not a queue's cursor, holds the message). ``soon`` and ``later`` schedule on
+    the loop (call_soon, call_later); ``clock`` is the loop's monotonic time.
+    """
+
+    def __init__(self, store: Store, spill_bytes: int,
+                 soon: Callable[[Callable[[], None]], Any],
+                 later: Callable[[float, Callable[[], None]], Any] | None,
+                 clock: Callable[[], float], *, delay: float,
+                 max_bytes: int = MAX_BYTES) -> None:
+        self._store = store
+        self.spill_bytes = spill_bytes
+        self._soon = soon
+        self._later = later or _no_timer
+        self._clock = clock
+        self.delay = delay if later is not None else 0.0
+        self.max_bytes = max_bytes
+        self.entries: OrderedDict[int, _Entry] = OrderedDict()  # id(msg) -> entry
+        self._keys: dict[str, int] = {}  # deferred messages per queue key
+        self.bytes = 0
+        self._index = itertools.count(1)
+        self._last = 0
+        self._waiters: list[tuple[int, int, Waiter]] = []
+        self._order = itertools.count()
+        self._timer: Any = None
+        self._recheck: Any = None
+        self._sent_auto: list[_Entry] = []
+        self._storing = False
+        self.deferred = 0  # counters, for /metrics and the benchmarks
+        self.skipped = 0  # acknowledged before they were due: never written
+        self.stored = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.delay > 0
+
+    def wants(self, q: Queue, msg: Message) -> bool:
+        """Defer the write of ``msg``, a persistent message for ``q``? Only a plain message a
+        ready consumer will take soon: nothing but deferred messages waits before it (they go
+        out on the next dispatch pass); a producer id (duplicate detection reads its record)
+        or a group keep the plain path."""
+        if not (self.delay > 0 and q.consumers and msg.group is None
+                and len(q.pending) <= self._keys.get(q.key, 0)
+                and PRODUCER_HEADER not in msg.headers):
+            return False
+        return any(c.ready() for c in q.consumers)
+
+    def add(self, key: str, msg: Message) -> None:
+        """Defer ``msg`` (not yet journaled; its ticket stays None until it is)."""
+        index = self._last = next(self._index)
+        self.entries[id(msg)] = _Entry(key, msg, index, self._clock() + self.delay)
+        self._keys[key] = self._keys.get(key, 0) + 1
+        self.bytes += msg.size
+        self.deferred += 1
+        if self._timer is None:
+            self._timer = self._later(self.delay, self._due)
+        if self.bytes > self.max_bytes:
+            self._store_oldest(lambda: self.bytes > self.max_bytes)
+
+    def sent(self, msg: Message, consumer: Consumer, unsent: Sent | None) -> None:
+        """``msg`` was handed to ``consumer``; ``unsent`` when it acks automatically."""
+        entry = self.entries.get(id(msg))
+        if entry is None:
+            return
+        entry.consumer = consumer
+        if unsent is not None:
+            entry.unsent = unsent
+            entry.due = max(entry.due, self._clock() + AUTO_SECONDS)
+            self._sent_auto.append(entry)
+            if self._recheck is None:
+                # call_soon runs after the transport's own flush scheduled by this delivery
+                self._recheck = self._soon(self._check_sent)
+
+    def removed(self, msg: Message) -> bool:
+        """A queue let go of ``msg`` (acked, expired, purged). True when it was deferred: it
+        needs no record then - unless an ack:auto consumer's bytes are not out yet."""
+        entry = self.entries.get(id(msg))
+        if entry is None:
+            return False
+        if entry.unsent is not None:
+            entry.removed = True  # settled by _check_sent, or stored with its removal
+            return True
+        self._settle(entry)
+        self._release()
+        return True
+
+    def wait(self, waiter: Waiter) -> bool:
+        """Hold ``waiter`` until every message deferred so far has settled; False (and nothing
+        held) when none is outstanding."""
+        if not self.entries:
+            return False
+        heapq.heappush(self._waiters, (self._last, next(self._order), waiter))
+        return True
+
+    def store_all(self, key: str | None = None) -> None:
+        """Journal every deferred message now: a record is about to be appended (``key``: a
+        message of that queue, which needs only that queue's deferred messages before it) or
+        the broker stops. The journal's order stays the publish order of every queue."""
+        if self.entries and not self._storing and (key is None or key in self._keys):
+            self._store_oldest(lambda: True)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _check_sent(self) -> None:
+        self._recheck = None
+        waiting = self._sent_auto
+        self._sent_auto = []
+        for entry in waiting:
+            if id(entry.msg) not in self.entries:
+                continue
+            if _out(entry):
+                self._settle(entry)
+            else:
+                self._sent_auto.append(entry)
+        self._release()
+        if self._sent_auto:
+            self._recheck = self._later(RECHECK_SECONDS, self._check_sent)
+
+    def _due(self) -> None:
+        self._timer = None
+        now = self._clock()
+        self._store_oldest(lambda: next(iter(self.entries.values())).due <= now)
+        if self.entries:
+            head = next(iter(self.entries.values()))
+            self._timer = self._later(max(0.0, head.due - now), self._due)
+
+    def _store_oldest(self, more: Callable[[], bool]) -> None:
+        """Settle or journal deferred messages oldest first while ``more()`` says so."""
+        self._storing = True
+        try:
+            while self.entries and more():
+                entry = next(iter(self.entries.values()))
+                if _out(entry):
+                    self._settle(entry)
+                    continue
+                self._drop(entry)
+                self.stored += 1
+                self._write(entry)
+        finally:
+            self._storing = False
+        self._release()
+
+    def _write(self, entry: _Entry) -> None:
+        """Journal a message not acknowledged in time; one an ack:auto consumer took whose
+        bytes were not out yet (``removed``) gets its removal journaled right behind it."""
+        msg, store = entry.msg, self._store
+        msg.ticket = store.append_message(entry.key, msg.mid, msg.timestamp, msg.expires,
+                                          msg.priority, msg.headers, msg.loaded_body)
+        msg.inner = 0
+        store.hold(msg.ticket)
+        consumer = entry.consumer
+        if entry.removed:
+            store.remove(entry.key, msg.mid, msg.ticket)
+        elif (msg.size >= self.spill_bytes and consumer is not None
+              and consumer.inflight.get(msg.mid) is msg):
+            msg.body = None  # no cursor counts its body (a consumer has it): the journal keeps it
+
+    def _settle(self, entry: _Entry) -> None:
+        self._drop(entry)
+        self.skipped += 1
+
+    def _drop(self, entry: _Entry) -> None:
+        del self.entries[id(entry.msg)]
+        self.bytes -= entry.msg.size
+        left = self._keys[entry.key] - 1
+        if left:
+            self._keys[entry.key] = left
+        else:
+            del self._keys[entry.key]
+
+    def _release(self) -> None:
+        """Hand every waiter whose deferred messages have all settled on to the journal."""
+        waiters = self._waiters
+        if not waiters:
+            return
+        first = next(iter(self.entries.values())).index if self.entries else self._last + 1
+        ready = []
+        while waiters and waiters[0][0] < first:
+            ready.append(heapq.heappop(waiters)[2])
+        for waiter in ready:
+            waiter(None)
+
+
+def _out(entry: _Entry) -> bool:
+    """Has an ack:auto consumer's TCP acknowledged every byte of this message?"""
+    sent = entry.unsent
+    if not entry.removed or sent is None:
+        return False
+    acked, end = sent
+    return acked() >= end
+
+
+def _no_timer(delay: float, fn: Callable[[], None]) -> None:
+    raise AssertionError("nothing is deferred without a timer")

@@ -1,0 +1,179 @@
+"""Spec of core.persistence.storelater: concurrent store and dispatch, in process, on an
+injected clock and timer list (no loop, no sleeping).
+
+A deferred message is either acknowledged (and never written) or written when it is due; a
+receipt asked for while messages are deferred waits until every one of them has settled;
+deferred messages are written oldest first and before any other record of their queue."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sluicemq.core.persistence.storelater import AUTO_SECONDS, StoreLater
+from sluicemq.core.routing.message import Message
+
+
+class Loop:
+    """call_soon / call_later / clock, run by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.soon: list[Callable[[], None]] = []
+        self.timers: list[tuple[float, Callable[[], None]]] = []
+
+    def call_soon(self, fn: Callable[[], None]) -> object:
+        self.soon.append(fn)
+        return fn
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> object:
+        self.timers.append((self.now + delay, fn))
+        return fn
+
+    def run_soon(self) -> None:
+        while self.soon:
+            self.soon.pop(0)()
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        due = [t for t in self.timers if t[0] <= self.now]
+        self.timers = [t for t in self.timers if t[0] > self.now]
+        for _, fn in sorted(due, key=lambda t: t[0]):
+            fn()
+        self.run_soon()
+
+
+class Ticket:
+    def __init__(self, seq: int) -> None:
+        self.seq = seq
+        self.loc = None
+
+
+class Store:
+    """What StoreLater asks of the store: appends, holds, removals - recorded."""
+
+    def __init__(self) -> None:
+        self.written: list[tuple[str, int, bool]] = []
+
+    def append_message(self, key: str, mid: int, *rest: Any) -> Ticket:
+        self.written.append((key, mid, False))
+        return Ticket(len(self.written))
+
+    def hold(self, ticket: Ticket) -> None:
+        pass
+
+    def remove(self, key: str, mid: int, ticket: Ticket) -> None:
+        self.written[ticket.seq - 1] = (key, mid, True)  # its removal follows its record
+
+
+def make(delay: float = 0.005, max_bytes: int = 1 << 20
+         ) -> tuple[StoreLater, Loop, list[tuple[str, int, bool]]]:
+    loop = Loop()
+    store = Store()
+    later = StoreLater(store, 1 << 16, loop.call_soon, loop.call_later,  # type: ignore[arg-type]
+                       lambda: loop.now, delay=delay, max_bytes=max_bytes)
+    return later, loop, store.written
+
+
+def msg(mid: int, size: int = 100) -> Message:
+    return Message(mid, "/queue/q", {}, b"x" * size, persistent=True)
+
+
+def test_a_message_acknowledged_before_it_is_due_is_never_written() -> None:
+    later, loop, written = make()
+    m = msg(1)
+    later.add("q:q", m)
+    later.sent(m, consumer=None, unsent=None)  # type: ignore[arg-type]
+    assert later.removed(m)  # the consumer's ACK
+    loop.advance(1.0)
+    assert written == [] and not later.entries
+    assert (later.deferred, later.skipped, later.stored) == (1, 1, 0)
+
+
+def test_an_unacknowledged_message_is_written_when_it_is_due_and_not_before() -> None:
+    later, loop, written = make(delay=0.005)
+    m = msg(1)
+    later.add("q:q", m)
+    later.sent(m, consumer=None, unsent=None)  # type: ignore[arg-type]
+    loop.advance(0.004)
+    assert written == []
+    loop.advance(0.002)
+    assert written == [("q:q", 1, False)]
+    assert not later.removed(m)  # its ACK now goes the ordinary way (it has a record)
+
+
+def test_a_receipt_waits_for_every_message_deferred_before_it() -> None:
+    later, _, _ = make()
+    a, b = msg(1), msg(2)
+    later.add("q:q", a)
+    later.add("q:q", b)
+    told: list[object] = []
+    assert later.wait(told.append)
+    later.add("q:q", msg(3))  # deferred after the receipt was asked for: not waited on
+    later.removed(b)
+    assert told == []
+    later.removed(a)
+    assert told == [None]
+
+
+def test_a_receipt_with_nothing_deferred_does_not_wait() -> None:
+    later, _, _ = make()
+    assert not later.wait(lambda exc: None)
+
+
+def test_a_receipt_is_released_once_its_messages_are_written_instead() -> None:
+    later, loop, written = make(delay=0.005)
+    later.add("q:q", msg(1))
+    told: list[object] = []
+    later.wait(told.append)
+    loop.advance(0.01)
+    assert written == [("q:q", 1, False)] and told == [None]
+
+
+def test_deferred_messages_are_written_oldest_first_before_another_record_of_their_queue(
+        ) -> None:
+    later, _, written = make()
+    for mid in (1, 2, 3):
+        later.add("q:a", msg(mid))
+    later.add("q:b", msg(4))
+    later.removed(later.entries[next(iter(later.entries))].msg)  # mid 1 was acked
+    later.store_all("q:other")  # a record of a queue with nothing deferred: nothing to do
+    assert written == []
+    later.store_all("q:a")
+    assert [mid for _, mid, _ in written] == [2, 3, 4]
+    assert not later.entries
+
+
+def test_more_deferred_bytes_than_the_cap_are_written_at_once_oldest_first() -> None:
+    later, _, written = make(max_bytes=250)
+    for mid in (1, 2, 3):
+        later.add("q:q", msg(mid, size=100))
+    assert [mid for _, mid, _ in written] == [1]
+    assert later.bytes == 200
+
+
+def test_an_ack_auto_delivery_settles_once_the_peer_acknowledged_its_bytes() -> None:
+    later, loop, written = make(delay=0.005)
+    acked = [0]
+    m = msg(1)
+    later.add("q:q", m)
+    later.sent(m, None, (lambda: acked[0], 5000))  # type: ignore[arg-type]  # ends at byte 5000
+    assert later.removed(m)  # dispatch removed it from the queue: not yet settled
+    loop.run_soon()
+    assert m in [e.msg for e in later.entries.values()]
+    acked[0] = 4999
+    loop.advance(0.01)  # past the store delay: an auto delivery is given longer
+    assert written == []
+    acked[0] = 5000
+    loop.advance(0.001)
+    assert written == [] and not later.entries and later.skipped == 1
+
+
+def test_an_ack_auto_delivery_whose_bytes_stay_unread_is_written_with_its_removal() -> None:
+    later, loop, written = make(delay=0.005)
+    m = msg(1)
+    later.add("q:q", m)
+    later.sent(m, None, (lambda: 0, 5000))  # type: ignore[arg-type]
+    later.removed(m)
+    loop.advance(AUTO_SECONDS + 0.01)
+    assert written == [("q:q", 1, True)]  # stored, and its removal journaled behind it

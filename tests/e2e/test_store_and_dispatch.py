@@ -1,0 +1,191 @@
+"""Concurrent store and dispatch through the real broker: a persistent message a ready
+consumer takes goes out before it is written, and is written only if it is still
+unacknowledged when due (``[journal] store_delay_ms``). The promise of a RECEIPT does not
+weaken: it comes once the message is durable or acknowledged by its consumer, so a kill -9 at
+any moment loses nothing receipted."""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+from typing import Any
+
+import pytest
+
+from sluice_testing import RawStomp
+
+BODY = b"s" * (256 << 10)
+STATS = re.compile(r"(\d+) messages deferred, (\d+) acknowledged before their write "
+                   r"\(never written\), (\d+) written")
+
+
+def config(delay_ms: float) -> str:
+    return f"[journal]\nstore_delay_ms = {delay_ms}\n"
+
+
+def client(b: Any) -> RawStomp:
+    c = RawStomp(b.host, b.port, timeout=30)
+    c.connect()
+    return c
+
+
+def stats(b: Any) -> tuple[int, int, int]:
+    """(deferred, never written, written) from the log line of a clean stop."""
+    found = STATS.findall(b.log())
+    assert found, b.log()
+    deferred, skipped, written = found[-1]
+    return int(deferred), int(skipped), int(written)
+
+
+def subscribe(c: RawStomp, ack: str, dest: str = "/queue/s") -> None:
+    c.send("SUBSCRIBE", {"destination": dest, "id": "1", "ack": ack, "receipt": "sub"})
+    assert c.recv().headers.get("receipt-id") == "sub"
+
+
+def drain_until_marker(b: Any, dest: str = "/queue/s") -> list[str]:
+    """Every message left in ``dest``, in order: a marker sent after them ends the read."""
+    consumer = client(b)
+    subscribe(consumer, "auto", dest)
+    producer = client(b)
+    producer.send("SEND", {"destination": dest, "persistent": "true", "n": "end",
+                           "receipt": "end"}, b"")
+    assert producer.recv().command == "RECEIPT"
+    got: list[str] = []
+    while True:
+        frame = consumer.recv(timeout=30)
+        if frame.headers["n"] == "end":
+            break
+        got.append(frame.headers["n"])
+    consumer.close()
+    producer.close()
+    return got
+
+
+def test_a_message_acknowledged_before_its_write_is_receipted_and_never_written(
+        broker_factory) -> None:
+    b = broker_factory(config_text=config(60_000))  # due only after a minute: the ACK wins
+    consumer = client(b)
+    subscribe(consumer, "client-individual")
+    producer = client(b)
+    producer.send("SEND", {"destination": "/queue/s", "persistent": "true", "n": "1",
+                           "receipt": "r1"}, BODY)
+    message = consumer.recv()
+    assert message.body == BODY
+    with pytest.raises(TimeoutError):  # neither durable nor acknowledged: no receipt yet
+        producer.recv(timeout=0.3)
+    consumer.send("ACK", {"id": message.headers["ack"]})
+    assert producer.recv().headers["receipt-id"] == "r1"
+    consumer.close()
+    producer.close()
+    b.stop()
+    assert stats(b) == (1, 1, 0)
+    b.restart()
+    assert drain_until_marker(b) == []  # acknowledged: gone, and no record of it was needed
+
+
+def test_a_message_not_acknowledged_in_time_is_written_before_its_receipt(
+        broker_factory) -> None:
+    b = broker_factory(config_text=config(20))
+    consumer = client(b)
+    subscribe(consumer, "client-individual")
+    producer = client(b)
+    producer.send("SEND", {"destination": "/queue/s", "persistent": "true", "n": "1",
+                           "receipt": "r1"}, BODY)
+    assert consumer.recv().headers["n"] == "1"  # delivered, never acknowledged
+    assert producer.recv().headers["receipt-id"] == "r1"  # after its write
+    b.kill()
+    consumer.close()
+    producer.close()
+    b.restart()
+    assert drain_until_marker(b) == ["1"]
+
+
+def test_an_ack_auto_consumer_that_reads_takes_messages_that_are_never_written(
+        broker_factory) -> None:
+    b = broker_factory(config_text=config(60_000))
+    consumer = client(b)
+    subscribe(consumer, "auto")
+    producer = client(b)
+    for n in range(20):
+        producer.send("SEND", {"destination": "/queue/s", "persistent": "true", "n": str(n),
+                               "receipt": str(n)}, BODY)
+        assert consumer.recv().headers["n"] == str(n)
+        assert producer.recv().headers["receipt-id"] == str(n)  # once its bytes were read
+    consumer.close()
+    producer.close()
+    b.stop()
+    assert stats(b) == (20, 20, 0)
+
+
+class Stream:
+    """A producer (8 receipted SENDs in flight) and a live consumer on one queue, each in a
+    thread, until the broker dies under them."""
+
+    def __init__(self, b: Any, ack: str, first: int) -> None:
+        self.ack = ack
+        self.receipted: set[str] = set()
+        self.consumed: set[str] = set()  # read (ack:auto) or acknowledged (client acks)
+        self.consumer = client(b)
+        subscribe(self.consumer, ack)
+        self.producer = client(b)
+        self.first = first
+        self.threads = [threading.Thread(target=self._produce, daemon=True),
+                        threading.Thread(target=self._consume, daemon=True)]
+        for t in self.threads:
+            t.start()
+
+    def _produce(self) -> None:
+        n = self.first
+        outstanding = 0
+        try:
+            while True:
+                while outstanding < 8:
+                    self.producer.send("SEND", {"destination": "/queue/s", "persistent": "true",
+                                                "n": str(n), "receipt": str(n)}, BODY)
+                    n += 1
+                    outstanding += 1
+                frame = self.producer.recv()
+                if frame.command == "RECEIPT":
+                    self.receipted.add(frame.headers["receipt-id"])
+                    outstanding -= 1
+        except (OSError, ConnectionError, TimeoutError):
+            return
+
+    def _consume(self) -> None:
+        try:
+            while True:
+                frame = self.consumer.recv()
+                if self.ack != "auto":
+                    self.consumer.send("ACK", {"id": frame.headers["ack"]})
+                self.consumed.add(frame.headers["n"])
+        except (OSError, ConnectionError, TimeoutError):
+            return
+
+    def join(self) -> None:
+        for t in self.threads:
+            t.join(60)
+            assert not t.is_alive()
+        self.consumer.close()
+        self.producer.close()
+
+
+@pytest.mark.parametrize("ack", ["auto", "client-individual"])
+def test_kill_9_at_random_moments_of_a_stream_with_a_live_consumer_loses_nothing_receipted(
+        broker_factory, ack: str) -> None:
+    b = broker_factory(config_text=config(5))
+    rng = random.Random(f"store-and-dispatch-{ack}")
+    first = 0
+    for _cycle in range(3):
+        stream = Stream(b, ack, first)
+        want = rng.randrange(5, 60)
+        while len(stream.receipted) < want:  # bounded: each recv in the stream has a timeout
+            assert any(t.is_alive() for t in stream.threads), b.log()
+            stream.threads[0].join(0.01)
+        b.kill()
+        stream.join()
+        b.restart()
+        left = set(drain_until_marker(b))
+        lost = stream.receipted - stream.consumed - left
+        assert not lost, f"receipted, never consumed and gone after kill -9: {sorted(lost)}"
+        first += 100_000
