@@ -163,6 +163,18 @@ def encode_tx(txid: str, ops: Iterable[tuple[int, bytes]], *, final: bool = True
     return b"".join(parts)
 
 
+def encode_op(rtype: int, payload: bytes | memoryview) -> list[bytes | memoryview]:
+    """One transaction operation as ``encode_tx`` lays it out (head, payload)."""
+    return [_OP_HEAD.pack(rtype, len(payload)), payload]
+
+
+def encode_tx_ops(txid: str, encoded: Iterable[bytes | memoryview], *,
+                  final: bool = True) -> bytes:
+    """``encode_tx`` of operations already laid out (``encode_op``, or blocks of them)."""
+    t = txid.encode()
+    return b"".join((_TX_HEAD.pack(1 if final else 0, len(t)), t, *encoded))
+
+
 def decode_tx(payload: bytes | memoryview) -> tuple[str, bool, list[tuple[int, memoryview]]]:
     view = memoryview(payload)
     final, tlen = _TX_HEAD.unpack_from(view, 0)

@@ -63,6 +63,12 @@ def encode_stage(meta: StageMeta, ops: Iterable[tuple[int, bytes]], *, final: bo
     return records.encode_tx(meta.txid(), ops, final=final)
 
 
+def encode_stage_ops(meta: StageMeta, encoded: Iterable[bytes | memoryview], *,
+                     final: bool) -> bytes:
+    """``encode_stage`` of operations already laid out (``records.encode_op`` or blocks)."""
+    return records.encode_tx_ops(meta.txid(), encoded, final=final)
+
+
 def decode_stage(payload: bytes | memoryview
                  ) -> tuple[StageMeta, str, bool, list[tuple[int, memoryview]]]:
     """(meta, the raw txid for ``records.tx_op_offsets``, final, ops)."""

@@ -61,3 +61,82 @@ def test_a_parked_part_and_a_publication_survive_a_restart(tmp_path: Path) -> No
         assert [m.body for m in again.messages(2)] == [b"x", b"y"]
     finally:
         node.close()
+
+
+# -- column batches: journaled as they arrive, the COMMIT adds the final record ---------------
+
+def batch_of(rows: list[bytes]) -> bytes:
+    from sluicemq.protocol.columns import ColumnWriter
+
+    w = ColumnWriter()
+    for i, body in enumerate(rows):
+        w.add(0, 0, 0, 4, 0, b'{"row":"%d"}' % i, body)
+    return b"".join(w.finish())
+
+
+def send_batch(conn: Connection, tx: str, rows: list[bytes]) -> None:
+    answer = conn.request("SEND", {"destination": "/queue/out", "transaction": tx,
+                                   "sluice-format": "columns", "receipt": f"r-{tx}"},
+                          batch_of(rows))
+    assert answer.command == "RECEIPT", answer.headers
+
+
+def test_batches_of_an_unfinished_part_are_gone_after_a_restart(tmp_path: Path) -> None:
+    node = InProcessBroker(config_for(tmp_path / "data"))
+    conn = node.connect()
+    conn.request("BEGIN", {"transaction": "t", "sluice-stage": "sink/b1/p0"})
+    send_batch(conn, "t", [b"lost-1", b"lost-2"])
+    written = len(node.broker.stager.writing)
+    node = node.restart()  # no COMMIT: the records have no final one
+    try:
+        assert written == 1
+        conn = node.connect()
+        answer = conn.request("COMMIT", {"sluice-stage-commit": "sink/b1",
+                                         "sluice-stage-parts": "p0"})
+        assert answer.command == "ERROR" and "no part p0" in answer.headers["message"]
+        conn.request("BEGIN", {"transaction": "t2", "sluice-stage": "sink/b1/p0"})
+        send_batch(conn, "t2", [b"kept"])
+        assert conn.request("COMMIT", {"transaction": "t2"}).headers[
+            "sluice-stage-messages"] == "1"
+        assert publish(conn, "p0")["sluice-stage-messages"] == "1"
+        conn.request("SUBSCRIBE", {"destination": "/queue/out", "id": "s"})
+        assert [m.body for m in conn.messages(1)] == [b"kept"]
+    finally:
+        node.close()
+
+
+def test_an_index_snapshot_taken_while_a_part_is_written_keeps_the_part_whole(
+        tmp_path: Path) -> None:
+    from sluicemq.app import STATE_PARTS
+    from sluicemq.core.persistence.recovery import save_snapshot
+
+    node = InProcessBroker(config_for(tmp_path / "data"))
+    conn = node.connect()
+    conn.request("BEGIN", {"transaction": "t", "sluice-stage": "sink/b1/p0"})
+    send_batch(conn, "t", [b"a", b"b"])
+    conn.request("SEND", {"destination": "/queue/out", "transaction": "t"}, b"c")  # plain
+    save_snapshot(node.broker, STATE_PARTS)  # the part's first record lies before it
+    send_batch(conn, "t", [b"d"])
+    assert conn.request("COMMIT", {"transaction": "t"}).headers["sluice-stage-messages"] == "4"
+    node = node.restart()  # recovery: the snapshot, then the journal after it
+    try:
+        conn = node.connect()
+        assert publish(conn, "p0")["sluice-stage-messages"] == "4"
+        conn.request("SUBSCRIBE", {"destination": "/queue/out", "id": "s"})
+        assert [m.body for m in conn.messages(4)] == [b"a", b"b", b"c", b"d"]
+    finally:
+        node.close()
+
+
+def test_an_aborted_part_lets_go_of_its_records(tmp_path: Path) -> None:
+    node = InProcessBroker(config_for(tmp_path / "data"))
+    try:
+        conn = node.connect()
+        conn.request("BEGIN", {"transaction": "t", "sluice-stage": "sink/b1/p0"})
+        send_batch(conn, "t", [b"x" * 1000] * 50)
+        stager = node.broker.stager
+        assert len(stager.writing) == 1 and stager.pins()
+        assert conn.request("ABORT", {"transaction": "t", "receipt": "a"}).command == "RECEIPT"
+        assert not stager.writing and not stager.pins()
+    finally:
+        node.close()

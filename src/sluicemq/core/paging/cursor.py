@@ -135,6 +135,13 @@ class PendingList:
         self._size += 1
         self.stored_bytes += size
 
+    def adopt_run(self, priority: int, mid: array, seg: array, off: array, length: array,
+                  inner: array, size: array) -> None:
+        """``adopt`` of many stored messages of one priority (a staged publication)."""
+        self._lanes[priority].tail.append_run(mid, seg, off, length, inner, size)
+        self._size += len(mid)
+        self.stored_bytes += sum(size)
+
     def adopt_lane(self, priority: int, mid: array, seg: array, off: array, length: array,
                    inner: array, size: array) -> None:
         """Index snapshot: ``adopt`` for a whole lane's worth of slots at once."""

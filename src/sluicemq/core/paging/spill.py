@@ -251,6 +251,31 @@ class SpillFifo:
         self._last = mid
         return pos
 
+    def append_run(self, mid: array, seg: array, off: array, length: array, inner: array,
+                   size: array) -> None:
+        """``append`` of many journal slots (a staged publication): column-wise, into the
+        tail block and then new ones, which fill and pack as one-by-one appends would."""
+        n = len(mid)
+        if not n:
+            return
+        at = self.base + self._end - self._start
+        a = 0
+        while a < n:
+            fields = self._tail_fields()
+            block = self._blocks[-1]
+            b = min(n, a + BLOCK - len(fields[0]))
+            if block.n == 0:
+                block.first = mid[a]
+            for col, values in zip(fields, (mid[a:b], array("B", [JOURNAL]) * (b - a), seg[a:b],
+                                            off[a:b], length[a:b], inner[a:b], size[a:b]),
+                                   strict=True):
+                col.extend(values)
+            block.n += b - a
+            self._end += b - a
+            a = b
+        self._note_ids(mid, at)
+        self._last = mid[-1]
+
     def extend(self, mid: array, seg: array, off: array, length: array, inner: array,
                size: array) -> None:
         """Append journal slots in bulk (index snapshot), packing full blocks as they come."""

@@ -181,7 +181,7 @@ def transaction(session: SessionContext, s: Send) -> bool:
     txlimits.admit(spools, len(frame.body), session.tx_limit)
     txlimits.bound_memory(spools)
     now = session.broker.now_ms()
-    if not stage_frames.add_send(spool, frame, s.kind, s.name, now):
+    if not stage_frames.add_send(session, spool, frame, s.kind, s.name, now):
         spool_send(spool, frame, s.kind, s.name, now)
     session.receipt(frame)
     return True

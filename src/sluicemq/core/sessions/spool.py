@@ -118,6 +118,16 @@ class TxSpool:
         self._count += len(payloads)
         self.nbytes += sum(map(len, payloads))
 
+    def clear(self) -> None:
+        """Forget every operation (they were taken elsewhere) and free their room."""
+        self._check_usable()
+        spill, self._file = self._file, None
+        if spill is not None:
+            spill.close()
+        self._memory = bytearray()
+        self._appending = False
+        self._end = self._count = self.nbytes = 0
+
     def spill(self) -> None:
         """Move to the temporary file now (the connection holds too much in memory)."""
         self._check_usable()

@@ -96,6 +96,18 @@ class StagedRecord:
         self.inner.append(inner)
         self.size.append(size)
 
+    def add_rows(self, key: str, priority: bytes, inner: array, size: array) -> None:
+        """``add`` for many messages of one key: column-wise appends."""
+        try:
+            k = self.keys.index(key)
+        except ValueError:
+            k = len(self.keys)
+            self.keys.append(key)
+        self.kidx.extend(array("H", [k]) * len(priority))
+        self.prio.frombytes(priority)
+        self.inner.extend(inner)
+        self.size.extend(size)
+
     def __len__(self) -> int:
         return len(self.kidx)
 

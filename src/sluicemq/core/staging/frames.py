@@ -14,14 +14,12 @@ neither published empty, nor redirected, nor discarded.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluicemq.core.dedup.producers import PRODUCER_ID, PRODUCER_SEQ
 from sluicemq.core.routing.message import (
-    MAX_PRIORITY,
     TRANSPORT_HEADERS,
     parse_expires,
     parse_priority,
@@ -43,6 +41,7 @@ from sluicemq.core.staging.book import (
     parse_parts,
     parse_token,
 )
+from sluicemq.core.staging.writer import PartWriter
 from sluicemq.errors import ProtocolError
 from sluicemq.protocol import columns
 from sluicemq.protocol.columns import COLUMNS
@@ -58,11 +57,19 @@ FORMAT = "sluice-format"  # "columns": the SEND's body is a column batch of mess
 
 
 class StageSpool(TxSpool):
-    """The spool of a transaction that stages ``sink/batch/part``."""
+    """The spool of a transaction that stages ``sink/batch/part``: its plain SENDs; its
+    column batches are journaled at once by ``writer`` (opened with the first of them)."""
 
     def __init__(self, directory: Path, tx_id: str, names: tuple[str, ...]) -> None:
         super().__init__(directory, tx_id)
         self.sink, self.batch, self.part = names
+        self.writer: PartWriter | None = None
+
+    def close(self) -> None:
+        """Also abandons what the part journaled, unless its COMMIT parked it."""
+        if self.writer is not None:
+            self.writer.drop()
+        super().close()
 
 
 def open_spool(directory: Path, tx_id: str, headers: dict[str, str]) -> TxSpool:
@@ -84,7 +91,8 @@ def check_op(spool: TxSpool, frame: Frame) -> None:
                             "is idempotent by itself", fatal=False)
 
 
-def add_send(spool: TxSpool, frame: Frame, kind: str, name: str, now_ms: int) -> int:
+def add_send(session: Session, spool: TxSpool, frame: Frame, kind: str, name: str,
+             now_ms: int) -> int:
     """A SEND inside a staged part, spooled exactly as it will be journaled (journal key, no
     destination header, persistent whatever it said): its COMMIT then copies the bytes without
     decoding them. Returns the messages spooled: 0 for a plain transaction's SEND (the session
@@ -98,7 +106,7 @@ def add_send(spool: TxSpool, frame: Frame, kind: str, name: str, now_ms: int) ->
     headers["persistent"] = "true"
     key = f"{'q' if kind == QUEUE else 't'}:{name}"
     if FORMAT in h:
-        return _add_batch(spool, frame, key, headers, now_ms)
+        return _add_batch(session, spool, frame, key, headers, now_ms)
     spool.add(OP_SEND, records.encode_message(
         key, 0, now_ms, parse_expires(h.get("expires")), parse_priority(h.get("priority")),
         headers, bytes(frame.body)))
@@ -113,52 +121,37 @@ def refuse_batch(headers: dict[str, str]) -> None:
                             "(docs/replay-protocol.md, section 3)", fatal=False)
 
 
-def _add_batch(spool: TxSpool, frame: Frame, key: str, common: dict[str, str],
-               now_ms: int) -> int:
+def _add_batch(session: Session, spool: StageSpool, frame: Frame, key: str,
+               common: dict[str, str], now_ms: int) -> int:
     """A column batch of messages for one destination (its ``seq`` and ``timestamp`` columns
-    are ignored; each message's headers are the frame's plus its own). Checked whole before
-    anything is spooled, so a bad batch leaves the part as it was."""
+    are ignored; each message's headers are the frame's plus its own), journaled at once as
+    one record of the part (``writer.py``). Checked whole before anything is written, so a
+    bad batch leaves the part as it was."""
     if frame.headers[FORMAT] != COLUMNS:
         raise ProtocolError(f"invalid {FORMAT} {frame.headers[FORMAT]!r}: the only format is "
                             f"'{COLUMNS}'", fatal=False)
     del common[FORMAT]
     try:
         batch = columns.decode(frame.body)
-        texts = batch.all_headers_json()
-        own = [json.loads(t) for t in texts]
     except ValueError as exc:
         raise ProtocolError(f"bad column batch: {exc}", fatal=False) from None
-    for i, h in enumerate(own):
-        if not isinstance(h, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in h.items()):
-            raise ProtocolError(f"bad column batch: the headers of message {i} are not a JSON "
-                                "object of strings", fatal=False)
-    priority, expires = batch.priority, batch.expires
-    if any(p > MAX_PRIORITY for p in priority):
-        raise ProtocolError(f"bad column batch: a priority above {MAX_PRIORITY}", fatal=False)
-    common["persistent"] = "true"
-    tail = records.encode_headers(common)[1:]  # '"k":"v",...}': spliced after each row's own
-    taken = frozenset(common) | TRANSPORT_HEADERS | {records.PRODUCER_HEADER}
-    payloads = []
-    for i, (h, body) in enumerate(zip(own, batch.body_views(), strict=True)):
-        if taken.isdisjoint(h):  # the row's JSON as sent, the frame's headers added: no re-encoding
-            stored = texts[i].strip()[:-1].rstrip()
-            stored += b"," + tail if len(stored) > 1 else tail
-            payloads.append(records.encode_message_json(key, 0, now_ms, expires[i], priority[i],
-                                                        stored, body))
-            continue
-        headers = {**common, **{k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}}
-        headers["persistent"] = "true"
-        payloads.append(records.encode_message(key, 0, now_ms, expires[i], priority[i],
-                                               headers, body))
-    spool.add_many(OP_SEND, payloads)
-    return batch.count
+    writer = spool.writer
+    if writer is None:
+        writer = spool.writer = session.broker.stager.open_part(owner(session), spool.sink,
+                                                                spool.batch, spool.part)
+    if len(spool):  # plain SENDs before it go first, in order
+        writer.add(_payloads(spool))
+        spool.clear()
+    return writer.add_batch(batch, key, common, now_ms)
 
 
 def commit_part(session: Session, spool: StageSpool) -> dict[str, str]:
     """COMMIT of a staged part: store it, invisible; the RECEIPT headers to answer with."""
-    result, count = session.broker.stager.stage(owner(session), spool.sink, spool.batch,
-                                                spool.part, _payloads(spool))
+    stager = session.broker.stager
+    writer = spool.writer or stager.open_part(owner(session), spool.sink, spool.batch,
+                                              spool.part)
+    spool.writer = writer  # closing the spool drops it unless it was parked
+    result, count = stager.finish_part(writer, _payloads(spool))
     return {RESULT: result, MESSAGES: str(count)}
 
 

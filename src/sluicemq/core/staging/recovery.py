@@ -63,6 +63,8 @@ class StagingPart(StatePart):
             self.parked[(meta.owner, sink, batch, part)] = (meta, [Location(*loc) for loc in locs])
         self.book.load_memory(data["memory"])
         self.anchor = Location(*data["anchor"]) if data["anchor"] else None
+        for txid, locs in data.get("partial", []):  # parts still being written at the snapshot
+            self.partial[txid] = [Location(*loc) for loc in locs]
 
     def record(self, replay: Replay, rtype: int, payload: bytes | memoryview,
                loc: Location) -> None:
@@ -153,7 +155,10 @@ class StagingPart(StatePart):
             parked.append([p.sink, p.batch, p.part, p.attempt, p.created_ms,
                            [[loc.segment, loc.offset, loc.length] for loc in locs],
                            *([p.owner] if p.owner is not None else [])])
+        partial = [[w.txid, [[t.loc.segment, t.loc.offset, t.loc.length] for t in w.tickets
+                             if t.loc is not None]] for w in stager.writing.values()]
         anchor = stager.anchor.loc
         data = {"parked": parked, "memory": stager.book.dump_memory(),
-                "anchor": [anchor.segment, anchor.offset, anchor.length] if anchor else None}
+                "anchor": [anchor.segment, anchor.offset, anchor.length] if anchor else None,
+                "partial": partial}
         return data, pins

@@ -18,9 +18,12 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from array import array
 from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
 
 from sluicemq.core.paging.spill import JOURNAL, SpillFifo
 from sluicemq.core.persistence.anchor import Anchor
@@ -35,26 +38,27 @@ from sluicemq.core.staging.book import (
     StagedRecord,
 )
 from sluicemq.core.staging.mover import PartMover
+from sluicemq.core.staging.writer import PartWriter
 from sluicemq.errors import ProtocolError
-from sluicemq.storage import records
 from sluicemq.storage.staging_records import (
     MEMO_PUBLISHED,
-    STAGE,
     STAGE_DISCARD,
     STAGE_PUBLISH,
     Publication,
     StageMeta,
     encode_discard,
     encode_publish,
-    encode_stage,
 )
 from sluicemq.storage.store import TicketLike
 
 if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
     from sluicemq.config import BrokerConfig
     from sluicemq.core.paging.pager import Pager
     from sluicemq.core.routing.queue import Queue
     from sluicemq.core.routing.topic import Topic
+    from sluicemq.storage.segment import Location
     from sluicemq.storage.store import Store
 
 log = logging.getLogger("sluicemq.staging")
@@ -105,46 +109,45 @@ class Stager:
         # again until it sticks - else a restart would forget the publication.
         self._unsynced: list[tuple[TicketLike, BatchKey, bytes]] = []
         self._unsaved: dict[BatchKey, bytes] = {}
+        self.writing: dict[int, PartWriter] = {}  # parts whose COMMIT has not come yet
 
     # -- staging -----------------------------------------------------------------------------
-    def stage(self, owner: str | None, sink: str, batch: str, part: str,
-              messages: Iterable[bytes]) -> tuple[str, int]:
-        """Store ``owner``'s part (its COMMIT) from its messages' MSG payloads (id 0, journal
-        key); ``(staged, n)``, or ``(duplicate, 0)`` when the batch was published already
-        (nothing is stored: publishing it again would do nothing)."""
-        if self.book.published_count(self.book.scope(owner, sink, batch)) is not None:
-            return DUPLICATE, 0
+    def open_part(self, owner: str | None, sink: str, batch: str, part: str) -> PartWriter:
+        """A new attempt at staging ``owner``'s part: its records are written as they come."""
         meta = StageMeta(sink, batch, part, next(self._attempts), self.broker.now_ms(), owner)
-        txid = meta.txid()
-        first = records.tx_op_offsets(txid, [(records.MSG, b"")])[0]
-        parked = ParkedPart(sink, batch, part, meta.attempt, meta.created_ms, owner)
-        pending: list[tuple[str, int, int, int]] = []
-        ops: list[tuple[int, bytes]] = []
-        size, pos = 0, first
+        writer = PartWriter(self.store, meta, self._stop_writing)
+        self.writing[id(writer)] = writer
+        return writer
 
-        def close(final: bool) -> None:
-            nonlocal ops, pending, size, pos
-            ticket = self.store.append_record(STAGE, encode_stage(meta, ops, final=final))
-            self.store.hold(ticket)
-            rec = StagedRecord(ticket)
-            for entry in pending:
-                rec.add(*entry)
-            parked.records.append(rec)
-            ops, pending, size, pos = [], [], 0, first
-
-        for payload in messages:
-            _mid, priority, _flags, key, hpos, hlen = records.message_head(payload)
-            ops.append((records.MSG, payload))
-            pending.append((key, priority, pos, len(payload) - hpos - hlen))
-            pos += len(payload) + records.OP_HEAD_SIZE
-            size += len(payload)
-            if size >= RECORD_BYTES:
-                close(final=False)
-        close(final=True)
+    def finish_part(self, writer: PartWriter, payloads: Iterable[bytes] = ()
+                    ) -> tuple[str, int]:
+        """The part's COMMIT: its last plain SENDs and final record, then it is parked;
+        ``(staged, n)``, or ``(duplicate, 0)`` when the batch was published already (what
+        was written is dropped: publishing it again would do nothing)."""
+        m = writer.meta
+        if self.book.published_count(self.book.scope(m.owner, m.sink, m.batch)) is not None:
+            writer.drop()
+            return DUPLICATE, 0
+        if any(t.loc is None for t in writer.tickets):
+            writer.drop()
+            raise ProtocolError(f"stage {m.sink}/{m.batch}/{m.part} was lost: a journal write "
+                                "failed before its COMMIT (stage it again)", fatal=False)
+        writer.add(payloads)
+        parked = writer.finish()
         old = self.book.park(parked)
         if old is not None:  # a retried task staged the part again: the newer attempt wins
             self.store.release_after(parked.records[-1].ticket.seq, old.tickets)
         return STAGED, parked.count
+
+    def stage(self, owner: str | None, sink: str, batch: str, part: str,
+              payloads: Iterable[bytes]) -> tuple[str, int]:
+        """A whole part at once, from its messages' MSG payloads (id 0, journal key)."""
+        if self.book.published_count(self.book.scope(owner, sink, batch)) is not None:
+            return DUPLICATE, 0
+        return self.finish_part(self.open_part(owner, sink, batch, part), payloads)
+
+    def _stop_writing(self, writer: PartWriter) -> None:
+        self.writing.pop(id(writer), None)
 
     def not_durable(self, key: BatchKey, names: list[str]) -> bool:
         """Are some of these parts' records still on their way to the disk?"""
@@ -196,6 +199,9 @@ class Stager:
         return PUBLISHED, count, token
 
     def _route(self, parts: list[ParkedPart], base: int) -> None:
+        """Make the parts' messages visible, ids from ``base`` in publication order: a queue
+        with a store cursor adopts each record's rows as slots, column-wise and unread; topics
+        and memory-cursor queues get message objects read from the records."""
         broker = self.broker
         mid = base
         retained: Counter[int] = Counter()
@@ -205,26 +211,28 @@ class Stager:
             for rec in part.records:
                 loc = rec.ticket.loc
                 assert loc is not None
-                for j in range(len(rec)):
-                    kind, _, name = rec.keys[rec.kidx[j]].partition(":")
-                    inner, size, prio = rec.inner[j], rec.size[j], rec.prio[j]
-                    slot = (mid, JOURNAL, loc.segment, loc.offset, loc.length, inner, size)
-                    if kind == "q":
-                        q = broker.queue(name)
-                        if q.pending.pager is not None:  # store cursor: a slot, nothing read
-                            q.pending.adopt(prio, mid, loc.segment, loc.offset, loc.length,
-                                            inner, size)
-                            q.stats.enqueued += 1
-                            retained[loc.segment] += 1
-                            newest = (loc.segment, loc.offset)
-                            woken[id(q)] = q
-                        else:
-                            msg = self._read(slot, q.destination, prio)
+                kidx = np.frombuffer(rec.kidx, np.uint16)
+                for k, key in enumerate(rec.keys):
+                    rows = np.flatnonzero(kidx == k)
+                    kind, _, name = key.partition(":")
+                    q = broker.queue(name) if kind == "q" else None
+                    if q is not None and q.pending.pager is not None:  # slots, nothing read
+                        _adopt(q, rec, loc, mid, rows)
+                        retained[loc.segment] += len(rows)
+                        newest = (loc.segment, loc.offset)
+                        woken[id(q)] = q
+                        continue
+                    for j in rows.tolist():
+                        slot = (mid + j, JOURNAL, loc.segment, loc.offset, loc.length,
+                                rec.inner[j], rec.size[j])
+                        if q is not None:
+                            msg = self._read(slot, q.destination, rec.prio[j])
                             self.store.hold(msg.ticket)
                             q.enqueue(msg)
-                    else:
-                        self._to_topic(name, self._read(slot, f"/topic/{name}", prio))
-                    mid += 1
+                        else:
+                            self._to_topic(name, self._read(slot, f"/topic/{name}",
+                                                            rec.prio[j]))
+                mid += len(rec)
         if retained:
             self.store.journal.retain_counts(dict(retained), newest)
         for q in woken.values():
@@ -308,6 +316,22 @@ class Stager:
     def pins(self) -> list[TicketLike]:
         """Every record this module holds on its own (index snapshot self-check)."""
         pins = [t for p in self.book.all_parts() for t in p.tickets] + self.mover.pins()
+        pins += [t for w in self.writing.values() for t in w.tickets]
         if self.anchor.ticket is not None:
             pins.append(self.anchor.ticket)
         return pins
+
+
+def _adopt(q: Queue, rec: StagedRecord, loc: Location, base: int, rows: NDArray[np.int64]
+           ) -> None:
+    """The ``rows`` of ``rec`` (ids ``base + row``) as slots of ``q``, a run per priority."""
+    prio = np.frombuffer(rec.prio, np.uint8)[rows]
+    for p in np.unique(prio).tolist():
+        sel = rows[prio == p]
+        m = len(sel)
+        q.pending.adopt_run(p, array("Q", (sel + base).astype(np.uint64).tobytes()),
+                            array("I", [loc.segment]) * m, array("Q", [loc.offset]) * m,
+                            array("I", [loc.length]) * m,
+                            array("I", np.frombuffer(rec.inner, np.uint32)[sel].tobytes()),
+                            array("I", np.frombuffer(rec.size, np.uint32)[sel].tobytes()))
+        q.stats.enqueued += m
