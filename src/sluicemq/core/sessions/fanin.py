@@ -79,14 +79,17 @@ class FanIn:
             return  # a wildcard never reaches a queue its user may not read
         self.add(QUEUE, name)
 
+    def _drop(self, destination: str) -> None:
+        consumer = self.members.pop(destination)
+        self.session.consumers.pop(member_key(self.sub_id, destination), None)
+        self.session.by_index.pop(consumer.index, None)
+        self.session.drop_consumer(consumer)
+
     def close(self) -> None:
         """UNSUBSCRIBE or the connection's end: every member goes, the watch too."""
         session = self.session
         for key in self._watches:
             session.broker.queue_watch.remove(key)
         self._watches.clear()
-        for destination, consumer in self.members.items():
-            session.consumers.pop(member_key(self.sub_id, destination), None)
-            session.by_index.pop(consumer.index, None)
-            session.drop_consumer(consumer)
-        self.members.clear()
+        for destination in list(self.members):
+            self._drop(destination)
