@@ -194,6 +194,13 @@ def stomp_client(b: BrokerProcess, login: str | None = None,
     return conn, listener
 
 
+def reader_and_writer(broker_factory, acl: str) -> BrokerProcess:
+    """A broker with users "reader" (password r-pw) and "writer" (w-pw) and ``acl``."""
+    users = "".join(f'[[security.users]]\nname = "{n}"\npassword = "{hash_password(p)}"\n'
+                    for n, p in (("reader", "r-pw"), ("writer", "w-pw")))
+    return broker_factory(config_text=users + acl)
+
+
 def test_wildcard_topic_subscriptions_receive_every_matching_topic(broker) -> None:
     """`*` is one segment, `>` the rest; topics created after the SUBSCRIBE count too; the
     MESSAGE names the concrete topic."""
@@ -221,14 +228,7 @@ def test_wildcard_topic_subscriptions_receive_every_matching_topic(broker) -> No
 
 
 def test_a_wildcard_never_reaches_a_topic_its_user_may_not_read(broker_factory) -> None:
-    hashes = {n: hash_password(p) for n, p in (("reader", "r-pw"), ("writer", "w-pw"))}
-    b = broker_factory(config_text=f"""
-[[security.users]]
-name = "reader"
-password = "{hashes['reader']}"
-[[security.users]]
-name = "writer"
-password = "{hashes['writer']}"
+    b = reader_and_writer(broker_factory, """
 [[security.acl]]
 destination = "/topic/orders.>"
 write = ["writer"]
@@ -324,14 +324,7 @@ def test_a_queue_wildcard_consumes_matching_queues_now_and_later(broker) -> None
 
 
 def test_a_queue_wildcard_never_reaches_a_queue_its_user_may_not_read(broker_factory) -> None:
-    hashes = {n: hash_password(p) for n, p in (("reader", "r-pw"), ("writer", "w-pw"))}
-    b = broker_factory(config_text=f"""
-[[security.users]]
-name = "reader"
-password = "{hashes['reader']}"
-[[security.users]]
-name = "writer"
-password = "{hashes['writer']}"
+    b = reader_and_writer(broker_factory, """
 [[security.acl]]
 destination = "/queue/orders.>"
 write = ["writer"]
@@ -409,14 +402,7 @@ def test_a_durable_wildcard_subscription_keeps_what_came_while_away_across_kill_
 
 def test_a_durable_wildcard_keeps_only_what_its_owner_may_read_across_a_restart(
         broker_factory) -> None:
-    hashes = {n: hash_password(p) for n, p in (("reader", "r-pw"), ("writer", "w-pw"))}
-    b = broker_factory(config_text=f"""
-[[security.users]]
-name = "reader"
-password = "{hashes['reader']}"
-[[security.users]]
-name = "writer"
-password = "{hashes['writer']}"
+    b = reader_and_writer(broker_factory, """
 [[security.acl]]
 destination = "/topic/orders.>"
 write = ["writer"]

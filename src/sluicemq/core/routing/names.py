@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import TypeVar
 
 from sluicemq.errors import ProtocolError
 
 QUEUE, TOPIC = "queue", "topic"
 _PREFIXES = {"/queue/": QUEUE, "/topic/": TOPIC}
+P = TypeVar("P", tuple[str, str], tuple[str, str, bool])  # a parsed composite part
 _NAME_RE = re.compile(r"[A-Za-z0-9_\-.:@#$]{1,200}")
 
 
@@ -76,32 +79,23 @@ def parse_composite(destination: str) -> list[tuple[str, str]]:
     """An ActiveMQ composite destination, ``/queue/a,/topic/b,c``: each part as (kind, name),
     in order, without repeats; a part without a prefix is of the kind of the part before it
     (``/queue/a,b`` is two queues), as ActiveMQ reads it."""
-    out: list[tuple[str, str]] = []
-    kind: str | None = None
-    for raw in destination.split(","):
-        part = raw.strip()
-        if kind is not None and not part.startswith("/"):
-            part = destination_of(kind, part)
-        parsed = parse_destination(part)
-        if parsed not in out:
-            out.append(parsed)
-        kind = parsed[0]
-        if len(out) > MAX_COMPOSITE:
-            raise ProtocolError(f"a composite destination may name at most {MAX_COMPOSITE} "
-                                "destinations", fatal=False)
-    return out
+    return _composite(destination, parse_destination)
 
 
 def parse_composite_subscription(destination: str) -> list[tuple[str, str, bool]]:
     """A composite SUBSCRIBE, ``/queue/a,/topic/b.>,c``: each part as ``parse_subscription``
-    reads it, in order, without repeats; a part without a prefix is of the kind before it."""
-    out: list[tuple[str, str, bool]] = []
+    reads it (wildcards allowed), by the same rules as ``parse_composite``."""
+    return _composite(destination, parse_subscription)
+
+
+def _composite(destination: str, parse: Callable[[str], P]) -> list[P]:
+    out: list[P] = []
     kind: str | None = None
     for raw in destination.split(","):
         part = raw.strip()
         if kind is not None and not part.startswith("/"):
             part = destination_of(kind, part)
-        parsed = parse_subscription(part)
+        parsed = parse(part)
         if parsed not in out:
             out.append(parsed)
         kind = parsed[0]
