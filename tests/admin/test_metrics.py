@@ -17,6 +17,7 @@ EXPECTED_FAMILIES = {
     "sluice_journal_records", "sluice_journal_fsyncs", "sluice_journal_batches",
     "sluice_journal_batch_records", "sluice_journal_fsync_seconds", "sluice_memory_rss_bytes",
     "sluice_streams", "sluice_streams_in_progress", "process_resident_memory_bytes",
+    "sluice_store_later_messages",
 }
 
 

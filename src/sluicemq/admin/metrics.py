@@ -135,6 +135,12 @@ class BrokerCollector(Collector):
         yield CounterMetricFamily("sluice_journal_batches", "Group commits", value=js.batches)
         yield CounterMetricFamily("sluice_journal_failures", "Group commits that failed",
                                   value=js.failures)
+        later = self.ctx.broker.later
+        yield _by_label("sluice_store_later_messages", "Persistent messages dispatched before "
+                        "their write (concurrent store and dispatch): deferred, acknowledged "
+                        "first (never written), written when due", "outcome",
+                        (("deferred", later.deferred), ("acknowledged", later.skipped),
+                         ("written", later.stored)))
         yield _by_label("sluice_journal_batch_records", "Records per group commit", "stat",
                         (("last", js.last_batch), ("max", js.max_batch),
                          ("mean", js.mean_batch)))
