@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import json
 import uuid
-import zlib
 from array import array
 from collections.abc import Iterator
+from itertools import pairwise
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter
+from zlib_ng.zlib_ng import crc32
 
 from sluicemq.protocol import columns
 from sluicemq.spark.options import SinkOptions
@@ -29,6 +30,7 @@ from sluicemq.spark.writer import SluiceBatchWriter, SluiceStreamWriter, StagedP
 BATCH_BYTES = 4 << 20  # body bytes per staged frame
 DEFAULT_PRIORITY = 4
 _DIGEST_MASK = (1 << 128) - 1
+_NEEDS_ESCAPE = r'["\\\x00-\x1f]'  # JSON escapes these in strings: quote, backslash, controls
 
 
 def digest(destination: str, hoff: bytes, hdata: pa.Buffer, boff: bytes,
@@ -41,12 +43,10 @@ def digest(destination: str, hoff: bytes, hdata: pa.Buffer, boff: bytes,
     hs.frombytes(hoff)
     bs.frombytes(boff)
     head, body = memoryview(hdata), memoryview(bdata)
-    seed = zlib.crc32(destination.encode())
-    total = 0
-    for k in range(len(hs) - 1):
-        total += (zlib.crc32(head[hs[k]:hs[k + 1]], seed) << 32) | zlib.crc32(
-            body[bs[k]:bs[k + 1]])
-    return total & _DIGEST_MASK
+    seed = crc32(destination.encode())
+    heads = [crc32(head[a:b], seed) for a, b in pairwise(hs)]
+    bodies = [crc32(body[a:b]) for a, b in pairwise(bs)]
+    return ((sum(heads) << 32) + sum(bodies)) & _DIGEST_MASK  # the same as summing h<<32|b
 
 
 def _offsets_and_data(arr: pa.Array) -> tuple[bytes, pa.Buffer]:
@@ -82,11 +82,24 @@ def _headers_json(batch: pa.RecordBatch) -> pa.Array:
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
         return col.cast(pa.string()).fill_null("{}")
     if pa.types.is_map(col.type):
-        return pa.array([json.dumps({str(k): str(v) for k, v in (row or [])},
-                                    separators=(",", ":"), ensure_ascii=False)
-                         for row in col.to_pylist()], pa.string())
+        return _map_json(col)
     raise ValueError(f"the headers column must be map<string,string> or a JSON string, not "
                      f"{col.type}")
+
+
+def _map_json(col: pa.MapArray) -> pa.Array:
+    """A map<string,string> column as JSON objects, built by Arrow's string kernels (no step
+    per row) when no key or value needs escaping, else by json.dumps row by row."""
+    keys, items = col.keys.cast(pa.string()), col.items.cast(pa.string())
+    plain = not items.null_count and not any(
+        pc.any(pc.match_substring_regex(part, _NEEDS_ESCAPE)).as_py() for part in (keys, items))
+    if plain:
+        pairs = pc.binary_join_element_wise('"', keys, '":"', items, '"', "")
+        rows = pc.binary_join(pa.ListArray.from_arrays(col.offsets, pairs), ",")
+        return pc.binary_join_element_wise("{", rows, "}", "")
+    return pa.array([json.dumps({str(k): str(v) for k, v in (row or [])},
+                                separators=(",", ":"), ensure_ascii=False)
+                     for row in col.to_pylist()], pa.string())
 
 
 def encode(batch: pa.RecordBatch, destination: str = "") -> tuple[bytes, int]:
