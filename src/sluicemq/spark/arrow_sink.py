@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from itertools import pairwise
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter
@@ -30,7 +31,6 @@ from sluicemq.spark.writer import SluiceBatchWriter, SluiceStreamWriter, StagedP
 BATCH_BYTES = 4 << 20  # body bytes per staged frame
 DEFAULT_PRIORITY = 4
 _DIGEST_MASK = (1 << 128) - 1
-_NEEDS_ESCAPE = r'["\\\x00-\x1f]'  # JSON escapes these in strings: quote, backslash, controls
 
 
 def digest(destination: str, hoff: bytes, hdata: pa.Buffer, boff: bytes,
@@ -87,13 +87,22 @@ def _headers_json(batch: pa.RecordBatch) -> pa.Array:
                      f"{col.type}")
 
 
+def _needs_escape(strings: pa.Array) -> bool:
+    """Whether any byte of these strings is one JSON escapes in a string (a quote, a
+    backslash, a control character): one look at their bytes, not a step per string."""
+    _validity, offsets, data = strings.buffers()
+    if data is None or not len(strings):
+        return False
+    offs = np.frombuffer(offsets, np.int32, len(strings) + 1, strings.offset * 4)
+    raw = np.frombuffer(data, np.uint8)[offs[0]:offs[-1]]
+    return bool(((raw < 0x20) | (raw == 0x22) | (raw == 0x5C)).any())
+
+
 def _map_json(col: pa.MapArray) -> pa.Array:
     """A map<string,string> column as JSON objects, built by Arrow's string kernels (no step
     per row) when no key or value needs escaping, else by json.dumps row by row."""
     keys, items = col.keys.cast(pa.string()), col.items.cast(pa.string())
-    plain = not items.null_count and not any(
-        pc.any(pc.match_substring_regex(part, _NEEDS_ESCAPE)).as_py() for part in (keys, items))
-    if plain:
+    if not items.null_count and not _needs_escape(keys) and not _needs_escape(items):
         pairs = pc.binary_join_element_wise('"', keys, '":"', items, '"', "")
         rows = pc.binary_join(pa.ListArray.from_arrays(col.offsets, pairs), ",")
         return pc.binary_join_element_wise("{", rows, "}", "")
