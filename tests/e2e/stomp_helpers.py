@@ -52,3 +52,19 @@ def send_with_receipt(conn: Any, listener: Collector, destination: str, body: st
     conn.send(destination=destination, body=body, receipt=receipt, headers=headers)
     got = listener.receipts.get(timeout=10)
     assert got == receipt
+
+
+def wait_receipt(listener: Collector, receipt: str) -> None:
+    """Block until the broker answered ``receipt`` (it handled everything sent before it)."""
+    got = listener.receipts.get(timeout=10)
+    assert got == receipt
+
+
+def subscribe_with_receipt(conn: Any, listener: Collector, destination: str, id: str,
+                           **kwargs: Any) -> None:
+    """SUBSCRIBE and wait until the broker has the subscription (its RECEIPT), so that what
+    is sent next is routed to it - no sleep standing in for that."""
+    receipt = f"sub-{id}"
+    headers = {**kwargs.pop("headers", {}), "receipt": receipt}
+    conn.subscribe(destination, id=id, headers=headers, **kwargs)
+    wait_receipt(listener, receipt)

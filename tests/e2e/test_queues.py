@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from stomp_helpers import connect, send_with_receipt
+from stomp_helpers import connect, send_with_receipt, subscribe_with_receipt, wait_receipt
 
 pytestmark = pytest.mark.usefixtures("broker")
 
@@ -23,11 +23,10 @@ def test_persistent_send_is_receipted_and_received(broker) -> None:
 def test_competing_consumers_share_the_queue_fairly(broker) -> None:
     c1, l1 = connect(broker)
     c2, l2 = connect(broker)
-    c1.subscribe("/queue/fair", id="1", ack="client-individual",
-                 headers={"activemq.prefetchSize": "1"})
-    c2.subscribe("/queue/fair", id="2", ack="client-individual",
-                 headers={"activemq.prefetchSize": "1"})
-    time.sleep(0.2)
+    subscribe_with_receipt(c1, l1, "/queue/fair", "1", ack="client-individual",
+                           headers={"activemq.prefetchSize": "1"})
+    subscribe_with_receipt(c2, l2, "/queue/fair", "2", ack="client-individual",
+                           headers={"activemq.prefetchSize": "1"})
     p, _lp = connect(broker)
     for i in range(20):
         p.send("/queue/fair", f"m{i}")
@@ -66,9 +65,9 @@ def test_client_ack_is_cumulative(broker) -> None:
     c, lc = connect(broker)
     c.subscribe("/queue/cum", id="s", ack="client")
     frames = [lc.next() for _ in range(5)]
-    c.ack(frames[2].headers["ack"])  # acks 0, 1, 2
+    c.ack(frames[2].headers["ack"], receipt="ack")  # acks 0, 1, 2
+    wait_receipt(lc, "ack")
     c.disconnect()
-    time.sleep(0.2)
     c2, lc2 = connect(broker)
     c2.subscribe("/queue/cum", id="s", ack="auto")
     rest = [lc2.next().body for _ in range(2)]
@@ -127,9 +126,8 @@ def test_exhausted_redeliveries_go_to_the_dlq(broker_factory) -> None:
 def test_exclusive_consumer_gets_everything(broker) -> None:
     c1, l1 = connect(broker)
     c2, l2 = connect(broker)
-    c1.subscribe("/queue/ex", id="1", headers={"activemq.exclusive": "true"})
-    c2.subscribe("/queue/ex", id="2")
-    time.sleep(0.2)
+    subscribe_with_receipt(c1, l1, "/queue/ex", "1", headers={"activemq.exclusive": "true"})
+    subscribe_with_receipt(c2, l2, "/queue/ex", "2")
     p, _ = connect(broker)
     for i in range(10):
         p.send("/queue/ex", str(i))
@@ -143,9 +141,8 @@ def test_exclusive_consumer_gets_everything(broker) -> None:
 def test_message_groups_stick_to_one_consumer(broker) -> None:
     c1, l1 = connect(broker)
     c2, l2 = connect(broker)
-    c1.subscribe("/queue/grp", id="1")
-    c2.subscribe("/queue/grp", id="2")
-    time.sleep(0.2)
+    subscribe_with_receipt(c1, l1, "/queue/grp", "1")
+    subscribe_with_receipt(c2, l2, "/queue/grp", "2")
     p, _ = connect(broker)
     for i in range(30):
         p.send("/queue/grp", f"{'ABC'[i % 3]}{i}", headers={"JMSXGroupID": "ABC"[i % 3]})
@@ -185,8 +182,8 @@ def test_expired_messages_are_not_delivered(broker) -> None:
 
 def test_selector_filters_queue_messages(broker) -> None:
     c, lc = connect(broker)
-    c.subscribe("/queue/sel", id="s", headers={"selector": "region = 'eu' AND amount > 10"})
-    time.sleep(0.1)
+    subscribe_with_receipt(c, lc, "/queue/sel", "s",
+                           headers={"selector": "region = 'eu' AND amount > 10"})
     p, _ = connect(broker)
     p.send("/queue/sel", "a", headers={"region": "eu", "amount": "5"})
     p.send("/queue/sel", "b", headers={"region": "us", "amount": "50"})

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import time
-
-from stomp_helpers import connect, send_with_receipt
+from stomp_helpers import connect, send_with_receipt, subscribe_with_receipt, wait_receipt
 
 
 def test_every_subscriber_gets_every_message(broker) -> None:
     subs = [connect(broker) for _ in range(3)]
-    for i, (c, _) in enumerate(subs):
-        c.subscribe("/topic/news", id=str(i))
-    time.sleep(0.2)
+    for i, (c, lc) in enumerate(subs):
+        subscribe_with_receipt(c, lc, "/topic/news", str(i))
     p, _ = connect(broker)
     for i in range(5):
         p.send("/topic/news", f"n{i}")
@@ -29,8 +26,7 @@ def test_non_durable_subscriber_misses_messages_sent_while_away(broker) -> None:
 
 def test_topic_selector(broker) -> None:
     c, lc = connect(broker)
-    c.subscribe("/topic/sel", id="1", headers={"selector": "kind = 'x'"})
-    time.sleep(0.1)
+    subscribe_with_receipt(c, lc, "/topic/sel", "1", headers={"selector": "kind = 'x'"})
     p, _ = connect(broker)
     p.send("/topic/sel", "no", headers={"kind": "y"})
     p.send("/topic/sel", "yes", headers={"kind": "x"})
@@ -43,9 +39,9 @@ def _durable(broker, client_id: str = "app-1"):
 
 
 def test_durable_subscription_keeps_messages_while_offline(broker) -> None:
-    c, _lc = _durable(broker)
-    c.subscribe("/topic/orders", id="d", headers={"activemq.subscriptionName": "audit"})
-    time.sleep(0.1)
+    c, lc = _durable(broker)
+    subscribe_with_receipt(c, lc, "/topic/orders", "d",
+                           headers={"activemq.subscriptionName": "audit"})
     c.disconnect()
     p, lp = connect(broker)
     for i in range(3):
@@ -56,10 +52,9 @@ def test_durable_subscription_keeps_messages_while_offline(broker) -> None:
 
 
 def test_durable_subscription_survives_broker_kill(broker) -> None:
-    c, _lc = _durable(broker, "svc")
-    c.subscribe("/topic/ledger", id="d", ack="client-individual",
-                headers={"activemq.subscriptionName": "books", "receipt": "sub"})
-    time.sleep(0.2)
+    c, lc = _durable(broker, "svc")
+    subscribe_with_receipt(c, lc, "/topic/ledger", "d", ack="client-individual",
+                           headers={"activemq.subscriptionName": "books"})
     c.disconnect()
     p, lp = connect(broker)
     for i in range(5):
@@ -71,9 +66,9 @@ def test_durable_subscription_survives_broker_kill(broker) -> None:
                  headers={"activemq.subscriptionName": "books"})
     frames = [lc2.next() for _ in range(5)]
     assert [f.body for f in frames] == [f"e{i}" for i in range(5)]
-    for f in frames[:3]:
-        c2.ack(f.headers["ack"])
-    time.sleep(0.3)
+    for i, f in enumerate(frames[:3]):
+        c2.ack(f.headers["ack"], receipt=f"ack-{i}")
+        wait_receipt(lc2, f"ack-{i}")  # the ACK is durable
     c2.disconnect()
     broker.kill()
     broker.restart()
@@ -85,8 +80,7 @@ def test_durable_subscription_survives_broker_kill(broker) -> None:
 
 def test_unsubscribe_with_name_removes_durable_subscription(broker) -> None:
     c, lc = _durable(broker, "tmp")
-    c.subscribe("/topic/t", id="d", headers={"activemq.subscriptionName": "x"})
-    time.sleep(0.1)
+    subscribe_with_receipt(c, lc, "/topic/t", "d", headers={"activemq.subscriptionName": "x"})
     c.unsubscribe("d", headers={"activemq.subscriptionName": "x"})
     p, lp = connect(broker)
     send_with_receipt(p, lp, "/topic/t", "lost", "r", persistent="true")

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import time
-
-from stomp_helpers import connect, send_with_receipt
+from stomp_helpers import connect, send_with_receipt, wait_receipt
 
 
 def test_sends_are_invisible_until_commit(broker) -> None:
@@ -48,8 +46,8 @@ def test_transactional_ack_takes_effect_on_commit_only(broker) -> None:
     assert f2.body == "m"
     tx2 = c2.begin()
     c2.ack(f2.headers["ack"], transaction=tx2)
-    c2.commit(tx2)
-    time.sleep(0.2)
+    c2.commit(tx2, receipt="commit")
+    wait_receipt(lc2, "commit")  # the ACK inside it is durable
     c2.disconnect()
     c3, lc3 = connect(broker)
     c3.subscribe("/queue/txack", id="s")
