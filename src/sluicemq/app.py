@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 from sluicemq.config import BrokerConfig
 from sluicemq.core.dedup.recovery import ProducersPart
 from sluicemq.core.paging.trim import malloc_trim
+from sluicemq.core.persistence.capture import save_snapshot
 from sluicemq.core.persistence.checkpoint import Checkpointer
 from sluicemq.core.persistence.parts import check_parts
-from sluicemq.core.persistence.recovery import replay, save_snapshot
+from sluicemq.core.persistence.recovery import replay
 from sluicemq.core.replay.ranges import RangeService
 from sluicemq.core.routing.broker import Broker
 from sluicemq.core.scheduling.scheduler import NAME as SCHEDULED

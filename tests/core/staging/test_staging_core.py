@@ -108,7 +108,7 @@ def test_batches_of_an_unfinished_part_are_gone_after_a_restart(tmp_path: Path) 
 def test_an_index_snapshot_taken_while_a_part_is_written_keeps_the_part_whole(
         tmp_path: Path) -> None:
     from sluicemq.app import STATE_PARTS
-    from sluicemq.core.persistence.recovery import save_snapshot
+    from sluicemq.core.persistence.capture import save_snapshot
 
     node = InProcessBroker(config_for(tmp_path / "data"))
     conn = node.connect()

@@ -33,75 +33,20 @@ from itertools import compress, count, islice
 from operator import lt
 from typing import TYPE_CHECKING
 
+from sluicemq.core.paging.blocks import JOURNAL, OBJ, TEMP, Block
 from sluicemq.storage import slotpack
-from sluicemq.storage.slotpack import SLOT_BYTES, Fields
+from sluicemq.storage.slotpack import Fields
 
 if TYPE_CHECKING:
     from sluicemq.core.routing.message import Message
     from sluicemq.storage.segment import Location
 
-JOURNAL, TEMP, OBJ = 0, 1, 2
+__all__ = ["BLOCK", "JOURNAL", "OBJ", "TEMP", "Slot", "SpillFifo"]
+
 Slot = tuple[int, int, int, int, int, int, int]  # mid, src, seg, off, length, inner, size
 BLOCK = 4096  # slots per block: ~130 KiB open, ~10 KiB packed
 OPEN_BLOCKS = 4  # sealed blocks kept unpacked besides the one being appended to
 MAX_RUNS = 64  # beyond this many sorted runs, forget them and rescan when next asked
-
-
-class _Block:
-    """Consecutive slots: open (``fields``), sealed (``packed``), or both while a sealed block
-    is being read (``packed`` still valid: dropping ``fields`` is free). ``packed is None``
-    means the open fields changed since they were last packed."""
-
-    __slots__ = ("fields", "first", "journal_only", "n", "packed", "segs")
-
-    def __init__(self, fields: Fields) -> None:
-        self.fields: Fields | None = fields
-        self.packed: bytes | None = None
-        self.n = len(fields[0])
-        self.first = fields[0][0] if self.n else 0  # the id at offset 0
-        self.segs = (0, -1)  # lowest and highest journal segment, known while sealed
-        self.journal_only = False  # every slot a journal slot, known while sealed
-
-    def open(self) -> Fields:
-        if self.fields is None:
-            assert self.packed is not None
-            self.fields = slotpack.unpack(self.packed)
-        return self.fields
-
-    def seal(self) -> None:
-        """Drop the open fields, packing them first if they changed."""
-        fields = self.fields
-        if fields is None:
-            return
-        if self.packed is None:
-            self.learn(fields)
-            self.packed = slotpack.pack(fields)
-        self.fields = None
-
-    def learn(self, fields: Fields) -> None:
-        """Note the facts a sealed block answers without unpacking."""
-        self.n = len(fields[0])
-        self.first = fields[0][0] if self.n else 0
-        seg = fields[2]
-        self.segs = (min(seg), max(seg)) if self.n else (0, -1)
-        self.journal_only = fields[1].tobytes().count(JOURNAL) == self.n
-
-    def changed(self) -> Fields:
-        """The open fields, about to be modified: the packed copy is stale from now on."""
-        fields = self.open()
-        self.packed = None
-        return fields
-
-    def may_hold_segment(self, lo: int, hi: int) -> bool:
-        """Could a journal slot here be in a segment within ``[lo, hi]``? (cheap skip)"""
-        if self.fields is not None:
-            return True
-        return self.segs[0] <= hi and lo <= self.segs[1]
-
-    @property
-    def nbytes(self) -> int:
-        packed = len(self.packed) if self.packed is not None else 0
-        return packed + (self.n * SLOT_BYTES if self.fields is not None else 0)
 
 
 class SpillFifo:
@@ -117,9 +62,9 @@ class SpillFifo:
 
     def __init__(self) -> None:
         self.objs: dict[int, Message] = {}  # OBJ slots, by message id
-        self._blocks: list[_Block] = []
+        self._blocks: list[Block] = []
         self._starts: list[int] = []  # array index of each block's offset 0
-        self._open: list[_Block] = []  # opened sealed blocks, least recently used first
+        self._open: list[Block] = []  # opened sealed blocks, least recently used first
         self._start = 0  # array index of the front slot
         self._end = 0  # array index just past the back slot
         self._last = -1  # id of the back slot
@@ -171,12 +116,12 @@ class SpillFifo:
             if last.n < BLOCK and last.packed is None and last.fields is not None:
                 return last.fields
             self._remember(last)
-        block = _Block(slotpack.empty())
+        block = Block(slotpack.empty())
         blocks.append(block)
         self._starts.append(self._end)
         return block.fields  # type: ignore[return-value]
 
-    def _remember(self, block: _Block) -> None:
+    def _remember(self, block: Block) -> None:
         """A block stops being the last one: it joins the opened ones and may get sealed."""
         if block.fields is None or block in self._open:
             return
@@ -184,7 +129,7 @@ class SpillFifo:
         while len(self._open) > OPEN_BLOCKS:
             self._open.pop(0).seal()
 
-    def _forget(self, block: _Block) -> None:
+    def _forget(self, block: Block) -> None:
         if block in self._open:
             self._open.remove(block)
 
@@ -287,7 +232,7 @@ class SpillFifo:
             b = min(n, a + BLOCK)
             if self._blocks:
                 self._remember(self._blocks[-1])
-            block = _Block((mid[a:b], array("B", bytes(b - a)), seg[a:b], off[a:b],
+            block = Block((mid[a:b], array("B", bytes(b - a)), seg[a:b], off[a:b],
                             length[a:b], inner[a:b], size[a:b]))
             self._blocks.append(block)
             self._starts.append(self._end + a)
@@ -302,7 +247,7 @@ class SpillFifo:
         are its unpacked columns, read for the block's facts and then dropped."""
         if self._blocks:
             self._remember(self._blocks[-1])
-        block = _Block(fields)
+        block = Block(fields)
         block.learn(fields)
         block.packed, block.fields = packed, None
         if not block.n:

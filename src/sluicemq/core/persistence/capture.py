@@ -15,6 +15,8 @@ counts. Anything unaccounted for means no snapshot rather than a wrong one.
 
 from __future__ import annotations
 
+import logging
+import time
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
     from sluicemq.core.routing.broker import Broker
     from sluicemq.core.routing.message import Message
     from sluicemq.core.routing.queue import Queue
+
+log = logging.getLogger("sluicemq.recovery")
 
 # Stream fields carried across a restart; the connection-bound ones (producer, consumer) are
 # not, and ``updated`` restarts at load time, as after a scan, so no stream times out for the
@@ -230,3 +234,26 @@ def _stream_dict(st: StreamState, pin: Location | None, *, is_open: bool) -> dic
     for name in STREAM_FIELDS:
         d[name] = getattr(st, name)
     return d
+
+
+def save_snapshot(broker: Broker, parts: Sequence[type[StatePart]],
+                  pins: Iterable[Location] = ()) -> None:
+    """Run by the closing journal: write the index snapshot, or log why not. ``pins``: records
+    the checkpointer retains.
+
+    Never raises: a failed snapshot costs only the next start's speed.
+    """
+    started = time.monotonic()
+    try:
+        cap = capture(broker, parts, pins)
+        why = cap if isinstance(cap, str) else verify(cap)
+        if why is not None:
+            log.warning("index snapshot not written (%s)", why)
+            return
+        assert not isinstance(cap, str)
+        nbytes = snapshot.save(broker.store.journal.directory, cap.snap)
+    except Exception:
+        log.exception("index snapshot not written")
+        return
+    log.info("index snapshot written: %d messages, %d bytes in %.3fs", cap.snap.messages,
+             nbytes, time.monotonic() - started)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sluicemq.config import match_destination
@@ -481,27 +481,3 @@ def replay(broker: Broker, parts: Sequence[type[StatePart]] = ()) -> dict[str, A
             "elapsed_ms": int(elapsed * 1000), "snapshot": int(used),
             "anchor": snap.position.last if used and snap is not None
             and snap.position.anchor is not None else None}
-
-
-def save_snapshot(broker: Broker, parts: Sequence[type[StatePart]],
-                  pins: Iterable[Location] = ()) -> None:
-    """Run by the closing journal: write the index snapshot, or log why not. ``pins``: records
-    the checkpointer retains.
-
-    Never raises: a failed snapshot costs only the next start's speed.
-    """
-    started = time.monotonic()
-    try:
-        cap = capturing.capture(broker, parts, pins)
-        why = cap if isinstance(cap, str) else capturing.verify(cap)
-        if why is not None:
-            log.warning("index snapshot not written (%s)", why)
-            return
-        assert not isinstance(cap, str)
-        nbytes = snapshot.save(broker.store.journal.directory, cap.snap)
-    except Exception:
-        log.exception("index snapshot not written")
-        return
-    log.info("index snapshot written: %d messages, %d bytes in %.3fs", cap.snap.messages,
-             nbytes, time.monotonic() - started)
-

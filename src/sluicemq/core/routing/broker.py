@@ -27,7 +27,7 @@ from sluicemq.core.paging.flow import FlowControl, MemoryAccount, resolve_limits
 from sluicemq.core.paging.pager import Pager
 from sluicemq.core.paging.trim import HeapTrimmer
 from sluicemq.core.persistence.storelater import StoreLater
-from sluicemq.core.routing import holders
+from sluicemq.core.routing import holders, moves
 from sluicemq.core.routing.advisories import Advisories
 from sluicemq.core.routing.destinations import DestinationBudget
 from sluicemq.core.routing.dispatch import dispatch
@@ -47,13 +47,12 @@ from sluicemq.core.streams.chunks import DISCARDED
 from sluicemq.errors import ProtocolError
 from sluicemq.storage import records
 from sluicemq.storage.compaction import Compactor, Holder
-from sluicemq.storage.store import NewMessage, Removed, Store, TicketLike
+from sluicemq.storage.store import Store, TicketLike
 from sluicemq.storage.tempstore import TempStore
 
 log = logging.getLogger("sluicemq.broker")
 
 DISPATCH_BUDGET = 64  # deliveries per queue per loop turn
-
 
 
 def _anything(topic: str) -> bool:
@@ -231,7 +230,7 @@ class Broker:
             return
         topic = self.topic(name)
         topic.published += 1
-        targets = self._topic_targets(topic, msg)
+        targets = self.topic_targets(topic, msg)
         ticket = None
         durable = [q for q in targets if q.durable]
         if msg.persistent and durable:
@@ -366,26 +365,8 @@ class Broker:
 
     def dead_letter(self, queue: Queue, msg: Message, reason: str = "redelivered") -> None:
         """Move a message that exhausted its redeliveries (or, by policy, expired) to
-        ``/queue/DLQ.<name>`` atomically; an expired one never expires there."""
-        origin = queue.destination.split("/", 2)[2]
-        dlq = self.queue(f"{queue.policy.dlq_prefix}{origin}")
-        moved = msg.moved_to(dlq.destination, self.allocate_mid())  # a fresh seq in the DLQ
-        moved.body = bytes(self.body_of(msg))
-        moved.headers.update({"sluice-dlq-origin": queue.destination,
-                              "sluice-dlq-deliveries": str(msg.deliveries),
-                              "sluice-dlq-reason": reason})
-        if reason == "expired":
-            moved.expires = 0
-            moved.headers.pop("expires", None)
-        self.advisories.dead_lettered(queue.destination, dlq.destination, msg.message_id,
-                                      reason)
-        if msg.persistent:
-            self.later.store_all()  # a deferred one gets its record first, then its removal
-            removed = ([Removed(queue.key, msg.mid, msg.ticket)]
-                       if queue.durable and msg.ticket is not None else [])
-            [(moved.ticket, moved.inner)] = self.store.transaction(
-                f"dlq:{msg.mid}", [_record(dlq.key, moved)], removed)
-        dlq.enqueue(moved)
+        ``/queue/DLQ.<name>`` atomically (``moves.dead_letter``)."""
+        moves.dead_letter(self, queue, msg, reason)
 
     # -- subscriptions -----------------------------------------------------------------------
     def subscribe_queue(self, name: str) -> Queue:
@@ -454,7 +435,7 @@ class Broker:
             self.virtual.removed(n)
         return [n for n in names if n in self.queues]
 
-    def _topic_targets(self, topic: Topic, msg: Message) -> list[Queue]:
+    def topic_targets(self, topic: Topic, msg: Message) -> list[Queue]:
         """The topic's own subscribers, then wildcard subscribers whose pattern matches it."""
         targets = topic.targets(msg)
         if self.wildcards:
@@ -470,41 +451,8 @@ class Broker:
     def commit(self, txid: str, messages: list[tuple[str, str, Message]],
                acks: list[tuple[Queue, list[Message]]],
                nacks: list[tuple[Queue, list[Message]]]) -> None:
-        """Apply a transaction: stored as one (``Store.transaction``), then the effects."""
-        self.later.store_all()  # acks of deferred messages: journal them first, then the acks
-        routed: list[tuple[Queue, Message]] = []
-        stored: list[tuple[NewMessage, list[Message]]] = []  # a record and its persistent copies
-        for kind, name, msg in messages:
-            if kind == QUEUE:
-                q = self.queue(name)
-                targets = [q]
-                key = q.key
-            else:
-                topic = self.topic(name)
-                topic.published += 1
-                targets = self._topic_targets(topic, msg)
-                key = f"t:{name}"
-            copies = []
-            for q in targets:
-                copy = msg if kind == QUEUE else msg.copy_for(msg.destination)
-                copy.persistent = msg.persistent and q.durable
-                routed.append((q, copy))
-                if copy.persistent:
-                    copies.append(copy)
-            if copies:
-                stored.append((_record(key, msg, len(copies)), copies))
-        removed = [Removed(q.key, m.mid, m.ticket) for q, msgs in acks for m in msgs
-                   if q.durable and m.persistent and m.ticket is not None]
-        placed = self.store.transaction(txid, [record for record, _ in stored], removed)
-        for (_, copies), (ticket, inner) in zip(stored, placed, strict=True):
-            for copy in copies:
-                copy.ticket, copy.inner = ticket, inner
-        for q, msgs in acks:
-            q.acknowledge(msgs, record=False)
-        for q, msgs in nacks:
-            q.return_messages(msgs)
-        for q, m in routed:
-            q.enqueue(m)
+        """Apply a transaction: stored as one (``moves.commit``), then the effects."""
+        moves.commit(self, txid, messages, acks, nacks)
 
     # -- durability --------------------------------------------------------------------------
     def when_durable(self, callback: Waiter) -> None:
@@ -524,7 +472,3 @@ class Broker:
         self.producers.failed(first, last)
         self.durable_waits.failed(first, last, exc)
 
-
-def _record(key: str, msg: Message, holders: int = 1) -> NewMessage:
-    return NewMessage(key, msg.mid, msg.timestamp, msg.expires, msg.priority, msg.headers,
-                      msg.loaded_body, holders)
