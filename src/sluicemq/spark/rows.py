@@ -126,9 +126,10 @@ def stream_rows(messages: Iterable[Any], output: str, root: str | None) -> Itera
                 sink = _Sink(output, root, info.stream_id, info.name)
                 first = dict(msg.headers)
             assert sink is not None
-            if current.accept(info, bytes(msg.body)) is Verdict.DUPLICATE:
+            body = msg.body if isinstance(msg.body, bytes) else bytes(msg.body)
+            if current.accept(info, body) is Verdict.DUPLICATE:
                 continue
-            sink.add(bytes(msg.body))
+            sink.add(body)
             if current.complete:
                 content, path = sink.finish()
                 headers = _user_headers(first)
