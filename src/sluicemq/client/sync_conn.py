@@ -305,8 +305,25 @@ class Connection(SyncFailover):
         return waiter
 
     def _ack_again(self, message: Message) -> None:
-        """A redelivery of a message the caller acknowledged before the failover."""
-        self._acknowledge("ACK", message, None)
+        """A redelivery of a message the caller acknowledged before the failover. Written at
+        once if the write lock is free (so it precedes what the caller does next), else on a
+        helper thread: the reader thread must never wait for the write lock."""
+        if not self._write.acquire(blocking=False):
+            threading.Thread(target=self._acknowledge, args=("ACK", message, None),
+                             name="sluice-client-ack", daemon=True).start()
+            return
+        try:
+            with self._state:
+                if not self._track.acknowledging("ACK", message.subscription,
+                                                 message.message_id, message.ack_mode,
+                                                 message.epoch, False):
+                    return
+                out = self._track.machine.ack(message.ack_id, message.subscription)
+                sock = self._sock
+            with contextlib.suppress(OSError):  # a lost connection: the reader sees it
+                sock.sendall(out.data)
+        finally:
+            self._write.release()
 
     def _forget(self, sub_id: str) -> None:
         with self._state:

@@ -253,7 +253,7 @@ class JournalWriter:
             fd = os.open(self.segment_path(seg), os.O_RDWR)
         else:
             size = self.segment_bytes if self.preallocate else 0
-            fd = create_segment(self.directory, seg, size)
+            fd = create_segment(self.directory, seg, size, fence=self.fence)
         spare_kept = self.segment_path(seg + 1).exists()  # recovery keeps a zeroed next one
         if self._helper is not None and self._prep is None and not spare_kept:
             self._prepare(seg + 1)
@@ -272,7 +272,7 @@ class JournalWriter:
         self._prep_mark = (stats.records, stats.bytes)
         zero = zero_fill(stats.records - written, stats.bytes - size)
         future = self._helper.submit(create_segment, self.directory, seg, self.segment_bytes,
-                                     zero=zero)
+                                     zero=zero, fence=self.fence)
         self._prep = (seg, future)
 
     def _delete(self, doomed: list[int]) -> None:

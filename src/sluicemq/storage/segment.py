@@ -25,7 +25,7 @@ import errno
 import os
 import re
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -247,7 +247,8 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def create_segment(directory: Path, segment: int, size: int, *, zero: bool = True) -> int:
+def create_segment(directory: Path, segment: int, size: int, *, zero: bool = True,
+                   fence: Callable[[], None] | None = None) -> int:
     """Create segment file `segment`, zero-filled to `size` bytes, and return an O_RDWR fd.
 
     The zeros are written (not fallocated) and synced under a temporary name, then renamed: a
@@ -255,9 +256,13 @@ def create_segment(directory: Path, segment: int, size: int, *, zero: bool = Tru
     flush, and a crash never leaves a half-prepared file under a segment name. ``zero=False``
     allocates the blocks without writing them (they read as zeros all the same): for a
     journal taking large records, where writing every byte twice would halve what the disk
-    gives and one extent update per fdatasync is nothing beside a megabyte of data.
+    gives and one extent update per fdatasync is nothing beside a megabyte of data. ``fence``
+    (a lease master's check, storage/lease.py) runs before each name is touched: a master that
+    lost the journal must not put a file into it.
     """
     path = directory / segment_name(segment)
+    if fence is not None:
+        fence()
     if size <= 0:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         fsync_dir(directory)
@@ -273,6 +278,8 @@ def create_segment(directory: Path, segment: int, size: int, *, zero: bool = Tru
         else:
             os.posix_fallocate(fd, 0, size)
         os.fsync(fd)
+        if fence is not None:
+            fence()
         os.rename(tmp, path)
         fsync_dir(directory)
     except BaseException:

@@ -297,11 +297,12 @@ def _sub_dict(sub: DurableSub) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------ files
 
-def save(directory: Path, snap: IndexSnapshot) -> int:
+def save(directory: Path, snap: IndexSnapshot, fence: Callable[[], None] | None = None) -> int:
     """Write durably and atomically (temp file, fsync, rename, directory fsync); returns bytes.
 
     Safe to run on a worker thread as long as nobody mutates ``snap`` meanwhile. The temp name
-    ends in ``.tmp``, which journal recovery deletes as a leftover.
+    ends in ``.tmp``, which journal recovery deletes as a leftover. ``fence`` (a lease
+    master's check) runs before the file is renamed into place.
     """
     path = directory / FILE_NAME
     tmp = path.with_name(FILE_NAME + ".tmp")
@@ -313,6 +314,8 @@ def save(directory: Path, snap: IndexSnapshot) -> int:
                 fh.write(part)
             fh.flush()
             os.fsync(fh.fileno())
+        if fence is not None:
+            fence()
         os.rename(tmp, path)
         fsync_dir(directory)
     except BaseException:

@@ -251,7 +251,8 @@ def save_snapshot(broker: Broker, parts: Sequence[type[StatePart]],
             log.warning("index snapshot not written (%s)", why)
             return
         assert not isinstance(cap, str)
-        nbytes = snapshot.save(broker.store.journal.directory, cap.snap)
+        journal = broker.store.journal
+        nbytes = snapshot.save(journal.directory, cap.snap, journal.fence)
     except Exception:
         log.exception("index snapshot not written")
         return

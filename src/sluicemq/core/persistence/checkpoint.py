@@ -184,7 +184,8 @@ class Checkpointer:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="index-snapshot")
         started = time.perf_counter()
-        future = self._executor.submit(_write, self.broker.store.journal.directory, cap)
+        journal = self.broker.store.journal
+        future = self._executor.submit(_write, journal.directory, cap, journal.fence)
         self._future = future
         future.add_done_callback(
             lambda f: self._call_soon_threadsafe(self._written, cap, f, started))
@@ -234,9 +235,10 @@ class Checkpointer:
             self._executor = None
 
 
-def _write(directory: Any, cap: Capture) -> tuple[str | None, int]:
+def _write(directory: Any, cap: Capture,
+           fence: Callable[[], None] | None) -> tuple[str | None, int]:
     """On the worker thread: self-check, then write durably; (why not, bytes written)."""
     why = verify(cap)
     if why is not None:
         return why, 0
-    return None, snapshot.save(directory, cap.snap)
+    return None, snapshot.save(directory, cap.snap, fence)
