@@ -55,7 +55,9 @@ class PendingList:
 
     def __init__(self, pager: Pager | None = None, *, destination: str = "",
                  window: int = 2000, account: MemoryAccount | None = None) -> None:
-        self._lanes = [_Lane() for _ in range(MAX_PRIORITY + 1)]
+        # A lane is made for a priority when a message first has it: an idle destination
+        # costs two objects, not seventy (the cyclic GC walks every one of them).
+        self._lanes: list[_Lane | None] = [None] * (MAX_PRIORITY + 1)
         self._size = 0
         self._in_head = 0
         self.bytes = 0
@@ -108,8 +110,20 @@ class PendingList:
         return self.account is None or self.account.cursor_room()
 
     # -- producers and redelivery --------------------------------------------------------------
+    def _lane(self, priority: int) -> _Lane:
+        lane = self._lanes[priority]
+        if lane is None:
+            lane = self._lanes[priority] = _Lane()
+        return lane
+
+    def _present(self) -> Iterator[tuple[int, _Lane]]:
+        """(priority, lane) of every lane made so far, lowest priority first."""
+        for prio, lane in enumerate(self._lanes):
+            if lane is not None:
+                yield prio, lane
+
     def push(self, msg: Message) -> None:
-        lane = self._lanes[msg.priority]
+        lane = self._lane(msg.priority)
         self._size += 1
         if self.pager is None or (not lane.tail and self._has_room(msg)):
             lane.head.append(msg)
@@ -123,7 +137,7 @@ class PendingList:
 
     def push_front(self, msg: Message) -> None:
         """Put a returned message back where it was: before everything of its priority."""
-        self._lanes[msg.priority].head.appendleft(msg)
+        self._lane(msg.priority).head.appendleft(msg)
         self._size += 1
         self._in_head += 1
         self._hold(msg)
@@ -131,7 +145,7 @@ class PendingList:
     def adopt(self, priority: int, mid: int, seg: int, off: int, length: int, inner: int,
               size: int) -> None:
         """Recovery: append a stored message as a compact slot, without reading it."""
-        self._lanes[priority].tail.append(mid, JOURNAL, seg, off, length, inner, size)
+        self._lane(priority).tail.append(mid, JOURNAL, seg, off, length, inner, size)
         self._size += 1
         self.stored_bytes += size
 
@@ -145,14 +159,14 @@ class PendingList:
     def adopt_lane(self, priority: int, mid: array, seg: array, off: array, length: array,
                    inner: array, size: array) -> None:
         """Index snapshot: ``adopt`` for a whole lane's worth of slots at once."""
-        self._lanes[priority].tail.extend(mid, seg, off, length, inner, size)
+        self._lane(priority).tail.extend(mid, seg, off, length, inner, size)
         self._size += len(mid)
         self.stored_bytes += sum(size)
 
     def adopt_packed(self, priority: int, run: PackedRun) -> None:
         """Index snapshot: a packed block of slots, kept packed when the run is all of it."""
         fields = run.whole()
-        tail = self._lanes[priority].tail
+        tail = self._lane(priority).tail
         if run.skip == 0 and len(run) == len(fields[0]):
             tail.adopt_block(run.packed, fields)
             sizes = fields[6]
@@ -166,7 +180,7 @@ class PendingList:
 
     def lanes(self) -> Iterator[tuple[int, deque[Message], SpillFifo]]:
         """(priority, head, tail) of each non-empty lane, in dispatch order within each."""
-        for prio, lane in enumerate(self._lanes):
+        for prio, lane in self._present():
             if lane.head or lane.tail:
                 yield prio, lane.head, lane.tail
 
@@ -175,6 +189,8 @@ class PendingList:
         spilled = self._in_head < self._size  # else no lane has a tail worth looking at
         for prio in range(MAX_PRIORITY, -1, -1):
             lane = self._lanes[prio]
+            if lane is None:
+                continue
             if spilled and not lane.head and lane.tail:
                 self._refill(lane, prio)
             if lane.head:
@@ -215,7 +231,7 @@ class PendingList:
     # -- admin ---------------------------------------------------------------------------------
     def remove(self, mid: int) -> Message | None:
         """Take one message out by id (admin actions, recovery); O(n), not for the hot path."""
-        for prio, lane in enumerate(self._lanes):
+        for prio, lane in self._present():
             for k, msg in enumerate(lane.head):
                 if msg.mid == mid:
                     return self._take_head_at(lane, k)
@@ -229,7 +245,7 @@ class PendingList:
         """``remove`` for a queue nobody consumes from, whose lanes hold messages in the order
         they came (nothing was ever put back): each lane's head and each ascending run of its
         tail is bisected, so a removal costs O(log n), not a scan (the scheduler's queue)."""
-        for prio, lane in enumerate(self._lanes):
+        for prio, lane in self._present():
             head = lane.head
             if head and head[0].mid <= mid <= head[-1].mid:
                 k = bisect_left(head, mid, key=_mid_of)
@@ -273,7 +289,7 @@ class PendingList:
         def wanted(mid: int) -> bool:
             return lo <= mid < hi and (only is None or mid in only)
 
-        for lane in self._lanes:
+        for _prio, lane in self._present():
             if len(out) >= limit:
                 break
             out += self._take_head(lane, wanted, limit - len(out))
@@ -300,7 +316,7 @@ class PendingList:
         the journal slots taken, with no object per message (a ledger commit of a backlog)."""
         out: list[Message] = []
         run = slotpack.empty()
-        for lane in self._lanes:
+        for _prio, lane in self._present():
             if len(out) + len(run[0]) >= limit:
                 break
             out += self._take_head(lane, lambda mid: lo <= mid < hi,
@@ -364,6 +380,8 @@ class PendingList:
         (browsing), without leaving the cursor."""
         for prio in range(MAX_PRIORITY, -1, -1):
             lane = self._lanes[prio]
+            if lane is None:
+                continue
             yield from list(lane.head)
             tail = lane.tail
             if tail and self.pager is not None:
@@ -383,7 +401,7 @@ class PendingList:
         """Take every message out without reading paged-out ones back: those come as stubs
         carrying only what journaling their removal needs (purge, unsubscribe)."""
         out: list[Message] = []
-        for lane in self._lanes:
+        for _prio, lane in self._present():
             while lane.head:
                 msg = lane.head.popleft()
                 self._unhold(msg)
@@ -403,12 +421,12 @@ class PendingList:
     # -- journal compaction --------------------------------------------------------------------
     def journal_slots(self, segment: int) -> Iterator[tuple[int, int, int, int, int]]:
         """(mid, seg, off, length, inner) of paged-out messages stored in ``segment``."""
-        for lane in self._lanes:
+        for _prio, lane in self._present():
             yield from lane.tail.journal_slots(segment)
 
     def in_memory(self) -> Iterator[Message]:
         """Message objects this cursor holds (heads, and tail objects)."""
-        for lane in self._lanes:
+        for _prio, lane in self._present():
             yield from lane.head
             yield from lane.tail.objs.values()
 
@@ -416,7 +434,7 @@ class PendingList:
                  ) -> set[tuple[int, int, int]]:
         """Point paged-out messages at their compacted copies; returns the keys found."""
         found: set[tuple[int, int, int]] = set()
-        for lane in self._lanes:
+        for _prio, lane in self._present():
             found |= lane.tail.relocate(moved)
         return found
 
