@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from sluicemq.core.streams.chunks import StreamKey, StreamState
 
 Key = tuple[str, str]  # (kind, name)
+SWEEP_LOOK = 4096  # destinations looked at per sweep (see DestinationBudget.sweep)
+SWEEP_DROP = 256  # and dropped, at most
+FORCED_DROP = 64  # when a cap is reached
 
 
 class DestinationHost(Protocol):
@@ -56,6 +59,7 @@ class DestinationBudget:
         self.reclaimed_total = 0
         self.refused_total = 0
         self._fruitless: tuple[float, int] | None = None  # when a forced sweep found nothing
+        self._round: list[Key] = []  # destinations still to be looked at in this sweep round
 
     @property
     def count(self) -> int:
@@ -87,9 +91,9 @@ class DestinationBudget:
         self.per_owner[owner] = held + 1
 
     def _forced_sweep(self) -> None:
-        """Reclaim every idle destination now, unless that found nothing within the last
-        second and no destination came or went since (a client hammering a cap must not make
-        each refusal scan every destination)."""
+        """Reclaim idle destinations now, unless that found nothing within the last second
+        and no destination came or went since (a client hammering a cap must not make each
+        refusal scan every destination)."""
         now = self.broker.now_ms() / 1000
         if self._fruitless is not None:
             at, count = self._fruitless
@@ -98,44 +102,79 @@ class DestinationBudget:
         self._fruitless = None if self.sweep(now, force=True) else (now, self.count)
 
     def sweep(self, now: float, *, force: bool = False) -> int:
-        """Drop destinations idle for ``idle_destination_seconds`` (all idle ones with
-        ``force``); returns how many were dropped."""
+        """Look at the next destinations, round-robin, and drop those idle for
+        ``idle_destination_seconds`` (any idle one with ``force``); returns how many were
+        dropped. At most ``SWEEP_LOOK`` are looked at and ``SWEEP_DROP`` dropped (a forced
+        sweep stops at ``FORCED_DROP``: it needs room for one).
+
+        Why bounded: a client cycling SUBSCRIBE/UNSUBSCRIBE at the cap made every 2,000th
+        SUBSCRIBE drop 2,000 queues in one go (~50 ms of the loop everyone shares).
+        """
         broker = self.broker
         grace = broker.config.limits.idle_destination_seconds
         busy_keys = {st.queue_key for st in broker.streams.values()}
-        dropped = 0
-        seen: set[Key] = set()
-        for name, q in list(broker.queues.items()):
-            key = (QUEUE, name)
-            if (_queue_idle(q) and q.key not in busy_keys and not broker.is_dirty(q)
-                    and broker.virtual.topic_of(name) is None):  # a group's copy must stay
-                seen.add(key)
-                if force or now - self._idle_since.setdefault(key, now) >= grace:
-                    del broker.queues[name]
-                    broker.advisories.destination("removed", QUEUE, name)
-                    dropped += 1
-        for name, t in list(broker.topics.items()):
-            key = (TOPIC, name)
-            if not t.subscribers and f"t:{name}" not in busy_keys:
-                seen.add(key)
-                if force or now - self._idle_since.setdefault(key, now) >= grace:
-                    del broker.topics[name]
-                    broker.advisories.destination("removed", TOPIC, name)
-                    dropped += 1
-        self._idle_since = {k: v for k, v in self._idle_since.items()
-                            if k in seen and self._exists(*k)}
-        for key, owner in list(self.owners.items()):
-            if not self._exists(*key):  # dropped, or never created (re-admitted on retry)
-                del self.owners[key]
-                left = self.per_owner[owner] - 1
-                if left:
-                    self.per_owner[owner] = left
-                else:
-                    del self.per_owner[owner]
+        dropped: list[Key] = []
+        looked = 0
+        most = FORCED_DROP if force else SWEEP_DROP
+        while looked < SWEEP_LOOK and len(dropped) < most:
+            if not self._round:
+                if looked:  # every destination was seen once in this call
+                    break
+                self._new_round()
+                if not self._round:
+                    break
+            key = self._round.pop()
+            looked += 1
+            if not self._exists(*key):
+                self._idle_since.pop(key, None)
+                continue
+            if not self._idle(key, busy_keys):
+                self._idle_since.pop(key, None)
+                continue
+            if force or now - self._idle_since.setdefault(key, now) >= grace:
+                self._drop(key)
+                dropped.append(key)
+        for key in dropped:
+            owner = self.owners.pop(key, None)
+            if owner is not None:
+                self._uncount(owner)
         if dropped:
             broker.forget_policies()
-        self.reclaimed_total += dropped
-        return dropped
+        self.reclaimed_total += len(dropped)
+        return len(dropped)
+
+    def _new_round(self) -> None:
+        """Every destination, to be looked at once; owners of names never created (their
+        creation failed after admission) are let go of here."""
+        broker = self.broker
+        self._round = [(TOPIC, n) for n in broker.topics]
+        self._round += [(QUEUE, n) for n in broker.queues]
+        for key, owner in list(self.owners.items()):
+            if not self._exists(*key):
+                del self.owners[key]
+                self._uncount(owner)
+
+    def _idle(self, key: Key, busy_keys: set[str]) -> bool:
+        kind, name = key
+        broker = self.broker
+        if kind == QUEUE:
+            q = broker.queues[name]
+            return (_queue_idle(q) and q.key not in busy_keys and not broker.is_dirty(q)
+                    and broker.virtual.topic_of(name) is None)  # a group's copy must stay
+        return not broker.topics[name].subscribers and f"t:{name}" not in busy_keys
+
+    def _drop(self, key: Key) -> None:
+        kind, name = key
+        self._idle_since.pop(key, None)
+        del (self.broker.queues if kind == QUEUE else self.broker.topics)[name]
+        self.broker.advisories.destination("removed", kind, name)
+
+    def _uncount(self, owner: str) -> None:
+        left = self.per_owner[owner] - 1
+        if left:
+            self.per_owner[owner] = left
+        else:
+            del self.per_owner[owner]
 
 
 def _queue_idle(q: Queue) -> bool:
