@@ -160,6 +160,19 @@ class TestFraming:
         assert time.process_time() - start < 2.0
 
 
+def test_a_feed_may_stop_after_some_frames_and_parse_on_later() -> None:
+    """A caller spreading a large read over several turns gets every frame once, in order."""
+    stream = b"".join(encode_frame(Frame("SEND", {"n": str(i)}, b"x" * (i % 3)), "1.2")
+                      for i in range(10)) + b"SEND\nn:10\n"  # and half of the eleventh
+    parser = FrameParser()
+    got = parser.feed(stream, max_frames=4)
+    assert [f.headers["n"] for f in got] == ["0", "1", "2", "3"]
+    got += parser.feed(b"", max_frames=4)
+    got += parser.feed(b"\nlast\x00")  # no limit: the rest, and the eleventh completed
+    assert [f.headers["n"] for f in got] == [str(i) for i in range(11)]
+    assert got[-1].body == b"last" and parser.buffered == 0
+
+
 class TestLineEndingsAndHeartBeats:
     @pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\n\n\r\n\n"])
     def test_heart_beats_between_frames_are_skipped(self, eol: bytes) -> None:

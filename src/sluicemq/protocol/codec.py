@@ -23,6 +23,7 @@ MAX_COMMAND_LINE = 64
 _EOL = (10, 13)
 _EOLS = re.compile(rb"[\r\n]*")
 _SMALL_BODY = 2048
+_NO_LIMIT = 1 << 62  # frames per feed when the caller sets no limit
 _GATHER_BODY = 64 << 10
 """A body at least this large that has not fully arrived is gathered piece by piece (the reads
 kept as they came, joined once) instead of growing the stream buffer: one copy, not three."""
@@ -105,8 +106,13 @@ class FrameParser:
         pend = self._pending
         return len(self._buf) + (pend.got if pend is not None else 0)
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
-        """Consume the next chunk of the stream and return the frames it completed, in order."""
+    def feed(self, data: bytes | bytearray | memoryview, max_frames: int = 0) -> list[Frame]:
+        """Consume the next chunk of the stream and return the frames it completed, in order.
+
+        ``max_frames`` (0: no limit) stops after that many frames and keeps the rest of the
+        input buffered for the next call (``feed(b"")`` parses on): a caller can spread the
+        parsing of a large read over several loop turns.
+        """
         if self._failed is not None:
             raise ProtocolError(f"stream already rejected: {self._failed}")
         frames: list[Frame] = []
@@ -123,7 +129,7 @@ class FrameParser:
                 src: bytes | bytearray = buf
             else:
                 src = data  # nothing buffered: parse the caller's immutable bytes in place
-            used = self._parse(src, frames)
+            used = self._parse(src, frames, max_frames or _NO_LIMIT)
         except ProtocolError as exc:
             self._failed = str(exc)
             self._buf = bytearray()
@@ -135,8 +141,9 @@ class FrameParser:
             buf += memoryview(src)[used:]
         return frames
 
-    def _parse(self, b: bytes | bytearray, frames: list[Frame]) -> int:
-        """Append every complete frame of ``b`` to ``frames``; return how many bytes they used."""
+    def _parse(self, b: bytes | bytearray, frames: list[Frame], max_frames: int) -> int:
+        """Append every complete frame of ``b``, at most ``max_frames``, to ``frames``;
+        return how many bytes they used."""
         n = len(b)
         p = 0
         limit = self.max_frame_bytes
@@ -148,7 +155,7 @@ class FrameParser:
             if p < n and b[p] in _EOL:
                 # Heart-beats and the optional EOLs after a NUL (the pattern always matches).
                 p = _EOLS.match(b, p).end()  # type: ignore[union-attr]
-            if p == n:
+            if p == n or len(frames) >= max_frames:
                 return p
             start = p + self._scan
             i = b.find(b"\n\n", start)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import deque
@@ -39,6 +40,7 @@ SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
 WRITE_HIGH_WATER = 4 << 20
 WRITE_LOW_WATER = 1 << 20
 FRAME_SLACK = 64 << 10  # a WebSocket message may hold a maximal frame plus a few small ones
+HANDSHAKE_SECONDS = 0.001  # what an upgrade costs the loop, reserved when one is woken
 
 
 class WebSocketConnection:
@@ -184,6 +186,7 @@ class WebSocketServer:
         self.connections: set[WebSocketConnection] = set()
         self._runner: web.AppRunner | None = None
         self._loopback_only = True
+        self._handshakes = _Handshakes()  # every upgrade, as one spender of loop turns
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Listen on host:port (0 = any free port); returns the address actually bound."""
@@ -197,7 +200,44 @@ class WebSocketServer:
         bound = self._runner.addresses[0]
         return str(bound[0]), int(bound[1])
 
+    async def _take_turn(self) -> float:
+        """Wait until this loop turn has room for a handshake; returns the start time.
+
+        Why: an upgrade (HTTP parse, 101 response, admission, maybe an ERROR and a close)
+        costs about a millisecond of the loop, and a client opening thousands at once would
+        have dozens handled back to back in one turn while every other client waits.
+        Handshakes share the turns' input budget (``core/limits/turns.py``) as one spender.
+        """
+        turns = self.broker.turns
+        while turns.allowance(self._handshakes) <= 0:
+            turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            turns.wait(self._handshakes, functools.partial(_wake, turn),
+                       reserve=HANDSHAKE_SECONDS)
+            await turn
+        return turns.clock()
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        started = await self._take_turn()
+        try:
+            ws, address = await self._upgrade(request)
+        finally:
+            self.broker.turns.charge(self._handshakes, started)
+        if address is None:
+            return ws  # refused, and told why
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        conn = WebSocketConnection(self.services, ws,
+                                   f"{peer[0]}:{peer[1]}" if peer else "?")
+        self.connections.add(conn)
+        try:
+            await conn.run()
+        finally:
+            self.connections.discard(conn)
+            self.broker.admission.release(address)
+        return ws
+
+    async def _upgrade(self, request: web.Request) -> tuple[web.WebSocketResponse, str | None]:
+        """Upgrade and admit: the response and the client's address, or None as the address
+        when the connection was refused (a fatal ERROR and a close frame sent)."""
         limit = self.broker.config.limits.max_frame_bytes + FRAME_SLACK
         ws = web.WebSocketResponse(protocols=SUBPROTOCOLS, max_msg_size=limit, compress=False)
         if not ws.can_prepare(request).ok:
@@ -212,25 +252,17 @@ class WebSocketServer:
         await ws.prepare(request)
         peer = request.transport.get_extra_info("peername") if request.transport else None
         address = str(peer[0]) if peer else "?"
-        admission = self.broker.admission
-        refused = admission.admit(address)
-        if refused is not None:  # counted with TCP: WebSockets cannot exhaust descriptors
-            log.warning("refusing websocket from %s: %s", address, refused)
-            error = Frame("ERROR", {"message": refused, "content-type": "text/plain"},
-                          refused.encode())
-            with contextlib.suppress(ConnectionError):
-                await ws.send_str(encode_frame(error, "1.0").decode())
-                await ws.close(code=1013, message=b"too many connections")
-            return ws
-        conn = WebSocketConnection(self.services, ws,
-                                   f"{peer[0]}:{peer[1]}" if peer else "?")
-        self.connections.add(conn)
-        try:
-            await conn.run()
-        finally:
-            self.connections.discard(conn)
-            admission.release(address)
-        return ws
+        refused = self.broker.admission.admit(address)
+        if refused is None:
+            return ws, address
+        # counted with TCP: WebSockets cannot exhaust descriptors
+        log.warning("refusing websocket from %s: %s", address, refused)
+        error = Frame("ERROR", {"message": refused, "content-type": "text/plain"},
+                      refused.encode())
+        with contextlib.suppress(ConnectionError):
+            await ws.send_str(encode_frame(error, "1.0").decode())
+            await ws.close(code=1013, message=b"too many connections")
+        return ws, None
 
     async def stop(self) -> None:
         for conn in list(self.connections):
@@ -238,3 +270,15 @@ class WebSocketServer:
                 await conn.ws.close(code=1001, message=b"broker shutting down")
         if self._runner is not None:
             await self._runner.cleanup()
+
+
+class _Handshakes:
+    """What WebSocket upgrades used of the loop recently (a ``turns.Spender``)."""
+
+    used = 0.0
+    used_at = 0.0
+
+
+def _wake(turn: asyncio.Future[None]) -> None:
+    if not turn.done():  # cancelled: its client went away while it waited
+        turn.set_result(None)

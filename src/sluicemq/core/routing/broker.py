@@ -21,6 +21,7 @@ from typing import Any
 from sluicemq.config import BrokerConfig, Policy
 from sluicemq.core.dedup.producers import Producers
 from sluicemq.core.limits.admission import Admission
+from sluicemq.core.limits.turns import Turns
 from sluicemq.core.limits.waits import ConsumerWaits
 from sluicemq.core.paging.cursor import PendingList
 from sluicemq.core.paging.flow import FlowControl, MemoryAccount, resolve_limits
@@ -95,6 +96,7 @@ class Broker:
         self.durable_reader: Callable[[str], MayRead] = lambda key: _anything
         self.client_ids: dict[tuple[str | None, str], object] = {}  # (owner, id) -> session
         self.admission = Admission(config.limits)  # connections, every transport
+        self.turns = Turns(time.perf_counter, schedule)  # each loop turn's input budget
         self.destinations = DestinationBudget(self)  # creation caps, idle reclaiming
         self.next_mid = 1
         self._dirty: dict[int, Queue] = {}

@@ -1,0 +1,92 @@
+"""Spec of how a session shares the event loop (core/limits/turns.py through a real Session,
+in process): a connection pipelining thousands of frames is handled a turn's budget at a
+time, with reading paused in between, and a light client's frame sent meanwhile is handled
+at once - not after the heavy connection's backlog. Loop time is a hand-moved clock: each
+reading of it costs 0.5 ms."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from inprocess import InProcessBroker, config_for
+from sluicemq.core.limits.turns import BUDGET
+from sluicemq.protocol.codec import encode_frame
+from sluicemq.protocol.frames import Frame
+
+TICK = 0.0005
+
+
+class SteppingClock:
+    """Every reading moves time on by ``TICK``: work costs time, deterministically."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += TICK
+        return self.now
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[InProcessBroker]:
+    broker = InProcessBroker(config_for(tmp_path / "data"))
+    broker.broker.turns.clock = SteppingClock()
+    yield broker
+    broker.close()
+
+
+def pipelined(count: int, first: int = 0) -> bytes:
+    return b"".join(encode_frame(Frame("SEND", {"destination": "/queue/flood",
+                                                "receipt": f"h{i}"}, b"x"), "1.2")
+                    for i in range(first, first + count))
+
+
+def receipts(conn: object, count: int, node: InProcessBroker) -> list[str]:
+    """The first ``count`` receipt ids ``conn`` was sent, in the order they came."""
+    node.loop.run_until(lambda: sum(f.command == "RECEIPT" for f in conn.frames()) >= count)
+    return [f.headers["receipt-id"] for f in conn.take("RECEIPT")]
+
+
+def test_a_pipelining_connection_is_handled_in_slices_with_reading_paused(
+        node: InProcessBroker) -> None:
+    heavy = node.connect(peer="heavy:1")
+    heavy.session.feed(pipelined(2000))  # one read, as a socket would deliver it
+    handled = len(node.broker.queues["flood"].pending)
+    assert 0 < handled < 2000
+    assert heavy.out.paused  # TCP holds the client back while its frames wait
+    node.loop.run()  # later turns
+    assert len(node.broker.queues["flood"].pending) == 2000
+    assert not heavy.out.paused
+    assert receipts(heavy, 2000, node) == [f"h{i}" for i in range(2000)]
+
+
+def test_one_turn_handles_a_budget_of_input_however_many_connections_pipeline(
+        node: InProcessBroker) -> None:
+    """Twenty busy connections each deliver a read of 500 frames in the same turn: together
+    they get the turn's budget, not 20 x their own share."""
+    conns = [node.connect(peer=f"heavy:{i}") for i in range(20)]
+    for conn in conns:
+        conn.session.used, conn.session.used_at = 1.0, node.broker.turns.clock()
+    for i, conn in enumerate(conns):
+        conn.session.feed(pipelined(500, i * 500))
+    assert len(node.broker.queues["flood"].pending) * TICK < 2 * BUDGET
+    assert all(c.out.paused for c in conns[1:])
+    node.loop.run()
+    assert len(node.broker.queues["flood"].pending) == 10_000
+
+
+def test_a_light_clients_frame_does_not_wait_behind_a_heavy_backlog(
+        node: InProcessBroker) -> None:
+    heavy = node.connect(peer="heavy:1")
+    light = node.connect(peer="light:1")
+    for first in (0, 1000, 2000):  # far more than its share of the loop
+        heavy.session.feed(pipelined(1000, first))
+    light.session.feed(encode_frame(Frame("SEND", {"destination": "/queue/mine"}, b"hi"), "1.2"))
+    assert len(node.broker.queues["mine"].pending) == 1  # handled in this very turn
+    assert len(node.broker.queues["flood"].pending) < 3000  # while heavy input still waits
+    node.loop.run()
+    assert len(node.broker.queues["flood"].pending) == 3000  # none of it lost, in order:
+    assert receipts(heavy, 3000, node) == [f"h{i}" for i in range(3000)]
