@@ -139,3 +139,19 @@ def test_copies_are_appended_a_bounded_amount_per_loop_turn(tmp_path: Path,
     h.ticks(2)
     assert not h.compactor.busy
     assert h.compactor.copied == 40
+
+
+def test_the_journal_estimates_live_bytes_per_hold_whatever_the_fan_out(tmp_path: Path) -> None:
+    """A record held by three subscriptions counts once, however many of them still hold it."""
+    h = Harness(tmp_path)
+    t = h.store.append_message("t:news", 1, 0, 0, 4, {}, b"x" * 3000)
+    h.store.hold(t, 3)
+    h.send(range(2, 12), size=1000)  # ten messages of a third of the size, held once each
+    h.settle()
+    [(seg, live, estimate)] = h.journal.live_bytes()
+    assert live == 13
+    appended = 3000 + 10 * 1000  # bodies, plus every record's head, key and header JSON
+    assert appended <= estimate <= appended + 13 * 80
+    h.journal.release(t.loc)  # type: ignore[arg-type]
+    [(seg, live, smaller)] = h.journal.live_bytes()
+    assert live == 12 and smaller < estimate

@@ -5,14 +5,14 @@ later segment on disk. Compaction copies the live messages of the oldest segment
 new plain message records at the head of the log, and points their holders at the copies; the
 old segment then has no live record and is reclaimed.
 
-When: only while the journal holds more than ``amplification`` times the bytes of its live
-records plus one segment (besides the one being written). Copying a segment that is mostly
-live frees little, and a backlog larger than a few segments would otherwise be copied round
-and round for ever (every copy lands at the head, the next segment becomes the oldest);
-copying is worth it when dead records fill the segments behind the oldest one. So the
-compactor keeps a *census*: the bytes of live records in each full segment, measured through
-the holders (at most a few milliseconds of it a tick) and scaled down as a segment's live
-count falls; a segment not measured yet counts as full, which only delays compaction.
+When: the oldest segment is copied if at most half of it is live (copying frees more than it
+writes), or while the journal holds more than ``amplification`` times the bytes of its live
+records plus one segment (besides the one being written) - then even a dense oldest segment
+is copied, since dead records fill the segments behind it. Otherwise nothing is copied: a
+backlog larger than a few segments would be copied round and round for ever (every copy lands
+at the head, the next segment becomes the oldest). The journal estimates each segment's live
+bytes as its live records x the bytes appended to it per hold (``Journal.live_bytes``); the
+oldest segment's are measured exactly, through its holders, before it is copied.
 
 How: the copies are the records' own bytes with the holder's key spliced in (no decoding),
 appended a bounded amount per loop turn, so a segment of large records never holds the event
@@ -50,7 +50,8 @@ log = logging.getLogger("sluicemq.compaction")
 
 TURN_BYTES = 2 << 20  # copied per loop turn (at least one record)
 TURN_RECORDS = 500
-CENSUS_SECONDS = 0.005  # measuring segments' live bytes, per tick
+SPARSE = 0.5  # an oldest segment at most this much live is always worth copying
+RECHECK_SECONDS = 10.0  # between exact measures of a recovered, seemingly dense oldest segment
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +73,7 @@ class Compactor:
     """Copies the oldest segment's live messages forward, at most one segment at a time."""
 
     def __init__(self, store: Store, find_holders: FindHolders, relocate: Relocate,
-                 schedule: Schedule, *, amplification: float = 2.0,
+                 schedule: Schedule, *, amplification: float = 1.5,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.find_holders = find_holders
@@ -80,7 +81,7 @@ class Compactor:
         self._schedule = schedule
         self.amplification = amplification  # journal bytes allowed per live byte
         self._clock = clock
-        self._census: dict[int, tuple[int, int]] = {}  # segment -> (live count, bytes); -1: ?
+        self._measured: tuple[int, int, float] | None = None  # oldest: segment, count, when
         self._todo: list[Holder] = []  # holders still to copy (phase one, paced)
         self._cache: tuple[Location, bytes] | None = None
         self._plan: list[tuple[Holder, TicketLike]] = []
@@ -96,33 +97,55 @@ class Compactor:
         return bool(self._plan or self._todo)
 
     def live_bytes(self) -> int:
-        """Bytes of live records in the full segments, as far as the census knows (a segment
-        not measured counts as full)."""
-        live = self.store.journal.live_counts()[:-1]
-        return sum(self._estimate(seg, count) for seg, count in live)
+        """Estimated bytes of live records in the full segments (not the active one)."""
+        return sum(est for _seg, _live, est in self.store.journal.live_bytes()[:-1])
 
     def tick(self) -> None:
-        """Once a second: measure a few segments, maybe start a plan (one in progress goes
-        on by itself: copies turn by turn, then the move once they are durable, then the
-        next segment while compaction is still worth it)."""
+        """Once a second: maybe start a plan (one in progress goes on by itself: copies turn
+        by turn, then the move once they are durable, then the next segment while
+        compaction is still worth it)."""
         if not self.busy:
             self._next()
 
     def _next(self) -> None:
         if self._stopped:
             return
-        live = self.store.journal.live_counts()
-        self._measure(live)
-        if not self._worth_it(live):
+        live = self.store.journal.live_bytes()
+        if len(live) < 3 or not live[0][1]:
             return
-        segment, count = live[0]
+        segment, count, estimate = live[0]
+        over = self._over_goal(live)
+        size = self.store.journal.segment_bytes
+        if not over and estimate > SPARSE * size and not self._recheck(segment, count):
+            return
         holders = self.find_holders(segment)
         if holders is None or len(holders) != count:
             return
+        exact = sum(length for _off, length in {(h.loc.offset, h.loc.length) for h in holders})
+        self._measured = (segment, count, self._clock())
+        if not over and exact > SPARSE * size:
+            return
         self._todo = holders[::-1]  # popped from the end: oldest holder first
         self._copy_some()
-        log.info("compacting journal segment %d: copying %d live message(s) forward",
-                 segment, count)
+        log.info("compacting journal segment %d: copying %d live message(s) forward (%d "
+                 "bytes)", segment, count, exact)
+
+    def _over_goal(self, live: list[tuple[int, int, int]]) -> bool:
+        """Is the journal beyond ``amplification`` x its live bytes + one segment, besides
+        the segment being written?"""
+        full = live[:-1]
+        size = self.store.journal.segment_bytes
+        return len(full) * size > self.amplification * sum(est for *_, est in full) + size
+
+    def _recheck(self, segment: int, count: int) -> bool:
+        """Measure a seemingly dense oldest segment exactly? Only when its estimate is a guess
+        (written before a restart: counted as full) and it changed, at most every
+        ``RECHECK_SECONDS``: measuring a segment of a large backlog reads many slots."""
+        if segment in self.store.journal.weighed():
+            return False
+        last = self._measured
+        return last is None or (last[:2] != (segment, count)
+                                and self._clock() - last[2] >= RECHECK_SECONDS)
 
     def stop(self) -> None:
         """A clean stop: no new plan; the copies of the one in progress are appended now, so
@@ -135,47 +158,6 @@ class Compactor:
         """Move the holders of a plan whose copies are all durable, now."""
         if self._plan and self._plan_seq and self.store.durable_seq >= self._plan_seq:
             self._finish()
-
-    # -- when ----------------------------------------------------------------------------------
-    def _estimate(self, segment: int, count: int) -> int:
-        size = self.store.journal.segment_bytes
-        known = self._census.get(segment)
-        if known is None or known[1] < 0:
-            return size
-        measured_count, nbytes = known
-        if measured_count == count or not measured_count:
-            return nbytes
-        return nbytes * count // measured_count  # fewer live records since: scale down
-
-    def _measure(self, live: list[tuple[int, int]]) -> None:
-        """Refresh the census of full segments whose live count changed, oldest first, for
-        at most ``CENSUS_SECONDS``; forget segments that are gone."""
-        present = {seg for seg, _ in live}
-        for seg in [s for s in self._census if s not in present]:
-            del self._census[seg]
-        deadline = self._clock() + CENSUS_SECONDS
-        for seg, count in live[:-1]:
-            known = self._census.get(seg)
-            if known is not None and known[0] == count:
-                continue
-            holders = self.find_holders(seg) if count else []
-            if holders is None or len(holders) != count:
-                self._census[seg] = (count, -1)
-            else:
-                unique = {(h.loc.offset, h.loc.length) for h in holders}
-                self._census[seg] = (count, sum(length for _off, length in unique))
-            if self._clock() > deadline:
-                return
-
-    def _worth_it(self, live: list[tuple[int, int]]) -> bool:
-        """Is the journal beyond ``amplification`` x its live bytes + one segment (besides
-        the segment being written), and the oldest segment movable?"""
-        if len(live) < 3 or not live[0][1]:
-            return False
-        size = self.store.journal.segment_bytes
-        full = live[:-1]
-        held = sum(self._estimate(seg, count) for seg, count in full)
-        return len(full) * size > self.amplification * held + size
 
     # -- copying (phase one) ---------------------------------------------------------------
     def _copy_some(self) -> None:

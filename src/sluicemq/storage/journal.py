@@ -101,6 +101,9 @@ class Journal(JournalReads, JournalWriter):
         self._seg = 1
         self._off = 0
         self._segs: dict[int, int] = {}
+        # segment -> [bytes appended, holds ever]: their ratio estimates a live record's size
+        # (compaction's estimate of the live bytes; recovered segments have none: full)
+        self._weight: dict[int, list[int]] = {}
         self._last: dict[int, tuple[int, int]] = {}
         self._horizon = (0, -1)
         self._tail = (0, -1)  # (segment, offset) of the last record appended or recovered
@@ -226,6 +229,11 @@ class Journal(JournalReads, JournalWriter):
                 self._segs.setdefault(self._seg, 0)
             loc = Location(self._seg, self._off, len(data))
             self._off += size
+            weight = self._weight.get(loc.segment)
+            if weight is None:
+                self._weight[loc.segment] = [size, 0]
+            else:
+                weight[0] += size
             self._seq += 1
             ticket = Ticket(self._seq, loc)
             self._pending.append(Entry(ticket, loc, rtype, data))
@@ -279,6 +287,9 @@ class Journal(JournalReads, JournalWriter):
             if loc.segment not in self._segs:
                 raise StorageError(f"segment {loc.segment} is gone (reclaimed)")
             self._segs[loc.segment] += 1
+            weight = self._weight.get(loc.segment)
+            if weight is not None:
+                weight[1] += 1
             self._horizon = max(self._horizon, (loc.segment, loc.offset))
 
     def retain_counts(self, counts: dict[int, int], newest: tuple[int, int]) -> None:
@@ -290,6 +301,9 @@ class Journal(JournalReads, JournalWriter):
                     raise StorageError(f"segment {seg} is gone (reclaimed)")
             for seg, n in counts.items():
                 self._segs[seg] += n
+                weight = self._weight.get(seg)
+                if weight is not None:
+                    weight[1] += n
             self._horizon = max(self._horizon, newest)
 
     def release(self, loc: Location) -> None:
@@ -333,6 +347,7 @@ class Journal(JournalReads, JournalWriter):
             for seg in doomed:
                 del self._segs[seg]
                 self._last.pop(seg, None)
+                self._weight.pop(seg, None)
             if doomed and self._state == "running":
                 self._doomed.extend(doomed)
                 if self._writer_idle:
@@ -364,6 +379,29 @@ class Journal(JournalReads, JournalWriter):
         """(segment, live records) oldest first, the active segment last (compaction)."""
         with self._lock:
             return list(self._segs.items())
+
+    def live_bytes(self) -> list[tuple[int, int, int]]:
+        """(segment, live records, estimated live bytes) oldest first, the active segment
+        last. The estimate is live records x (bytes appended / holds so far): exact for
+        segments of like-sized records, whatever their fan-out or transactions; a segment
+        this run did not write (recovered) counts as full."""
+        with self._lock:
+            out = []
+            for seg, live in self._segs.items():
+                weight = self._weight.get(seg)
+                if not live:
+                    est = 0
+                elif weight is None or not weight[1]:
+                    est = self.segment_bytes
+                else:
+                    est = min(self.segment_bytes, live * weight[0] // weight[1])
+                out.append((seg, live, est))
+            return out
+
+    def weighed(self) -> set[int]:
+        """Segments written since start-up: their ``live_bytes`` estimate is not a guess."""
+        with self._lock:
+            return set(self._weight)
 
     def live_segments(self) -> list[int]:
         """Segment numbers not yet reclaimed, oldest first (the active one included)."""

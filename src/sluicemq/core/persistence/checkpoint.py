@@ -111,16 +111,20 @@ class Checkpointer:
             return True
         if since == 0 or self._pin is None:
             return False
+        return self._pin_is_oldest()
+
+    def _pin_is_oldest(self) -> bool:
+        """Is the pin in the oldest segment? Then it keeps that segment on disk (alone, or
+        beside live messages that compaction cannot move while an unknown pin is there)."""
+        assert self._pin is not None
         live = self.broker.store.journal.live_counts()
-        return len(live) > 1 and live[0] == (self._pin.segment, 1)  # only the pin keeps it
+        return len(live) > 1 and live[0][0] == self._pin.segment
 
     def after_reclaim(self) -> None:
-        """Segments were deleted: if the snapshot's anchor pin is now all that keeps the
-        oldest one, take the next snapshot now rather than on the next tick."""
-        if self._pin is not None and not self._busy and not self._wait:
-            live = self.broker.store.journal.live_counts()
-            if len(live) > 1 and live[0] == (self._pin.segment, 1):
-                self.tick()
+        """Segments were deleted: if the snapshot's anchor pin is now in the oldest one, take
+        the next snapshot now rather than on the next tick."""
+        if self._pin is not None and not self._busy and not self._wait and self._pin_is_oldest():
+            self.tick()
 
     def tick(self) -> None:
         """Once a second, from the broker's housekeeping."""
