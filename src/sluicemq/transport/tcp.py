@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, cast
 
 from sluicemq.core.limits.admission import connect_timeout_message
 from sluicemq.core.sessions.session import Session
+from sluicemq.protocol.codec import encode_frame
+from sluicemq.protocol.frames import Frame
 from sluicemq.tls import peer_common_name
 from sluicemq.transport.keepalive import Keepalive
 
@@ -67,17 +69,21 @@ class StompProtocol(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         self.transport.set_write_buffer_limits(WRITE_HIGH_WATER, WRITE_LOW_WATER)
         peer = transport.get_extra_info("peername")
-        self.session = Session(self.services, self, f"{peer[0]}:{peer[1]}" if peer else "?")
+        name = f"{peer[0]}:{peer[1]}" if peer else "?"
+        address = str(peer[0]) if peer else "?"
+        refused = self.broker.admission.admit(address)
+        if refused is not None:  # before any session exists: a refusal costs next to nothing
+            log.warning("refusing %s: %s", name, refused)
+            self.write(encode_frame(Frame("ERROR", {"message": refused,
+                                                    "content-type": "text/plain"},
+                                          refused.encode()), "1.0"))
+            self.close()
+            return
+        self.session = Session(self.services, self, name)
         self.session.on_version = self._negotiated
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None:
             self.session.cert_user = peer_common_name(ssl_object.getpeercert())
-        address = str(peer[0]) if peer else "?"
-        refused = self.broker.admission.admit(address)
-        if refused is not None:
-            log.warning("refusing %s: %s", self.session.peer, refused)
-            self.session.error(refused, fatal=True)
-            return
         self._address = address
         self.connections.add(self)
         timeout = self.broker.config.limits.connect_timeout
@@ -115,6 +121,7 @@ class StompProtocol(asyncio.Protocol):
             self._slow_handle.cancel()
         if self.session is not None:
             self.session.connection_lost()
+            self.session = None  # it refers back to us: freed by refcount, not the cyclic GC
         self.transport = None
 
     def pause_writing(self) -> None:

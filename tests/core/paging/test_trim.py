@@ -74,3 +74,16 @@ def test_a_burst_between_two_looks_is_seen_through_the_peak() -> None:
     for _ in range(3):
         t.observe(0)  # (the account's peak restarts from what is used at each look)
     assert calls.n == 1
+
+
+def test_the_heap_is_trimmed_once_after_a_storm_of_connections_went() -> None:
+    calls = Calls()
+    t = HeapTrimmer(calls)
+    for count in (3, 500, 11_000, 4_000, 10):
+        assert not t.observe_connections(count)  # rising, or still falling
+    assert not t.observe_connections(10)
+    assert t.observe_connections(10)  # held still: the storm is over
+    assert calls.n == 1
+    for count in (10, 200, 10, 10, 10, 10):
+        assert not t.observe_connections(count)  # a small wave is not worth it
+    assert calls.n == 1

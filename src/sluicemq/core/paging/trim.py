@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import logging
 from collections.abc import Callable
 
 log = logging.getLogger("sluicemq.memory")
 
 MIN_DROP = 32 << 20  # a smaller drop is not worth walking the heap for
+MIN_CONNECTIONS_DROP = 256  # connections gone since their peak, for a trim after a storm
 FRACTION = 0.25  # trim once what is held fell to a quarter of the peak
 STILL = 2  # ... and held still for two looks: frames written out are freed after the account
 
@@ -33,6 +35,9 @@ class HeapTrimmer:
         self.last = 0
         self.still = 0  # looks in a row that found ``used`` unchanged
         self.trims = 0
+        self._conns_peak = 0  # the most connections since the last trim
+        self._conns_last = 0
+        self._conns_still = 0
 
     @property
     def available(self) -> bool:
@@ -57,6 +62,32 @@ class HeapTrimmer:
         self._trim()
         self.trims += 1
         log.info("heap trimmed after %d MiB of queued messages were released", dropped >> 20)
+        return True
+
+
+    def observe_connections(self, count: int) -> bool:
+        """Record the open connection count once a tick; after a storm of connections went
+        (a quarter of the peak left, at least ``MIN_CONNECTIONS_DROP`` fewer, and still for
+        ``STILL`` looks) collect cyclic garbage and trim (and say so).
+
+        Why: a connection's objects (transport, protocol, session, a WebSocket's HTTP
+        request) refer to each other, so only the cyclic collector frees them, and it rarely
+        looks at objects old enough to have held a connection: 11,000 WebSocket upgrades
+        left ~75 MiB of garbage cycles and ~35 MiB of free heap resident for good.
+        """
+        self._conns_still = self._conns_still + 1 if count == self._conns_last else 0
+        self._conns_last = count
+        self._conns_peak = max(self._conns_peak, count)
+        peak = self._conns_peak
+        if (self._conns_still < STILL or peak - count < MIN_CONNECTIONS_DROP
+                or count > peak * self.fraction):
+            return False
+        self._conns_peak = count
+        gc.collect()
+        if self._trim is not None:
+            self._trim()
+        self.trims += 1
+        log.info("heap trimmed after %d connections closed", peak - count)
         return True
 
 

@@ -297,6 +297,7 @@ class Broker:
         self.producers.tick(int(now * 1000))
         self.destinations.sweep(now)
         self.flow.tick()
+        self.flow.trimmer.observe_connections(self.admission.total)
         if self.advisories.enabled:
             self.advisories.check_slow(now, self._subscription_queues())
         self.large_streams.tick(now)
