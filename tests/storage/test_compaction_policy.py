@@ -148,10 +148,10 @@ def test_the_journal_estimates_live_bytes_per_hold_whatever_the_fan_out(tmp_path
     h.store.hold(t, 3)
     h.send(range(2, 12), size=1000)  # ten messages of a third of the size, held once each
     h.settle()
-    [(seg, live, estimate)] = h.journal.live_bytes()
+    [(_seg, live, estimate)] = h.journal.live_bytes()
     assert live == 13
     appended = 3000 + 10 * 1000  # bodies, plus every record's head, key and header JSON
     assert appended <= estimate <= appended + 13 * 80
     h.journal.release(t.loc)  # type: ignore[arg-type]
-    [(seg, live, smaller)] = h.journal.live_bytes()
+    [(_seg, live, smaller)] = h.journal.live_bytes()
     assert live == 12 and smaller < estimate
