@@ -152,7 +152,7 @@ class PendingList:
     def adopt_run(self, priority: int, mid: array, seg: array, off: array, length: array,
                   inner: array, size: array) -> None:
         """``adopt`` of many stored messages of one priority (a staged publication)."""
-        self._lanes[priority].tail.append_run(mid, seg, off, length, inner, size)
+        self._lane(priority).tail.append_run(mid, seg, off, length, inner, size)
         self._size += len(mid)
         self.stored_bytes += sum(size)
 
