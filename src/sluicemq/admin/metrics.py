@@ -118,6 +118,12 @@ class BrokerCollector(Collector):
         yield CounterMetricFamily("sluice_destinations_reclaimed",
                                   "Idle empty destinations dropped",
                                   value=budget.reclaimed_total)
+        yield CounterMetricFamily("sluice_turns_deferred",
+                                  "Inputs that waited for a later event-loop turn "
+                                  "(turn_budget_ms spent)", value=broker.turns.deferred_total)
+        yield GaugeMetricFamily("sluice_turns_waiting",
+                                "Connections waiting for an event-loop turn now",
+                                value=len(broker.turns))
 
     def _journal(self) -> Iterator[Metric]:
         store = self.ctx.store

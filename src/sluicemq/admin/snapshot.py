@@ -256,6 +256,8 @@ def limits_view(broker: Broker) -> dict[str, Any]:
         "connect_timeout_s": limits.connect_timeout,
         "max_frame_bytes": limits.max_frame_bytes,
         "max_header_bytes": limits.max_header_bytes,
+        "turn_budget_ms": limits.turn_budget_ms,
+        "turns_deferred": broker.turns.deferred_total,
         "max_transaction_bytes": parse_size(limits.max_transaction_bytes),
         "max_durable_subscriptions": limits.max_durable_subscriptions,
         "max_consumer_waits": limits.max_consumer_waits,

@@ -148,6 +148,7 @@ function limitsCard(l) {
               `destinations · per user ${of(l.destinations_per_user)} · connections ${of(l.connections)} · ` +
               `per address ${of(l.connections_per_address)} · consumer waits ${num(l.consumer_waits)} · ` +
               `frames ≤ ${bytes(l.max_frame_bytes)}, headers ≤ ${bytes(l.max_header_bytes)} · ` +
+              `inputs deferred ${num(l.turns_deferred)} (turn budget ${l.turn_budget_ms} ms) · ` +
               `refused ${num(l.refused.connections)} connections, ${num(l.refused.destinations)} destinations`,
               "card-limits");
 }

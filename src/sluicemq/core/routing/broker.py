@@ -96,7 +96,8 @@ class Broker:
         self.durable_reader: Callable[[str], MayRead] = lambda key: _anything
         self.client_ids: dict[tuple[str | None, str], object] = {}  # (owner, id) -> session
         self.admission = Admission(config.limits)  # connections, every transport
-        self.turns = Turns(time.perf_counter, schedule)  # each loop turn's input budget
+        self.turns = Turns(time.perf_counter, schedule,  # each loop turn's input budget
+                           budget=config.limits.turn_budget_ms / 1000)
         self.destinations = DestinationBudget(self)  # creation caps, idle reclaiming
         self.next_mid = 1
         self._dirty: dict[int, Queue] = {}
