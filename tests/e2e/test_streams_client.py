@@ -15,6 +15,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import stomp
@@ -58,6 +59,16 @@ def raw_chunks(data: bytes, stream_id: str, chunk_size: int = CHUNK) -> list[tup
 def raw_send(conn, dest: str, headers: dict, body: bytes, receipt: str):
     conn.send("SEND", {"destination": dest, "receipt": receipt, **headers}, body)
     return conn.recv()
+
+
+def wait_for_receipt(conn: Any, receipt: str) -> None:
+    """Wait until ``receipt`` arrives: the ACKs sent before it are durable. A MESSAGE that
+    overtakes it is left unacknowledged - the consumer is about to die anyway."""
+    while True:
+        frame = conn.recv()
+        if frame.command == "RECEIPT" and frame.headers.get("receipt-id") == receipt:
+            return
+        assert frame.command == "MESSAGE", frame
 
 
 @pytest.mark.parametrize("size", [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 5])
@@ -277,13 +288,13 @@ def test_a_delivery_resumed_after_a_consumer_died_continues_the_part_file(
     first.send("SUBSCRIBE", {"destination": "/queue/died", "id": "1",
                              "ack": "client-individual", "activemq.prefetchSize": "2",
                              "sluice-max-streams": "1"})
-    for _ in range(2):  # takes two chunks, writes them, acknowledges them, then dies
-        frame = first.recv()
-        first.send("ACK", {"id": frame.headers["ack"]})
+    chunks = [first.recv(), first.recv()]  # takes two chunks, writes them, acks them, dies
+    first.send("ACK", {"id": chunks[0].headers["ack"]})
+    first.send("ACK", {"id": chunks[1].headers["ack"], "receipt": "acked"})
+    wait_for_receipt(first, "acked")
     partial = tmp_path / PARTIAL_DIR
     partial.mkdir()
     (partial / f"{sid}.part").write_bytes(data[:2 * CHUNK] + b"unacknowledged junk")
-    time.sleep(0.2)
     first.close()
     with Client(broker.url) as c:
         stream = next(c.streams("/queue/died", timeout=5))
@@ -302,8 +313,8 @@ def test_a_resumed_delivery_without_its_part_file_is_refused(broker, raw, tmp_pa
     first.connect()
     first.send("SUBSCRIBE", {"destination": "/queue/nopart", "id": "1",
                              "ack": "client-individual", "activemq.prefetchSize": "1"})
-    first.send("ACK", {"id": first.recv().headers["ack"]})
-    time.sleep(0.2)
+    first.send("ACK", {"id": first.recv().headers["ack"], "receipt": "acked"})
+    wait_for_receipt(first, "acked")
     first.close()
     with Client(broker.url) as c, pytest.raises(Exception, match="cannot resume"):
         c.receive_file("/queue/nopart", tmp_path, timeout=5)
@@ -375,8 +386,8 @@ def test_restart_policy_redelivers_from_zero_and_the_part_file_starts_over(
     first.connect()
     first.send("SUBSCRIBE", {"destination": "/queue/rs", "id": "1",
                              "ack": "client-individual", "activemq.prefetchSize": "1"})
-    first.send("ACK", {"id": first.recv().headers["ack"]})
-    time.sleep(0.2)
+    first.send("ACK", {"id": first.recv().headers["ack"], "receipt": "acked"})
+    wait_for_receipt(first, "acked")
     first.close()
     with Client(b.url) as c:
         path = c.receive_file("/queue/rs", tmp_path, timeout=5)
