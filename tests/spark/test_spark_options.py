@@ -38,6 +38,8 @@ def test_a_topic_is_read_through_a_durable_subscription():
     ({"destination": "/queue/a", "partitions": "two"}, "integer"),
     ({"destination": "/queue/a", "url": "http://x"}, "scheme"),
     ({"destination": "/queue/a", "mode": "streams", "streams.output": "path"}, "needs option path"),
+    ({"destination": "/queue/a", "mode": "streams", "streams.deleteCommitted": "true"},
+     "needs streams.output=path"),
     ({"destination": "/queue/a", "selector": "x = 1"}, "topic subscription"),
     ({"destination": "/queue/a", "subscription": "s"}, "/topic/ destinations only"),
     ({"destination": "/queue/a", "consume": "maybe"}, "true or false"),

@@ -70,3 +70,31 @@ def test_an_unfinished_stream_waits_for_its_final_chunk(spark, broker, tmp_path)
         writer.close()
     rows = read_streams(spark, broker, tmp_path, "unfinished1b")
     assert [(r.name, r.size) for r in rows] == [("slow.bin", 5000)]
+
+
+def test_landed_files_are_deleted_once_their_batch_committed_when_asked(spark, broker,
+                                                                         tmp_path):
+    """streams.deleteCommitted: the landing copy lives as long as the batch that read it.
+    The batch's own code reads it; once the batch is in Spark's commit log and the next one is
+    planned, the file and its folder are gone."""
+    out = tmp_path / "landing"
+    src = make_file(tmp_path, "a.csv", 300_000)
+    with Client(broker.url) as c:
+        c.send_file("/queue/files", src, chunk_size=64 << 10)
+    seen: list[tuple[str, bytes]] = []
+
+    def consume(batch, _batch_id: int) -> None:  # what a job does with a landed file
+        seen.extend((r.path, Path(r.path).read_bytes()) for r in batch.collect())
+
+    query = (spark.readStream.format("sluice").option("url", broker.url)
+             .option("destination", "/queue/files").option("mode", "streams")
+             .option("streams.output", "path").option("path", str(out))
+             .option("streams.deleteCommitted", "true").load()
+             .writeStream.foreachBatch(consume)
+             .option("checkpointLocation", str(tmp_path / "ck-landing"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(180)
+    assert query.exception() is None, query.exception()
+    [(path, content)] = seen
+    assert content == src.read_bytes()
+    assert not Path(path).exists() and not Path(path).parent.exists()

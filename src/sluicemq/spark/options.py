@@ -31,7 +31,7 @@ SOURCE_OPTIONS = (*CONNECTION_OPTIONS, "destination", "subscription", "selector"
                   "mode", "startingOffsets", "maxMessagesPerTrigger", "partitions",
                   "streams.output", "streams.format", "path", "consume", "headers",
                   "headerColumns", "bulk", "batchBytes", "streams.csv.header",
-                  "streams.csv.delimiter", "pushdown")
+                  "streams.csv.delimiter", "pushdown", "streams.deleteCommitted")
 SINK_OPTIONS = (*CONNECTION_OPTIONS, "destination", "sinkId", "bulk")
 # Added by Spark itself: `load(path)` / `save(path)` / `start(path)`, a stream's checkpoint.
 SPARK_OPTIONS = ("path", "checkpointLocation")
@@ -141,6 +141,7 @@ class SourceOptions:
     stream_format: str | None = None  # streams.format: parse each file's rows (spark/files.py)
     file_schema: str | None = None  # the query's schema (StructType JSON) for stream_format
     file_options: dict[str, str] = field(default_factory=dict)  # streams.csv.*
+    delete_committed: bool = False  # streams.deleteCommitted: landed files go once committed
     pushdown: bool = False  # batch reads take `offset` filters (spark/pushdown.py)
 
     @property
@@ -189,6 +190,10 @@ class SourceOptions:
         if mode == "streams" and output == "path" and not path:
             raise OptionError("option streams.output=path needs option path (a directory "
                               "every executor can write, e.g. on a shared file system)")
+        delete_committed = _flag(opts.get("streams.deletecommitted"), False)
+        if delete_committed and output != "path":
+            raise OptionError("option streams.deleteCommitted deletes landed files: it needs "
+                              "streams.output=path")
         partitions = _positive(opts, "partitions", 2)
         assert partitions is not None
         try:
@@ -216,6 +221,7 @@ class SourceOptions:
             stream_format=stream_format,
             file_options={k: v for k, v in opts.items() if k.startswith("streams.csv.")},
             pushdown=_flag(opts.get("pushdown"), False),
+            delete_committed=delete_committed,
         )
 
 

@@ -21,6 +21,7 @@ from sluicemq.streaming.errors import StreamProtocolError
 from sluicemq.streaming.manifest import PREFIX, is_chunk, parse_chunk
 
 _UTC = dt.UTC
+OFFSET_NOTE = ".sluice-offset"  # in a landed stream's folder: its replay position
 # Set by the broker on each MESSAGE frame of a range read, not stored with the message.
 _FRAME_HEADERS = frozenset({"destination", "message-id", "subscription", "sluice-seq", "ack",
                             "content-length"})
@@ -51,6 +52,28 @@ def _user_headers(headers: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in headers.items()
             if not k.startswith(PREFIX) and k not in ("JMSXGroupID", "subscription", "ack",
                                                       "content-length", "message-id")}
+
+
+def remove_committed(root: str, upto: int) -> int:
+    """Delete the landed streams (``streams.output=path``) whose offset is below ``upto`` (a
+    committed micro-batch's end): their folders under ``root``. Returns how many went."""
+    removed = 0
+    base = Path(root)
+    if not base.is_dir():
+        return 0
+    for note in base.glob(f"*/{OFFSET_NOTE}"):
+        try:
+            offset = int(note.read_text())
+        except (OSError, ValueError):
+            continue  # being written, or not ours
+        if offset < upto:
+            for item in note.parent.iterdir():
+                with contextlib.suppress(FileNotFoundError):
+                    item.unlink()
+            with contextlib.suppress(OSError):
+                note.parent.rmdir()
+            removed += 1
+    return removed
 
 
 def _safe_name(name: str) -> str:
@@ -87,7 +110,9 @@ class _Sink:
                     "option streams.output=path (Spark rows must stay far below 2 GiB)")
             self.chunks.append(body)
 
-    def finish(self) -> tuple[bytes | None, str | None]:
+    def finish(self, offset: int) -> tuple[bytes | None, str | None]:
+        """The content, or the landed file's path (its folder also notes ``offset``, the
+        stream's replay position: ``remove_committed`` goes by it)."""
         if self._file is None:
             return b"".join(self.chunks), None
         self._file.flush()
@@ -95,6 +120,9 @@ class _Sink:
         self._file.close()
         assert self.path is not None
         os.replace(self._part, self.path)
+        note = self.path.parent / (OFFSET_NOTE + ".part")
+        note.write_text(str(offset))
+        os.replace(note, self.path.parent / OFFSET_NOTE)
         return None, str(self.path)
 
     def discard(self) -> None:
@@ -131,7 +159,7 @@ def stream_rows(messages: Iterable[Any], output: str, root: str | None) -> Itera
                 continue
             sink.add(body)
             if current.complete:
-                content, path = sink.finish()
+                content, path = sink.finish(msg.seq)
                 headers = _user_headers(first)
                 yield (info.stream_id, info.name, info.size, info.sha256, content, path,
                        msg.destination, headers, _timestamp(first), msg.seq)

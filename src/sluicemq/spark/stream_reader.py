@@ -31,6 +31,7 @@ from pyspark.sql.streaming.datasource import (
 from sluicemq.client import Client
 from sluicemq.spark.options import SourceOptions
 from sluicemq.spark.ranges import RangePartition, connect, read_rows, slices, target
+from sluicemq.spark.rows import remove_committed
 from sluicemq.spark.waiting import DestinationWatch
 
 
@@ -108,6 +109,8 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opts = self.opts
         self._broker().commit_upto(opts.destination, upto, ledger=opts.ledger, **target(opts))
         self._committed = upto
+        if opts.delete_committed and opts.path:  # landed files of committed batches go too
+            remove_committed(opts.path, upto)
 
     def stop(self) -> None:
         if self._client is not None:
