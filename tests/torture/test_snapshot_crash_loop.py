@@ -14,7 +14,11 @@ CONFIG = """
 [journal]
 segment_bytes = 1048576
 snapshot_records = 50
+store_delay_ms = 0
 """
+# store_delay_ms = 0: every message is written, so the journal grows enough between restarts
+# for periodic snapshots; test_crash_loop.py runs the same loop with concurrent store and
+# dispatch on (messages its consumers acknowledge in time are never written).
 
 
 def test_receipted_messages_survive_kill_9_after_periodic_snapshots(broker_factory: Any,
