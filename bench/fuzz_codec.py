@@ -76,18 +76,29 @@ def mutate(data: bytes, rng: random.Random, pool: list[bytes]) -> bytes:
 
 
 def run_one(data: bytes, rng: random.Random) -> None:
-    """Parse `data` in random pieces; re-encode what parsed and check it round-trips."""
+    """Parse `data` in random pieces; re-encode what parsed and check it round-trips. The
+    same pieces parsed a few frames per call (``max_frames``, what a session does to spread a
+    read over loop turns) must give the same frames and the same refusal."""
     version = rng.choice(VERSIONS)
-    parser = FrameParser(version=version, max_frame_bytes=rng.choice((64, 4096, 1 << 20)),
-                         max_headers=rng.choice((2, 100)), max_header_line=rng.choice((16, 8192)))
-    frames: list[Frame] = []
+    limits = {"version": version, "max_frame_bytes": rng.choice((64, 4096, 1 << 20)),
+              "max_headers": rng.choice((2, 100)), "max_header_line": rng.choice((16, 8192)),
+              "max_header_bytes": rng.choice((24, 1 << 20))}
+    steps = []
     pos = 0
-    try:
-        while pos < len(data):
-            step = rng.choice((1, 3, 17, len(data)))
-            frames += parser.feed(data[pos:pos + step])
-            pos += step
-    except ProtocolError:
+    while pos < len(data):
+        step = rng.choice((1, 3, 17, len(data)))
+        steps.append(data[pos:pos + step])
+        pos += step
+    frames, refused = _parse(FrameParser(**limits), steps, 0)  # type: ignore[arg-type]
+    again, refused_again = _parse(FrameParser(**limits), steps,  # type: ignore[arg-type]
+                                  rng.choice((1, 2)))
+    # A refusal drops the frames parsed in the same call, so a few-at-a-time run may have
+    # returned more of them before it; otherwise they must be the same.
+    if refused_again != refused or again[:len(frames)] != frames or (
+            not refused and again != frames):
+        raise AssertionError(f"max_frames changed {frames!r}/{refused} into "
+                             f"{again!r}/{refused_again}")
+    if refused:
         return
     for frame in frames:
         try:
@@ -97,6 +108,22 @@ def run_one(data: bytes, rng: random.Random) -> None:
         again = FrameParser(version=version).feed(wire)
         if [_sans_length(f) for f in again] != [_sans_length(frame)]:
             raise AssertionError(f"round trip changed {frame!r} into {again!r}")
+
+
+def _parse(parser: FrameParser, steps: list[bytes], max_frames: int) -> tuple[list[Frame], bool]:
+    """Frames from feeding ``steps`` (``max_frames`` a call, then parsing on until nothing is
+    left), and whether the stream was refused."""
+    frames: list[Frame] = []
+    try:
+        for piece in steps:
+            got = parser.feed(piece, max_frames=max_frames)
+            frames += got
+            while max_frames and len(got) == max_frames:
+                got = parser.feed(b"", max_frames=max_frames)
+                frames += got
+    except ProtocolError:
+        return frames, True
+    return frames, False
 
 
 def _sans_length(frame: Frame) -> Frame:

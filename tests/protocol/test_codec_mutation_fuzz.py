@@ -1,6 +1,7 @@
 """Spec: 100,000 mutated byte strings (CI; bench/fuzz_codec.py runs 10 M with the same engine)
-fed to the frame parser in random pieces give frames or ProtocolError, and every frame that
-parses round-trips through the encoder."""
+fed to the frame parser in random pieces give frames or ProtocolError, the same whether they
+are parsed all at once or a frame or two per call, and every frame that parses round-trips
+through the encoder."""
 
 from __future__ import annotations
 
