@@ -7,29 +7,22 @@ own bytes under the holder's key, and it appends a bounded amount per loop turn.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 
+from journal_harness import JournalHarness
 from sluicemq.storage import compaction, records
 from sluicemq.storage.compaction import Compactor, Holder
-from sluicemq.storage.journal import Journal
-from sluicemq.storage.store import Store, TicketLike
+from sluicemq.storage.store import TicketLike
 
 SEGMENT = 64 << 10
 
 
-class Harness:
-    """A real journal and store, one queue of held messages, and a compactor over them.
-    Deferred work (store turns, paced copies) runs only in ``settle``."""
+class Harness(JournalHarness):
+    """One queue of held messages and a compactor over them, on a real journal; paced
+    copies run as deferred work, in ``settle``."""
 
     def __init__(self, directory: Path) -> None:
-        self.calls: list[Callable[[], None]] = []
-        self.journal = Journal(directory / "journal", sync=False, preallocate=False,
-                               segment_bytes=SEGMENT)
-        list(self.journal.recover())
-        self.store = Store(self.journal, self.calls.append, inline_commit=False)
-        self.store.start(lambda fn, *args: fn(*args))
+        super().__init__(directory, segment_bytes=SEGMENT)
         self.held: dict[int, TicketLike] = {}  # mid -> the record holding it
         self.compactor = Compactor(self.store, self.holders, self.relocate, self.calls.append)
 
@@ -56,17 +49,6 @@ class Harness:
     def consume(self, mids: range) -> None:
         for mid in mids:
             self.store.remove("q:q", mid, self.held.pop(mid))
-
-    def settle(self) -> None:
-        """Run deferred work until nothing is left and everything appended is durable."""
-        deadline = time.monotonic() + 10
-        while True:
-            while self.calls:
-                self.calls.pop(0)()
-            if self.store.durable_seq >= self.store.appended_seq and not self.calls:
-                return
-            assert time.monotonic() < deadline, "journal never became durable"
-            time.sleep(0.001)
 
     def ticks(self, n: int) -> None:
         for _ in range(n):

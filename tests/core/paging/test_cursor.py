@@ -3,35 +3,28 @@ that lives in the journal (persistent) or in temp files (non-persistent)."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from journal_harness import JournalHarness
 from sluicemq.core.paging.cursor import PendingList
 from sluicemq.core.paging.flow import MemoryAccount
 from sluicemq.core.paging.pager import Pager
 from sluicemq.core.paging.spill import JOURNAL, OBJ
 from sluicemq.core.routing.message import Message
 from sluicemq.storage import records
-from sluicemq.storage.journal import Journal
-from sluicemq.storage.store import Store
 from sluicemq.storage.tempstore import TempStore
 
 DEST = "/queue/q"
 
 
-class Harness:
-    """A real journal and store; deferred store work runs when `settle` is called."""
+class Harness(JournalHarness):
+    """A real journal and store, a temp store and the pager over them."""
 
     def __init__(self, directory: Path) -> None:
-        self.calls: list[Callable[[], None]] = []
-        self.journal = Journal(directory / "journal", sync=False, preallocate=False,
-                               segment_bytes=256 << 10)
-        list(self.journal.recover())
-        self.store = Store(self.journal, self.calls.append, inline_commit=False)
-        self.store.start(lambda fn, *args: fn(*args))
+        super().__init__(directory, segment_bytes=256 << 10)
         self.temp = TempStore(directory / "tmp", file_bytes=64 << 10)
         self.pager = Pager(self.store, self.temp, spill_bytes=64 << 10)
         self.next_mid = 1
@@ -50,13 +43,8 @@ class Harness:
         return msg
 
     def settle(self) -> None:
-        """Run deferred store work and wait until everything appended is durable."""
-        while self.calls:
-            self.calls.pop(0)()
-        deadline = time.monotonic() + 5
-        while self.store.durable_seq < self.store.appended_seq:
-            assert time.monotonic() < deadline, "journal never became durable"
-            time.sleep(0.001)
+        """Deferred work done, everything durable, and the pager told so."""
+        super().settle()
         self.pager.settle(self.store.durable_seq)
 
     def close(self) -> None:

@@ -4,37 +4,16 @@ segment to it - not on the next once-a-second tick - so the empty segments behin
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 
+from journal_harness import JournalHarness
 from sluicemq.core.persistence.anchor import Anchor
-from sluicemq.storage.journal import Journal
 from sluicemq.storage.staging_records import MEMO_PUBLISHED
-from sluicemq.storage.store import Store
 
 
-class Harness:
-    """A real journal and store; deferred store work runs only in `settle`."""
-
+class Harness(JournalHarness):
     def __init__(self, directory: Path) -> None:
-        self.calls: list[Callable[[], None]] = []
-        self.journal = Journal(directory / "journal", sync=False, preallocate=False,
-                               segment_bytes=64 << 10)
-        list(self.journal.recover())
-        self.store = Store(self.journal, self.calls.append, inline_commit=False)
-        self.store.start(lambda fn, *args: fn(*args))
-
-    def settle(self) -> None:
-        """Run deferred work until nothing is left and everything appended is durable."""
-        deadline = time.monotonic() + 10
-        while True:
-            while self.calls:
-                self.calls.pop(0)()
-            if self.store.durable_seq >= self.store.appended_seq and not self.calls:
-                return
-            assert time.monotonic() < deadline, "journal never became durable"
-            time.sleep(0.001)
+        super().__init__(directory, segment_bytes=64 << 10)
 
 
 def test_an_anchor_keeping_the_oldest_segment_moves_once_the_rest_is_released(
