@@ -41,6 +41,7 @@ WRITE_HIGH_WATER = 4 << 20
 WRITE_LOW_WATER = 1 << 20
 FRAME_SLACK = 64 << 10  # a WebSocket message may hold a maximal frame plus a few small ones
 HANDSHAKE_SECONDS = 0.001  # what an upgrade costs the loop, reserved when one is woken
+REFUSED_CLOSE_SECONDS = 1.0  # a refused client's close frame is awaited this long
 
 
 class WebSocketConnection:
@@ -238,10 +239,6 @@ class WebSocketServer:
     async def _upgrade(self, request: web.Request) -> tuple[web.WebSocketResponse, str | None]:
         """Upgrade and admit: the response and the client's address, or None as the address
         when the connection was refused (a fatal ERROR and a close frame sent)."""
-        limit = self.broker.config.limits.max_frame_bytes + FRAME_SLACK
-        ws = web.WebSocketResponse(protocols=SUBPROTOCOLS, max_msg_size=limit, compress=False)
-        if not ws.can_prepare(request).ok:
-            raise web.HTTPBadRequest(text="this port speaks STOMP over WebSocket only\n")
         origins = self.broker.config.security.websocket_origins
         why = (host_refused(request.host, self._loopback_only)
                or cross_site(request.headers, request.host, origins))
@@ -249,10 +246,22 @@ class WebSocketServer:
             log.warning("WebSocket upgrade refused from %s: %s", request.remote, why)
             raise web.HTTPForbidden(text=f"cross-site WebSocket refused: {why}; list the page's "
                                          "origin in [security] websocket-origins\n")
-        await ws.prepare(request)
         peer = request.transport.get_extra_info("peername") if request.transport else None
         address = str(peer[0]) if peer else "?"
         refused = self.broker.admission.admit(address)
+        limit = self.broker.config.limits.max_frame_bytes + FRAME_SLACK
+        # A refused client gets its ERROR and a close frame, and a short wait for its close:
+        # thousands of refused upgrades left open by their client must not linger for 10 s.
+        ws = web.WebSocketResponse(protocols=SUBPROTOCOLS, max_msg_size=limit, compress=False,
+                                   timeout=REFUSED_CLOSE_SECONDS if refused else 10.0)
+        try:
+            if not ws.can_prepare(request).ok:
+                raise web.HTTPBadRequest(text="this port speaks STOMP over WebSocket only\n")
+            await ws.prepare(request)
+        except BaseException:
+            if refused is None:
+                self.broker.admission.release(address)
+            raise
         if refused is None:
             return ws, address
         # counted with TCP: WebSockets cannot exhaust descriptors
