@@ -7,6 +7,7 @@ non-persistent."""
 from __future__ import annotations
 
 import json
+import time
 
 from sluice_testing import RawStomp
 from sluicemq.client import Client
@@ -177,3 +178,23 @@ def test_an_unknown_layout_is_refused_with_a_readable_error(raw) -> None:
     frame = c.recv()
     assert frame.command == "ERROR"
     assert "sluice-layout" in frame.headers["message"]
+
+
+def test_a_slow_reader_gets_every_byte_of_every_batch_intact(broker) -> None:
+    """The broker reads the journal into buffers it reuses and sends pieces of them without a
+    copy; while a slow reader keeps its transport backed up, a buffer still being sent must
+    never be overwritten by the next read."""
+    def body(i: int) -> bytes:
+        return b"%08d" % i * (64 + i % 200)
+
+    with Client(broker.url) as c:
+        for r in [c.send_async("/queue/slow", body(i)) for i in range(20_000)]:
+            r.result(60)
+        got = 0
+        with c.read_range("/queue/slow", batch_bytes=1 << 20) as rng:
+            for cols in rng.batches():
+                for b in cols.bodies():
+                    assert b == body(int(b[:8]))
+                    got += 1
+                time.sleep(0.02)  # the slowness under test, not a wait for an event
+        assert got == 20_000

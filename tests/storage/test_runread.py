@@ -102,3 +102,23 @@ def test_a_record_shared_by_another_seq_is_checked_whole_and_read(open_journal) 
     opened.watch.wait(ticket.seq)
     run = read_run(opened.journal, [ticket], [70])
     assert run.bodies == b"fanned out"
+
+
+def test_a_read_buffer_is_reused_only_once_nothing_refers_to_it(open_journal) -> None:
+    """Extents are read into kept buffers (no page faults and munmap per read), but a buffer
+    a transport still holds a view of is never overwritten: the next read gets another."""
+    opened = open_journal()
+    tickets = [opened.journal.append(records.MSG, message(i, b"m%d" % i)) for i in (1, 2)]
+    opened.watch.wait(tickets[-1].seq)
+    loc0, loc1 = tickets[0].loc, tickets[1].loc
+    end0 = loc0.offset + 16 + loc0.length
+    first = opened.journal.read_extent(loc0.segment, loc0.offset, end0)
+    buffer = first.obj
+    held = first[16:]  # as a transport holds a piece until it is written
+    del first
+    second = opened.journal.read_extent(loc1.segment, loc1.offset, loc1.offset + 16 + loc1.length)
+    assert second.obj is not buffer
+    assert bytes(held) == records.encode_message("q:orders", 1, 1001, 0, 4, {}, b"m1")
+    del held, second
+    third = opened.journal.read_extent(loc0.segment, loc0.offset, end0)
+    assert third.obj is buffer  # nothing refers to it any more: reused

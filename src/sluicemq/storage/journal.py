@@ -89,6 +89,7 @@ class Journal(JournalReads, JournalWriter):
         self._state = "new"
         self._pending: list[Entry] = []
         self._unwritten: dict[Location, bytes] = {}
+        self._extents: list[bytearray] = []  # read_extent's buffers, reused once unreferenced
         self.unwritten_bytes = 0  # appended, not yet written: flow control bounds it
         self._writer_idle = False
         self._closing = False
