@@ -11,6 +11,7 @@ bench/amq_pair.py), each on its own loopback port. Both standbys retry the lock 
   first RECEIPT from the new master is taken, broken down into lock taken / listening. With an
   empty store and with ``--backlog`` messages queued; ``--repeat`` kills each (the killed broker
   restarts as the next standby), medians reported.
+* handover: the same with a clean stop (SIGTERM) of the master instead of kill -9.
 * loop: ``--takeovers`` kill -9s under load (``--producers`` failover clients pipelining
   persistent sends, two consumers acking client-individual with receipts); after each takeover
   the killed broker restarts as the new standby. Then the queue is drained and every receipted
@@ -138,9 +139,9 @@ def quiet(path: Path | None) -> Iterator[None]:
 
 
 async def fill(port: int, dest: bytes, count: int, body: bytes) -> float:
-    """Queue ``count`` persistent messages (8 producers x 8 in flight); returns msgs/s."""
+    """Queue ``count`` persistent messages (8 producers x 32 in flight); returns msgs/s."""
     conns = [await StompConnection.open("127.0.0.1", port) for _ in range(8)]
-    workers = [Producer(c, dest, n, body, window=8, persistent=True, idle_timeout=300)
+    workers = [Producer(c, dest, n, body, window=32, persistent=True, idle_timeout=300)
                for c, n in zip(conns, split(count, 8), strict=True)]
     started = time.perf_counter()
     await asyncio.gather(*(w.run() for w in workers))
@@ -160,8 +161,10 @@ def pair(flavor: Flavor, base: Path, lock_retry: float) -> tuple[Node, Node]:
     return master, standby
 
 
-def one_takeover(flavor: Flavor, master: Node, standby: Node, lock_retry: float) -> Row:
-    """Kill -9 the master under a one-at-a-time failover producer; times from the kill."""
+def one_takeover(flavor: Flavor, master: Node, standby: Node, lock_retry: float,
+                 clean: bool = False) -> Row:
+    """Kill -9 (or, ``clean``, SIGTERM) the master under a one-at-a-time failover producer;
+    times from the signal."""
     receipts: list[tuple[float, str]] = []
     stop = threading.Event()
     started = threading.Event()
@@ -186,7 +189,10 @@ def one_takeover(flavor: Flavor, master: Node, standby: Node, lock_retry: float)
     # (uniform in [0, lock_retry)) instead of always the same.
     time.sleep(random.uniform(0, lock_retry))
     killed = time.perf_counter()
-    master.kill()
+    if clean:
+        threading.Thread(target=master.stop, daemon=True).start()
+    else:
+        master.kill()
     taken = standby.wait(flavor.taken)
     listening = standby.wait(flavor.listen)
     while not any(at > killed and addr == standby.url for at, addr in receipts):
@@ -206,24 +212,30 @@ def one_takeover(flavor: Flavor, master: Node, standby: Node, lock_retry: float)
 
 
 def takeover(flavor: Flavor, base: Path, backlog: int, repeat: int, lock_retry: float,
-             lock: Path | None) -> Row:
-    """``repeat`` takeovers of one store holding ``backlog`` messages; medians and each run."""
-    with quiet(lock):
-        load = load_average()
-        master, standby = pair(flavor, base, lock_retry)
-        try:
-            fill_rate = asyncio.run(fill(_port(master), b"/queue/backlog", backlog,
-                                         b"x" * 1024)) if backlog else None
+             lock: Path | None, clean: bool = False) -> Row:
+    """``repeat`` takeovers of one store holding ``backlog`` messages; medians and each run.
+    Filling the store is not measured, so it runs before the quiet lock is taken."""
+    master, standby = pair(flavor, base, lock_retry)
+    try:
+        fill_rate = asyncio.run(fill(_port(master), b"/queue/backlog", backlog,
+                                     b"x" * 1024)) if backlog else None
+        with quiet(lock):
+            load = load_average()
             runs = []
             for _ in range(repeat):
-                runs.append(one_takeover(flavor, master, standby, lock_retry))
+                runs.append(one_takeover(flavor, master, standby, lock_retry, clean))
+                print(f"{flavor.name} backlog {backlog}: {runs[-1]}", file=sys.stderr,
+                      flush=True)
+                if clean and master.proc is not None:
+                    master.proc.wait(300)
                 master.start()  # the killed broker comes back as the next standby
                 master.wait(flavor.standby)
                 master, standby = standby, master
-        finally:
-            master.stop()
-            standby.stop()
-    row: Row = {"broker": flavor.name, "scenario": "takeover", "backlog": backlog,
+    finally:
+        master.stop()
+        standby.stop()
+    row: Row = {"broker": flavor.name, "scenario": "handover" if clean else "takeover",
+                "backlog": backlog,
                 "lock_retry": lock_retry, "load_1m": load,
                 "fill_msgs_s": round(fill_rate) if fill_rate else None}
     for key in ("lock_taken_s", "listening_s", "first_receipt_s"):
@@ -309,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="thousands of receipts between two kills")
     parser.add_argument("--baseline-seconds", type=float, default=20.0)
     parser.add_argument("--lock-retry", type=float, default=0.5)
-    parser.add_argument("--skip", default="", help="comma list: takeover,backlog,loop,baseline")
+    parser.add_argument("--skip", default="",
+                        help="comma list: takeover,handover,backlog,loop,baseline")
     parser.add_argument("--quiet-lock", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     opts = parser.parse_args(argv)
@@ -330,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         flavor = FLAVORS[name]
         if "takeover" not in skip:
             report(takeover(flavor, base, 0, opts.repeat, opts.lock_retry, lock))
+        if "handover" not in skip:  # a clean stop of the master, empty store
+            report(takeover(flavor, base, 0, opts.repeat, opts.lock_retry, lock, clean=True))
         if "backlog" not in skip and opts.backlog:
             report(takeover(flavor, base, opts.backlog, opts.repeat, opts.lock_retry, lock))
         if "loop" not in skip:
