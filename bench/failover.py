@@ -35,8 +35,10 @@ import json
 import os
 import random
 import re
+import signal
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -58,6 +60,7 @@ Row = dict[str, Any]
 
 class Node(Protocol):
     url: str
+    proc: subprocess.Popen[str] | None
 
     def start(self) -> None: ...
     def wait(self, pattern: re.Pattern[str], timeout: float = ...) -> float: ...
@@ -94,8 +97,10 @@ class Flavor:
     standing by, its taking the lock, its serving and (if it says) its recovery."""
 
     def __init__(self, name: str, make: Callable[[Path, float], Node], standby: str,
-                 taken: str, listen: str, recovered: str | None) -> None:
+                 taken: str, listen: str, recovered: str | None,
+                 drain_idle: float | None = None) -> None:
         self.name = name
+        self.drain_idle = drain_idle  # None: the broker can say how many messages are left
         self.make = make
         self.standby, self.taken, self.listen = (re.compile(p) for p in (standby, taken, listen))
         self.recovered = re.compile(recovered) if recovered else None
@@ -111,7 +116,8 @@ FLAVORS = {
                      r"listening on stomp://", r"recovered (\d+) messages.* in ([\d.]+)s"),
     "activemq": Flavor("activemq", _amq_node, amq_pair.STANDBY.pattern, amq_pair.TAKEN.pattern,
                        amq_pair.LISTEN.pattern,
-                       r"Recovery replayed (\d+) operations from the journal in ([\d.]+) sec"),
+                       r"Recovery replayed (\d+) operations from the journal in ([\d.]+) sec",
+                       drain_idle=10.0),
 }
 
 
@@ -154,10 +160,15 @@ def pair(flavor: Flavor, base: Path, lock_retry: float) -> tuple[Node, Node]:
     """Master (listening) and standby (standing by) on a fresh shared store."""
     data = Path(tempfile.mkdtemp(prefix=f"{flavor.name}-", dir=base)) / "store"
     master, standby = flavor.make(data, lock_retry), flavor.make(data, lock_retry)
-    master.start()
-    master.wait(flavor.listen)
-    standby.start()
-    standby.wait(flavor.standby)
+    try:
+        master.start()
+        master.wait(flavor.listen)
+        standby.start()
+        standby.wait(flavor.standby)
+    except BaseException:
+        master.stop()
+        standby.stop()
+        raise
     return master, standby
 
 
@@ -272,7 +283,7 @@ def loop(flavor: Flavor, base: Path, takeovers: int, producers: int, window: int
                 master, standby = standby, master
             load.finish()
             elapsed = time.perf_counter() - started
-            load.drain(master.url)
+            load.drain(master.url, idle=flavor.drain_idle)
         finally:
             for n in nodes:
                 n.stop()
@@ -326,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet-lock", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     opts = parser.parse_args(argv)
+    # SIGTERM (a `timeout` around the run) unwinds through the scenarios' finally blocks,
+    # which stop the brokers this run started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     skip = set(filter(None, opts.skip.split(",")))
     names = [n for n in opts.brokers.split(",") if n]
     if "activemq" in names and not amq_pair.available():
@@ -339,21 +353,30 @@ def main(argv: list[str] | None = None) -> int:
             with opts.json.open("a") as fh:
                 fh.write(json.dumps(row) + "\n")
 
+    def scenarios(flavor: Flavor) -> Iterator[tuple[str, Callable[[], Row]]]:
+        yield "takeover", lambda: takeover(flavor, base, 0, opts.repeat, opts.lock_retry, lock)
+        yield "handover", lambda: takeover(flavor, base, 0, opts.repeat, opts.lock_retry,
+                                           lock, clean=True)
+        if opts.backlog:
+            yield "backlog", lambda: takeover(flavor, base, opts.backlog, opts.repeat,
+                                              opts.lock_retry, lock)
+        yield "loop", lambda: loop(flavor, base, opts.takeovers, opts.producers, opts.window,
+                                   opts.lock_retry, opts.settle, lock)
+        yield "baseline", lambda: baseline(flavor, base, opts.producers, opts.window,
+                                           opts.baseline_seconds, lock)
+
+    failed = 0
     for name in names:
         flavor = FLAVORS[name]
-        if "takeover" not in skip:
-            report(takeover(flavor, base, 0, opts.repeat, opts.lock_retry, lock))
-        if "handover" not in skip:  # a clean stop of the master, empty store
-            report(takeover(flavor, base, 0, opts.repeat, opts.lock_retry, lock, clean=True))
-        if "backlog" not in skip and opts.backlog:
-            report(takeover(flavor, base, opts.backlog, opts.repeat, opts.lock_retry, lock))
-        if "loop" not in skip:
-            report(loop(flavor, base, opts.takeovers, opts.producers, opts.window,
-                        opts.lock_retry, opts.settle, lock))
-        if "baseline" not in skip:
-            report(baseline(flavor, base, opts.producers, opts.window, opts.baseline_seconds,
-                            lock))
-    return 0
+        for scenario, run in scenarios(flavor):
+            if scenario in skip:
+                continue
+            try:  # one broker's failure must not cost the other's figures
+                report(run())
+            except Exception as exc:
+                failed += 1
+                report({"broker": name, "scenario": scenario, "error": repr(exc)[:2000]})
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

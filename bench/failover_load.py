@@ -94,15 +94,19 @@ class Load:
         with self._lock:
             self.consumed[msg.text()] += 1
 
-    def drain(self, url: str) -> None:
-        """Take what is left from the last master, then a round trip (every ACK processed)."""
+    def drain(self, url: str, idle: float | None = None) -> None:
+        """Take what is left from the last master. With ``idle`` None the broker says how many
+        are left (SluiceMQ's range head); a broker without that extension (ActiveMQ) is read
+        until no message came for ``idle`` seconds."""
         with Client(url, timeout=300) as c:
-            rest = c.head(QUEUE).count
+            rest = c.head(QUEUE).count if idle is None else None
             with c.subscribe(QUEUE, ack="client-individual", prefetch=1000) as sub:
-                for _ in range(rest):
-                    msg = sub.get(timeout=60)
+                taken = 0
+                while rest is None or taken < rest:
+                    msg = sub.get(timeout=60 if idle is None else idle)
                     if msg is None:
                         break
+                    taken += 1
                     self._ack(msg)
 
     def ledger(self) -> dict[str, int]:
