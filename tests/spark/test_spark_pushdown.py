@@ -1,5 +1,6 @@
 """Which filters a batch read answers itself (spark/pushdown.py): comparisons on ``offset``
-narrow the seq range; everything else is left to Spark. No Spark session needed."""
+narrow the seq range, equalities on header columns become a selector for the broker;
+everything else is left to Spark. No Spark session needed."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from pyspark.sql.datasource import (
     StringStartsWith,
 )
 
-from sluicemq.spark.pushdown import SeqBounds
+from sluicemq.core.selectors import compile_selector
+from sluicemq.spark.pushdown import SeqBounds, header_selector
 
 
 def test_comparisons_on_offset_become_one_range_and_are_not_left_to_spark() -> None:
@@ -50,3 +52,24 @@ def test_contradictory_bounds_read_nothing() -> None:
     list(bounds.take([GreaterThan(("offset",), 50), LessThan(("offset",), 10)]))
     start, end = bounds.clamp(1, 100)
     assert start >= end
+
+
+def test_header_column_equalities_become_a_selector_that_matches_what_spark_keeps() -> None:
+    filters = [EqualTo(("region",), "EU"), In(("kind",), ("a", "it's")),
+               GreaterThan(("offset",), 3), EqualTo(("body",), "x"),
+               StringStartsWith(("region",), "E")]
+    text = header_selector(filters, ("region", "kind"))
+    assert text == "region = 'EU' AND kind IN ('a', 'it''s')"
+    selector = compile_selector(text)
+    assert selector.matches({"region": "EU", "kind": "it's"})
+    assert not selector.matches({"region": "EU", "kind": "b"})
+    assert not selector.matches({"kind": "a"})
+
+
+def test_names_a_selector_cannot_spell_or_non_string_values_push_nothing() -> None:
+    columns = ("in", "a.b", "n", "trace-id")
+    assert header_selector([EqualTo(("in",), "x"), EqualTo(("a.b",), "x"),
+                            EqualTo(("n",), 5), In(("n",), ("1", 2))], columns) is None
+    hyphen = header_selector([EqualTo(("trace-id",), "t1")], columns)
+    assert hyphen == "hyphenated_props:trace-id = 't1'"
+    assert hyphen is not None and compile_selector(hyphen).matches({"trace-id": "t1"})

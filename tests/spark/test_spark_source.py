@@ -224,3 +224,28 @@ def test_offset_filters_narrow_a_batch_read_when_pushdown_is_on(spark, broker):
     assert retained(broker, "/queue/pushed") == 20
     assert sorted(r.offset for r in listed) == [first + 1, first + 25]
     assert none == []
+
+
+def test_header_equalities_go_to_the_broker_as_a_selector_when_pushdown_is_on(spark, broker):
+    """Spark still checks these filters; the broker's selector only spares sending the rest
+    (the selector itself is specified in tests/e2e/test_range_selectors.py)."""
+    send_many(broker, "/queue/pushed-h", 30)
+    with Client(broker.url) as c:
+        first = c.head("/queue/pushed-h").first
+
+    def df():
+        return (spark.read.format("sluice").option("url", broker.url)
+                .option("destination", "/queue/pushed-h").option("pushdown", "true")
+                .option("headerColumns", "n").load())
+
+    spark.conf.set(PUSHDOWN, "true")
+    try:
+        one = df().where("n = '7'").collect()
+        listed = df().where(f"n IN ('1', '29', 'x''y') AND offset > {first + 1}").collect()
+        quoted = df().where("n = 'it''s'").collect()
+    finally:
+        spark.conf.unset(PUSHDOWN)
+    assert [(r.n, r.body) for r in one] == [("7", b"m-7")]
+    assert sorted(r.n for r in listed) == ["29"]
+    assert quoted == []
+    assert retained(broker, "/queue/pushed-h") == 30, "browsing consumed nothing"

@@ -40,12 +40,14 @@ class AsyncClient(AsyncConnection):
                          end: int | None = None, ledger: str | None = None,
                          subscription: str | None = None, client_id: str | None = None,
                          max_messages: int | None = None, streams: bool = False,
-                         batch_bytes: int | None = None) -> AsyncRangeRead:
+                         batch_bytes: int | None = None,
+                         selector: str | None = None) -> AsyncRangeRead:
         """The retained messages of ``[start, end)`` in seq order (``async for``); with
-        ``batch_bytes``, column batches of about that size (iterate ``.batches()``)."""
+        ``batch_bytes``, column batches of about that size (iterate ``.batches()``); with a
+        ``selector``, only the messages it matches."""
         headers = range_headers(start=start, end=end, max_messages=max_messages,
                                 ledger=ledger, subscription=subscription, client_id=client_id,
-                                streams=streams, batch_bytes=batch_bytes)
+                                streams=streams, batch_bytes=batch_bytes, selector=selector)
         return await open_range(self, destination, headers)
 
     async def commit_upto(self, destination: str, upto: int, ledger: str,

@@ -55,10 +55,12 @@ def range_headers(*, start: int | None = None, end: int | None = None,
                   max_messages: int | None = None, head_only: bool = False, splits: int = 0,
                   ledger: str | None = None, commit_upto: int | None = None,
                   subscription: str | None = None, client_id: str | None = None,
-                  streams: bool = False, batch_bytes: int | None = None) -> dict[str, str]:
+                  streams: bool = False, batch_bytes: int | None = None,
+                  selector: str | None = None) -> dict[str, str]:
     """The SUBSCRIBE headers of a range request (destination and id are added by the caller).
 
-    ``client_id`` only matters with ``subscription`` (a durable subscription is named by both).
+    ``client_id`` only matters with ``subscription`` (a durable subscription is named by both);
+    a ``selector`` (JMS syntax) makes a read send only the messages it matches.
     """
     h = {"browser": "true"}
     if subscription is not None:
@@ -83,6 +85,8 @@ def range_headers(*, start: int | None = None, end: int | None = None,
         h["sluice-format"] = columns.FORMAT
         h["sluice-batch-bytes"] = str(batch_bytes)
         h["sluice-layout"] = columns.SPANS  # records as stored: the broker copies nothing
+    if selector:
+        h["selector"] = selector
     return h
 
 

@@ -68,16 +68,19 @@ class Client(Connection):
     def read_range(self, destination: str, start: int | None = None, end: int | None = None,
                    ledger: str | None = None, subscription: str | None = None,
                    client_id: str | None = None, max_messages: int | None = None,
-                   streams: bool = False, batch_bytes: int | None = None) -> RangeRead:
+                   streams: bool = False, batch_bytes: int | None = None,
+                   selector: str | None = None) -> RangeRead:
         """Iterate the retained messages with seq in ``[start, end)`` in seq order, without
         consuming them; ``.head`` holds the end frame's facts after the last one. An ERROR
         (such as a range a ledger already committed) raises ClientError here.
 
         With ``batch_bytes`` the broker packs messages many to a frame (column batches of
-        about that size, docs/replay-protocol.md section 2b): iterate ``.batches()``."""
+        about that size, docs/replay-protocol.md section 2b): iterate ``.batches()``. With a
+        ``selector`` (JMS syntax, as for a subscription) the broker sends only the messages it
+        matches; the end frame's count is of those."""
         headers = range_headers(start=start, end=end, max_messages=max_messages,
                                 ledger=ledger, subscription=subscription, client_id=client_id,
-                                streams=streams, batch_bytes=batch_bytes)
+                                streams=streams, batch_bytes=batch_bytes, selector=selector)
         return open_range(self, destination, headers)
 
     def commit_upto(self, destination: str, upto: int, ledger: str,

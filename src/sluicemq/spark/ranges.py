@@ -58,14 +58,14 @@ def slices(client: Client, opts: SourceOptions, start: int, end: int) -> list[Ra
     return [RangePartition(a, b) for a, b in itertools.pairwise(bounds) if a < b]
 
 
-def read_rows(opts: SourceOptions, part: RangePartition, *, ledger: str | None
-              ) -> Iterator[tuple | pa.RecordBatch]:
+def read_rows(opts: SourceOptions, part: RangePartition, *, ledger: str | None,
+              selector: str | None = None) -> Iterator[tuple | pa.RecordBatch]:
     """The rows of one slice, read over a fresh connection (this runs on an executor): Arrow
     record batches built from column batches, or (option ``bulk`` false, and streams mode)
     tuples built from one MESSAGE frame each."""
     with connect(opts.connection) as client, client.read_range(
             opts.destination, part.start, part.end, ledger=ledger,
-            batch_bytes=opts.batch_bytes, **target(opts)) as rng:
+            batch_bytes=opts.batch_bytes, selector=selector, **target(opts)) as rng:
         if opts.stream_format is not None:
             assert opts.file_schema is not None, "set by the data source from the schema"
             yield from file_batches(rng, opts.stream_format, opts.file_schema,

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
 from sluicemq.spark.options import SourceOptions
-from sluicemq.spark.pushdown import SeqBounds
+from sluicemq.spark.pushdown import SeqBounds, header_selector
 from sluicemq.spark.ranges import RangePartition, connect, read_rows, slices, target
 
 
@@ -20,6 +20,7 @@ class SluiceBatchReader(DataSourceReader):
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self.bounds = SeqBounds()  # stays unbounded unless filters were pushed
+        self.selector: str | None = None  # header equalities pushed to the broker
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.opts
@@ -32,7 +33,7 @@ class SluiceBatchReader(DataSourceReader):
         if not isinstance(partition, RangePartition):
             return  # nothing retained: Spark reads one `InputPartition(None)` instead of none
         opts = self.opts
-        yield from read_rows(opts, partition, ledger=None)
+        yield from read_rows(opts, partition, ledger=None, selector=self.selector)
         if opts.consume:
             with connect(opts.connection) as client:
                 client.commit_upto(opts.destination, partition.end, ledger=opts.ledger,
@@ -45,8 +46,11 @@ class SluicePushdownReader(SluiceBatchReader):
     ``spark.sql.python.filterPushdown.enabled`` is true, and a source cannot see that conf."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
-        """Comparisons on ``offset`` narrow the range read (spark/pushdown.py); a file or
-        stream row's offset is where its stream completed, so those reads push nothing."""
+        """Comparisons on ``offset`` narrow the range read, equalities on header columns
+        become the read's selector (spark/pushdown.py); a file or stream row's offset is where
+        its stream completed and its headers are the stream's, so those reads push nothing."""
         if self.opts.streams:
             return filters
-        return list(self.bounds.take(filters))
+        rest = list(self.bounds.take(filters))
+        self.selector = header_selector(rest, self.opts.shape.columns)
+        return rest

@@ -12,6 +12,7 @@ object; non-persistent ones paged to the temp store are paged in as a normal rea
 from __future__ import annotations
 
 import heapq
+import json
 from array import array
 from collections.abc import Callable, Iterator
 from itertools import repeat
@@ -23,6 +24,7 @@ import numpy as np
 from sluicemq.core.paging.spill import JOURNAL, OBJ, SpillFifo
 from sluicemq.core.replay.seqindex import TailRef
 from sluicemq.core.routing.message import Message
+from sluicemq.core.selectors import Selector
 from sluicemq.protocol.columns import PERSISTENT, REDELIVERED, ColumnWriter, SpanWriter
 from sluicemq.storage import records, runread
 from sluicemq.storage.slotpack import Fields
@@ -41,12 +43,15 @@ Item = Message | tuple[int, int, int, int, int]
 
 def fill(view: SeqView, fetcher: Fetcher, body_of: Callable[[Message], bytes | memoryview],
          start: int, to: int, *, max_bytes: int, max_messages: int,
-         average_size: float = 1024.0, spans: bool = False) -> tuple[Writer, int]:
+         average_size: float = 1024.0, spans: bool = False,
+         selector: Selector | None = None) -> tuple[Writer, int]:
     """The next retained messages of ``[start, to)`` (at least one if any, about ``max_bytes``
     of bodies at most, ``max_messages`` at most) as a batch, and the seq to continue from.
     ``body_of`` reads the body of a message object that keeps it only in the journal;
     ``average_size`` (the queue's) sizes how many slots are looked at for one batch;
-    ``spans`` picks the spans layout (records sent as read) over the packed one."""
+    ``spans`` picks the spans layout (records sent as read) over the packed one; with a
+    ``selector`` only the messages it matches go into the batch (their stored headers are
+    decoded for it), and the batch may be empty while the seq to continue from moved on."""
     writer: Writer = SpanWriter() if spans else ColumnWriter()
     want = min(max_messages, MAX_MESSAGES, max(64, int(max_bytes / average_size * 1.25)))
     sources = view.sources(start, to, want)
@@ -55,7 +60,7 @@ def fill(view: SeqView, fetcher: Fetcher, body_of: Callable[[Message], bytes | m
     only = sources[0]
     if len(sources) == 1 and isinstance(only, tuple):
         n = _cut(only[3][6], max_bytes)
-        if _plain_run(writer, fetcher, only, n):
+        if selector is None and _plain_run(writer, fetcher, only, n):
             return writer, writer.last_seq + 1
         seqs, items = _from_tail(fetcher, *only, n)
     else:
@@ -68,6 +73,8 @@ def fill(view: SeqView, fetcher: Fetcher, body_of: Callable[[Message], bytes | m
     add = writer.add
     for seq, item in zip(seqs, items, strict=True):
         if isinstance(item, Message):
+            if selector is not None and not selector.matches(item.headers):
+                continue
             body = item.body if item.body is not None else body_of(item)
             flags = (PERSISTENT if item.persistent else 0) | (
                 REDELIVERED if item.deliveries else 0)
@@ -78,6 +85,8 @@ def fill(view: SeqView, fetcher: Fetcher, body_of: Callable[[Message], bytes | m
         if item[3]:
             payload = records.tx_op_at(payload, item[3])
         ts, expires, _prio, headers, body = records.message_columns(payload)
+        if selector is not None and not selector.matches(json.loads(bytes(headers))):
+            continue
         add(seq, ts, expires, item[4], PERSISTENT, headers, body)
     return writer, seqs[-1] + 1
 

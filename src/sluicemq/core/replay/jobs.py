@@ -325,11 +325,15 @@ class Read(Job):
             if not batch:
                 self.write_end(view.lowest(), self.to, self.sent)
                 return
+            selector = self.req.selector
             for seq, found in batch:
-                written += self.write_message(self.fetcher.message(found))
-                self.sent += 1
+                msg = self.fetcher.message(found)
                 messages += 1
                 self.cursor = seq + 1
+                if selector is not None and not selector.matches(msg.headers):
+                    continue
+                written += self.write_message(msg)
+                self.sent += 1
                 if limit is not None and self.sent >= limit:
                     self.write_end(self.lowest(), self.cursor, self.sent)
                     return
@@ -354,8 +358,12 @@ class Read(Job):
                                            self.cursor, self.to,
                                            max_bytes=self.req.batch_bytes, max_messages=want,
                                            average_size=max(1.0, average),
-                                           spans=self.req.spans)
+                                           spans=self.req.spans, selector=self.req.selector)
         if not writer:
+            if cursor > self.cursor:  # looked at messages, none matched the selector
+                self.cursor = cursor
+                self.again()
+                return
             self.write_end(view.lowest(), self.to, self.sent)
             return
         parts = writer.finish()  # written as they are: the bodies are views of the journal

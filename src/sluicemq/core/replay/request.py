@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from sluicemq.core.selectors import Selector, SelectorError, compile_selector
 from sluicemq.protocol.columns import PACKED, SPANS
 
 BROWSER = "browser"
@@ -35,6 +36,7 @@ COUNT = "sluice-count"
 LEDGER_COMMITTED = "sluice-ledger-committed"
 MISSING = "sluice-destination-missing"  # on an end frame: no such queue (yet)
 ORIGINAL_ID = "sluice-original-id"
+SELECTOR = "selector"  # a JMS selector: a read sends only the messages it matches
 END = "end"  # the value of `browser` on the end frame
 STREAMS_COMPLETE = "complete"
 
@@ -64,6 +66,7 @@ class RangeRequest:
     streams: bool = False
     batch_bytes: int = 0  # > 0: answer with column batches of about this many bytes
     spans: bool = False  # column batches in the spans layout (protocol/columns.py)
+    selector: Selector | None = None  # a read sends only what it matches
 
     @property
     def sends_messages(self) -> bool:
@@ -106,8 +109,26 @@ def parse_request(headers: dict[str, str]) -> RangeRequest:
     if layout is not None and (not batch_bytes or layout not in (PACKED, SPANS)):
         raise RangeError(f"invalid {LAYOUT} {layout!r}: '{PACKED}' or '{SPANS}', "
                          f"with {FORMAT}:{COLUMNS}")
+    selector = _selector(headers, head_only or upto is not None or streams_value is not None)
     return RangeRequest(start, to, limit, head_only, splits, ledger, upto,
-                        streams_value == STREAMS_COMPLETE, batch_bytes, layout == SPANS)
+                        streams_value == STREAMS_COMPLETE, batch_bytes, layout == SPANS,
+                        selector)
+
+
+def _selector(headers: dict[str, str], not_a_read: bool) -> Selector | None:
+    """A browser's selector, as ActiveMQ honours it on a queue browser. Refused where it would
+    mislead: a head query counts and a commit removes every message of its range, matched or
+    not, and a stream is whole or not at all."""
+    text = headers.get(SELECTOR) or None
+    if text is None:
+        return None
+    if not_a_read:
+        raise RangeError(f"{SELECTOR} applies to a range read only, not to a head query, "
+                         f"a commit or a streams read")
+    try:
+        return compile_selector(text)
+    except SelectorError as exc:
+        raise RangeError(f"invalid selector: {exc}") from None
 
 
 def _batch_bytes(headers: dict[str, str]) -> int:
