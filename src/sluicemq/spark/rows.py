@@ -10,7 +10,9 @@ import contextlib
 import datetime as dt
 import json
 import os
+from collections import deque
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -22,6 +24,7 @@ from sluicemq.streaming.manifest import PREFIX, is_chunk, parse_chunk
 
 _UTC = dt.UTC
 OFFSET_NOTE = ".sluice-offset"  # in a landed stream's folder: its replay position
+WRITE_BEHIND = 4  # chunks a landing file may be written behind the hash (bounded memory)
 # Set by the broker on each MESSAGE frame of a range read, not stored with the message.
 _FRAME_HEADERS = frozenset({"destination", "message-id", "subscription", "sluice-seq", "ack",
                             "content-length"})
@@ -84,25 +87,36 @@ def _safe_name(name: str) -> str:
 
 class _Sink:
     """Where one stream's bytes go while it is assembled: memory, or a `.part` file that is
-    renamed into place only after the SHA-256 matched (a replayed batch rewrites it)."""
+    renamed into place only after the SHA-256 matched (a replayed batch rewrites it).
+
+    A file is written behind: a helper thread writes each chunk while the task hashes the next
+    one (both release the GIL), at most ``WRITE_BEHIND`` chunks ahead so memory stays bounded.
+    Nothing depends on a chunk being on disk before the next arrives - the stream is
+    acknowledged only when its batch commits, after ``finish`` fsynced the file."""
 
     def __init__(self, output: str, root: str | None, stream_id: str, name: str) -> None:
         self.chunks: list[bytes] = []
         self.size = 0
         self.path: Path | None = None
         self._file: BinaryIO | None = None
+        self._writer: ThreadPoolExecutor | None = None
+        self._pending: deque[Future[int]] = deque()
         if output == "path":
             assert root is not None
             folder = Path(root) / stream_id
             folder.mkdir(parents=True, exist_ok=True)
             self.path = folder / _safe_name(name)
             self._part = folder / (self.path.name + ".part")
-            self._file = open(self._part, "wb")  # noqa: SIM115 - closed in finish/discard
+            self._file = open(self._part, "wb", buffering=0)  # noqa: SIM115 - closed in finish/discard
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="sluice-landing")
 
     def add(self, body: bytes) -> None:
         self.size += len(body)
         if self._file is not None:
-            self._file.write(body)
+            assert self._writer is not None
+            while len(self._pending) >= WRITE_BEHIND:
+                self._pending.popleft().result()  # a failed write fails the task here
+            self._pending.append(self._writer.submit(_write_all, self._file, body))
         else:
             if self.size > MAX_BINARY_STREAM:
                 raise StreamProtocolError(
@@ -115,7 +129,7 @@ class _Sink:
         stream's replay position: ``remove_committed`` goes by it)."""
         if self._file is None:
             return b"".join(self.chunks), None
-        self._file.flush()
+        self._drain()
         os.fsync(self._file.fileno())
         self._file.close()
         assert self.path is not None
@@ -125,11 +139,30 @@ class _Sink:
         os.replace(note, self.path.parent / OFFSET_NOTE)
         return None, str(self.path)
 
+    def _drain(self) -> None:
+        """Wait for every chunk written behind (the first failure raises) and stop the thread."""
+        try:
+            while self._pending:
+                self._pending.popleft().result()
+        finally:
+            if self._writer is not None:
+                self._writer.shutdown(wait=True, cancel_futures=True)
+
     def discard(self) -> None:
         if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._drain()
             self._file.close()
             with contextlib.suppress(OSError):
                 self._part.unlink()
+
+
+def _write_all(f: BinaryIO, data: bytes) -> int:
+    """One chunk into an unbuffered file: a write may take part of it."""
+    view = memoryview(data)
+    while view:
+        view = view[f.write(view) or 0:]
+    return len(data)
 
 
 def stream_rows(messages: Iterable[Any], output: str, root: str | None) -> Iterator[tuple]:
