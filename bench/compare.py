@@ -82,6 +82,12 @@ def _ms(label: str, key: str) -> Row:
     return Row(label, key, lower_is_better=True)
 
 
+CPU = Row("  broker CPU a message (us, all its threads)", "broker_cpu_us_per_msg",
+          lower_is_better=True)
+CPU_CHUNK = Row("  broker CPU a 1 MiB chunk (us, all its threads)", "broker_cpu_us_per_msg",
+                lower_is_better=True)
+
+
 def _persist(producers: int, window: int, count: int, quick: int) -> Scenario:
     who = f"{producers} producer{'s' if producers > 1 else ''} x W={window}"
     return Scenario(
@@ -92,7 +98,7 @@ def _persist(producers: int, window: int, count: int, quick: int) -> Scenario:
         [_rate(f"persistent 1 KiB + receipt, {who} (msgs/s)"),
          _ms("  receipt p50 (ms)", "receipt_p50_ms"),
          _ms("  receipt p99 (ms)", "receipt_p99_ms"),
-         _rate("  drain afterwards (msgs/s)", "drain_msgs_per_s")],
+         _rate("  drain afterwards (msgs/s)", "drain_msgs_per_s"), CPU],
     )
 
 
@@ -106,24 +112,26 @@ SCENARIOS = [
               _rate("non-persistent 1 KiB consume (msgs/s)", "consume_msgs_per_s"),
               Row("  broker RSS right after the 100k burst drained (MiB)", "rss_drained_mib",
                   lower_is_better=True),
-              Row("  ... and 3 s later (MiB)", "rss_settled_mib", lower_is_better=True)]),
+              Row("  ... and 3 s later (MiB)", "rss_settled_mib", lower_is_better=True), CPU]),
     Scenario("e2e", ["e2e", "--count", "50000"], ["--count", "10000"],
              [_rate("end-to-end full speed (msgs/s)"),
               _ms("  latency p50 (ms)", "latency_p50_ms"),
-              _ms("  latency p99 (ms)", "latency_p99_ms")]),
+              _ms("  latency p99 (ms)", "latency_p99_ms"), CPU]),
     Scenario("e2e-paced", ["e2e", "--rate", "1000", "--ack", "client-individual",
                            "--count", "5000"], ["--count", "2000"],
              [_ms("end-to-end paced 1k/s, client-individual: p50 (ms)", "latency_p50_ms"),
-              _ms("  p99 (ms)", "latency_p99_ms")]),
+              _ms("  p99 (ms)", "latency_p99_ms"), CPU]),
     Scenario("large", ["large", "--total-mib", "1024", "--chunk-mib", "1", "--window", "8"],
              ["--total-mib", "256"],
              [_rate("1 GiB as 1 MiB persistent chunks, W=8, e2e (MB/s)", "mb_per_s"),
-              Row("  broker RSS peak during it (MiB)", "rss_peak_mib", lower_is_better=True)],
+              Row("  broker RSS peak during it (MiB)", "rss_peak_mib", lower_is_better=True),
+              CPU_CHUNK],
              opt_in=True),
     Scenario("large-nc", ["persist", "--size", str(MIB), "--producers", "1", "--window", "8",
                           "--count", "1024", "--no-drain"], ["--count", "256"],
              [_rate("1 GiB as 1 MiB persistent chunks, W=8, no consumer (MB/s)", "mb_per_s"),
-              Row("  broker RSS peak during it (MiB)", "rss_peak_mib", lower_is_better=True)],
+              Row("  broker RSS peak during it (MiB)", "rss_peak_mib", lower_is_better=True),
+              CPU_CHUNK],
              opt_in=True),
     Scenario("backlog", ["backlog", "--producers", "8", "--window", "8", "--count", "1000000"],
              ["--count", "200000"],

@@ -70,18 +70,29 @@ def read_rss(pid: int) -> tuple[int, int]:
     return rss, hwm
 
 
+def read_cpu(pid: int) -> float:
+    """CPU seconds (user + system, all threads) a process has used so far."""
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        fields = stat.read().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class RssSampler:
-    """Samples a broker's resident memory every 50 ms for the duration of one run."""
+    """Samples a broker's resident memory every 50 ms for the duration of one run, and notes
+    the CPU time it used meanwhile (same-run CPU per message is steadier than rates on a
+    shared machine)."""
 
     def __init__(self, pid: int | None, interval: float = 0.05) -> None:
         self.pid = pid
         self.interval = interval
         self.start = self.peak = 0
+        self.cpu_start = 0.0
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> RssSampler:
         if self.pid is not None:
             self.start = self.peak = read_rss(self.pid)[0]
+            self.cpu_start = read_cpu(self.pid)
             self._task = asyncio.create_task(self._sample())
         return self
 
@@ -95,12 +106,16 @@ class RssSampler:
         if self._task is not None:
             self._task.cancel()
 
-    def report(self) -> Result:
+    def report(self, messages: int) -> Result:
+        """Figures of the run; ``messages``: how many it moved, for CPU a message."""
         if self.pid is None:
             return {}
         rss, hwm = read_rss(self.pid)
+        cpu = read_cpu(self.pid) - self.cpu_start
         self.peak = max(self.peak, rss)
         return {
+            "broker_cpu_s": round(cpu, 2),
+            "broker_cpu_us_per_msg": round(cpu / max(1, messages) * 1e6, 1),
             "rss_start_mib": round(self.start / MIB, 1),
             "rss_peak_mib": round(self.peak / MIB, 1),
             "rss_final_mib": round(rss / MIB, 1),
@@ -570,7 +585,9 @@ async def run_once(opts: argparse.Namespace) -> Result:
             result = await SCENARIOS[opts.scenario](opts)
         except (WireError, TimeoutError, OSError) as exc:
             result = {"error": f"{type(exc).__name__}: {exc}"}
-        result.update(rss.report())
+        messages = (opts.total_mib // opts.chunk_mib if opts.scenario == "large"
+                     else opts.count or 0)
+        result.update(rss.report(messages))
     return result
 
 
