@@ -4,13 +4,15 @@ Producers pipeline persistent, receipted SENDs through a failover URL; consumers
 with client-individual acks, each ACK receipted. The ledger counts, per message body:
 
 * receipted: the producer got the RECEIPT (the broker promised to keep it);
-* consumed: a consumer's ACK was confirmed by a RECEIPT (it was taken off the queue);
+* consumed: a consumer's ACK was confirmed by a RECEIPT (it was taken off the queue), or
+  the final drain (after the load stopped, nothing failing over) was handed the message;
 * in doubt: the connection failed over while the ACK's receipt was outstanding, so whether
   the old master stored it is unknown (`AckInDoubt`); if it did not, the message comes back
   and its next confirmed ACK counts it (and the client acknowledges a copy redelivered to the
   same subscription without handing it out again).
 
-lost = receipted - consumed - in doubt; duplicated = confirmed ACKs beyond the first.
+lost = receipted - consumed - in doubt; duplicated = consumptions beyond the first (a
+broker that stores a re-sent SEND twice, or hands out a message whose ACK it confirmed).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class Load:
         self.consumed: Counter[str] = Counter()
         self.in_doubt: set[str] = set()
         self.events: list[FailoverEvent] = []
+        self.drained = 0
         self.errors: list[BaseException] = []
         self.stop = threading.Event()
         self._lock = threading.Lock()
@@ -95,25 +98,29 @@ class Load:
             self.consumed[msg.text()] += 1
 
     def drain(self, url: str, idle: float | None = None) -> None:
-        """Take what is left from the last master. With ``idle`` None the broker says how many
-        are left (SluiceMQ's range head); a broker without that extension (ActiveMQ) is read
-        until no message came for ``idle`` seconds."""
+        """Take what is left from the last master, after the load stopped: no failover can
+        cut these, so each message handed out counts as consumed (ack auto: no receipt per
+        ACK, which on a broker syncing every ACK would take minutes for a backlog). With
+        ``idle`` None the broker says how many are left (SluiceMQ's range head); a broker
+        without that extension (ActiveMQ) is read until none came for ``idle`` seconds."""
         with Client(url, timeout=300) as c:
             rest = c.head(QUEUE).count if idle is None else None
-            with c.subscribe(QUEUE, ack="client-individual", prefetch=1000) as sub:
+            with c.subscribe(QUEUE, ack="auto", prefetch=1000) as sub:
                 taken = 0
                 while rest is None or taken < rest:
                     msg = sub.get(timeout=60 if idle is None else idle)
                     if msg is None:
                         break
                     taken += 1
-                    self._ack(msg)
+                    with self._lock:
+                        self.consumed[msg.text()] += 1
+        self.drained = taken
 
     def ledger(self) -> dict[str, int]:
         confirmed = set(self.consumed)
         in_doubt = self.in_doubt - confirmed
         lost = set(self.receipted) - confirmed - in_doubt
         return {"receipted": len(self.receipted), "consumed": sum(self.consumed.values()),
-                "in_doubt_acks": len(in_doubt), "lost": len(lost),
+                "drained": self.drained, "in_doubt_acks": len(in_doubt), "lost": len(lost),
                 "duplicated": sum(n - 1 for n in self.consumed.values() if n > 1),
                 "unknown": len(confirmed - set(self.receipted))}
