@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -86,6 +87,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    load_before = os.getloadavg()
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
     for _ in range(args.rounds):
         for variant in VARIANTS:
@@ -98,15 +100,17 @@ def main() -> None:
             "drain_msgs_per_s": statistics.median(
                 rate(r, "drain_msgs_per_s") for r in results),
             "advisories_received": max(r["advisories_received"] for r in results)}
+    load_after = os.getloadavg()
     off = summary["off"]
     for variant, s in summary.items():
         s["enqueue_vs_off"] = round(s["enqueue_msgs_per_s"] / off["enqueue_msgs_per_s"], 3)
         print(f"{variant:<20} enqueue {s['enqueue_msgs_per_s']:>9,.0f}/s "
               f"({s['enqueue_vs_off']:.3f}x off)  drain {s['drain_msgs_per_s']:>9,.0f}/s  "
               f"advisories {s['advisories_received']}")
+    print(f"load average (1 min) {load_before[0]:.2f} before, {load_after[0]:.2f} after")
     line = {"date": time.strftime("%Y-%m-%d %H:%M"), "scenario": "advisory-overhead-8x8",
             "count": args.count, "rounds": args.rounds, "summary": summary,
-            "runs": runs}
+            "load_before": load_before, "load_after": load_after, "runs": runs}
     print(json.dumps({k: v for k, v in line.items() if k != "runs"}))
     if args.json:
         with args.json.open("a") as fh:
