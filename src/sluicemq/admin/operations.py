@@ -126,10 +126,11 @@ def _take(source: Queue, mids: Iterable[int] | None, *, remove: bool) -> list[Me
         raise NotFound(f"not waiting in {source.destination}: "
                        f"{', '.join(str(m) for m in sorted(missing)[:10])}")
     if remove:
-        everything = pending.clear()
-        for m in everything:
-            if m.mid not in wanted:
-                pending.push(m)
+        in_lanes = {m.mid for m in chosen if pending.take_aside(m.mid) is None}
+        if in_lanes:  # (messages set aside by the scheduler stay aside)
+            for m in pending.clear(aside=False):
+                if m.mid not in in_lanes:
+                    pending.push(m)
     return chosen
 
 

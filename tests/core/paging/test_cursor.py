@@ -203,6 +203,32 @@ def test_ordered_removal_takes_any_message_from_memory_or_pages_in_any_order(h: 
     assert sorted(m.mid for m in drain(pending)) == sorted(m.mid for m in left)
 
 
+def test_a_message_set_aside_is_never_popped_but_counted_listed_and_removable(
+        h: Harness) -> None:
+    """The scheduler's last half second: a message taken out of the lanes and set aside
+    still costs the memory budget, is browsed, found by id, purged and cleared - and taken
+    back out by id only once."""
+    account = MemoryAccount(1 << 30)
+    pending = PendingList(h.pager, destination=DEST, window=2, account=account)
+    sent = [h.message() for _ in range(4)]
+    for m in sent:
+        pending.push(m)
+    before = account.used
+    aside = [pending.pop(), pending.pop()]
+    for m in aside:
+        assert m is not None
+        pending.set_aside(m)
+    assert account.used == before and len(pending) == 4
+    assert [m.mid for m in pending] == [m.mid for m in sent]  # browsing: the aside first
+    assert [m.mid for m in drain(pending)] == [m.mid for m in sent[2:]]  # never popped
+    assert {m.mid for m in pending.in_memory()} == {m.mid for m in sent[:2]}  # compaction
+    assert pending.remove(sent[0].mid) is sent[0]  # the admin API's delete
+    assert pending.take_aside(sent[0].mid) is None  # gone: the scheduler finds it cancelled
+    assert pending.clear(aside=False) == [] and len(pending) == 1
+    assert pending.drain_stubs() == [sent[1]]  # purge
+    assert len(pending) == 0 and account.used == 0
+
+
 def test_drain_stubs_empties_without_reading_and_keeps_what_removal_needs(h: Harness) -> None:
     pending = PendingList(h.pager, destination=DEST, window=2)
     sent = [h.message() for _ in range(10)]

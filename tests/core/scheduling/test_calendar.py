@@ -3,8 +3,6 @@ when each bucket is read, each held message is due and each far one is refiled."
 
 from __future__ import annotations
 
-from typing import Any
-
 from sluicemq.core.scheduling.calendar import (
     AHEAD_MS,
     NAME,
@@ -39,13 +37,12 @@ def test_a_bucket_is_read_shortly_before_its_second_and_only_once_listed() -> No
 
 def test_held_messages_come_out_in_due_order_when_due() -> None:
     cal = Calendar()
-    msgs: dict[int, Any] = {due: object() for due in (NOW + 300, NOW + 100, NOW + 200)}
-    for due, msg in msgs.items():
-        cal.hold(due, msg, "q")  # type: ignore[arg-type]
+    for mid, due in enumerate((NOW + 300, NOW + 100, NOW + 200), start=1):
+        cal.hold(due, mid, "q")
     assert cal.wake_at() == NOW + 100
-    assert [d for d, _m, _q in cal.due(NOW + 250, limit=10)] == [NOW + 100, NOW + 200]
+    assert cal.due(NOW + 250, limit=10) == [(NOW + 100, 2, "q"), (NOW + 200, 3, "q")]
     assert cal.due(NOW + 250, limit=10) == []
-    assert [m for _d, m, _q in cal.due(NOW + 300, limit=10)] == [msgs[NOW + 300]]
+    assert cal.due(NOW + 300, limit=10) == [(NOW + 300, 1, "q")]
 
 
 def test_far_messages_are_refiled_half_the_horizon_before_they_are_due() -> None:

@@ -7,6 +7,11 @@ consumer that keeps up is served from memory and nothing is read back; once the 
 destination) or the broker-wide memory budget is full, pushes go to the tail, and the head is
 refilled from the tail in batches as consumers drain it. Without a pager (``cursor = "vm"``)
 everything stays in memory.
+
+A message may also be *set aside*: taken out of the lanes by a broker service that will remove
+it later (the scheduler holds a bucket's messages until each is due) but still the queue's -
+counted against the memory budget, browsed, removed and purged by the admin API, captured in
+an index snapshot and moved by compaction like any waiting message, only never popped.
 """
 
 from __future__ import annotations
@@ -50,8 +55,8 @@ class PendingList:
     ``memory`` an estimate of the RAM the in-memory messages cost (what the limits measure).
     """
 
-    __slots__ = ("_in_head", "_lanes", "_size", "account", "bytes", "destination", "memory",
-                 "pager", "stored_bytes", "window")
+    __slots__ = ("_in_head", "_lanes", "_size", "account", "aside", "bytes", "destination",
+                 "memory", "pager", "stored_bytes", "window")
 
     def __init__(self, pager: Pager | None = None, *, destination: str = "",
                  window: int = 2000, account: MemoryAccount | None = None) -> None:
@@ -67,9 +72,10 @@ class PendingList:
         self.destination = destination
         self.window = window
         self.account = account
+        self.aside: dict[int, Message] = {}  # set aside by id (see the module doc)
 
     def __len__(self) -> int:
-        return self._size
+        return self._size + len(self.aside)
 
     @property
     def paged(self) -> int:
@@ -228,9 +234,24 @@ class PendingList:
         for msg in reversed(skipped):
             self.push_front(msg)
 
+    def set_aside(self, msg: Message) -> None:
+        """Keep a popped message in memory as this queue's, out of dispatch (module doc)."""
+        self.aside[msg.mid] = msg
+        self._hold(msg)
+
+    def take_aside(self, mid: int) -> Message | None:
+        """The message set aside under ``mid``, taken out; None if it is not aside (an admin
+        removed it, or moved it back into the lanes)."""
+        msg = self.aside.pop(mid, None)
+        if msg is not None:
+            self._unhold(msg)
+        return msg
+
     # -- admin ---------------------------------------------------------------------------------
     def remove(self, mid: int) -> Message | None:
         """Take one message out by id (admin actions, recovery); O(n), not for the hot path."""
+        if mid in self.aside:
+            return self.take_aside(mid)
         for prio, lane in self._present():
             for k, msg in enumerate(lane.head):
                 if msg.mid == mid:
@@ -376,8 +397,9 @@ class PendingList:
         return msg
 
     def __iter__(self) -> Iterator[Message]:
-        """Dispatch order: priority 9 down to 0; paged-out messages are read back one by one
-        (browsing), without leaving the cursor."""
+        """Dispatch order: priority 9 down to 0, after the messages set aside; paged-out
+        messages are read back one by one (browsing), without leaving the cursor."""
+        yield from list(self.aside.values())
         for prio in range(MAX_PRIORITY, -1, -1):
             lane = self._lanes[prio]
             if lane is None:
@@ -390,9 +412,11 @@ class PendingList:
                         yield self.pager.page_in(tail, tail.slot(i), self.destination, prio,
                                                  consume=False)
 
-    def clear(self) -> list[Message]:
-        """Take every message out, fully read back (admin moves)."""
-        out: list[Message] = []
+    def clear(self, *, aside: bool = True) -> list[Message]:
+        """Take every message out, fully read back (admin moves), those set aside first
+        (``aside=False``: they stay)."""
+        out = [m for mid in list(self.aside if aside else ())
+               if (m := self.take_aside(mid)) is not None]
         while (m := self.pop()) is not None:
             out.append(m)
         return out
@@ -400,7 +424,7 @@ class PendingList:
     def drain_stubs(self) -> list[Message]:
         """Take every message out without reading paged-out ones back: those come as stubs
         carrying only what journaling their removal needs (purge, unsubscribe)."""
-        out: list[Message] = []
+        out = [m for mid in list(self.aside) if (m := self.take_aside(mid)) is not None]
         for _prio, lane in self._present():
             while lane.head:
                 msg = lane.head.popleft()
@@ -425,7 +449,8 @@ class PendingList:
             yield from lane.tail.journal_slots(segment)
 
     def in_memory(self) -> Iterator[Message]:
-        """Message objects this cursor holds (heads, and tail objects)."""
+        """Message objects this cursor holds (set aside, heads, and tail objects)."""
+        yield from self.aside.values()
         for _prio, lane in self._present():
             yield from lane.head
             yield from lane.tail.objs.values()

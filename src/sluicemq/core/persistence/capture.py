@@ -151,9 +151,11 @@ def count_runs(seg: array, counts: Counter[int]) -> None:
 
 
 def _capture_queue(q: Queue, lanes: list[snapshot.Lane]) -> str | None:
-    """Append the queue's lanes: unacked messages first (where their return would put them),
-    then each lane's in-memory head, then its paged-out tail."""
+    """Append the queue's lanes: unacked messages and those set aside first (where their
+    return would put them), then each lane's in-memory head, then its paged-out tail."""
     unacked: dict[int, list[Message]] = defaultdict(list)
+    for m in q.pending.aside.values():
+        unacked[m.priority].append(m)
     for c in q.consumers:
         for m in [*c.inflight.values(), *(m for ms in c.stream_acked.values() for m in ms)]:
             unacked[m.priority].append(m)

@@ -8,14 +8,17 @@ filed by due time instead:
 - due within the horizon (``[scheduler] horizon_seconds``, a minute) of when it is filed:
   the *bucket* queue of its second,
   ``sluice.scheduled.<due // 1000>``. A bucket is read front to back once, ``AHEAD_MS``
-  before its second begins (sequential page-in), and its messages wait the last moments in
-  RAM (``imminent``), ordered by due time, until each is due;
+  before its second begins (sequential page-in), and its messages wait the last moments set
+  aside in RAM in their bucket (``PendingList.set_aside``: still the queue's, so counted
+  against the memory limit, listed and cancellable through the admin API, kept by an index
+  snapshot), with a (due, id) entry here (``imminent``) in due order, until each is due;
 - further away: the *far* queue ``sluice.scheduled``, with a (due, id) heap entry each; a far
   message is refiled into its bucket half the horizon before it is due, long before anyone
   waits for it.
 
 So RAM holds a horizon's worth of bucket queues at most (60, paged like any queue), the far
-heap, and about ``AHEAD_MS`` + one second's worth of imminent messages. The queues are
+heap, and about ``AHEAD_MS`` + one second's worth of imminent messages (counted as their
+queues' memory). The queues are
 ordinary journaled queues: compaction, kill -9 recovery and the admin API see them as any
 other; a bucket is known again after a restart from its name alone.
 """
@@ -24,10 +27,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from sluicemq.core.routing.message import Message
+from typing import Any
 
 NAME = "sluice.scheduled"  # the far queue; buckets are NAME.<second>
 BUCKET_MS = 1000
@@ -61,7 +61,7 @@ class Calendar:
         self._buckets: list[int] = []  # heap of buckets that may hold messages
         self._known: set[int] = set()
         self.far: list[tuple[int, int]] = []  # heap of (due ms, id in the far queue)
-        self._imminent: list[tuple[int, int, Message, Any]] = []  # (due, order, msg, queue)
+        self._imminent: list[tuple[int, int, int, Any]] = []  # (due, order, id, queue)
         self._order = itertools.count()
 
     def place(self, due: int, now: int) -> str:
@@ -89,17 +89,18 @@ class Calendar:
             heapq.heappop(self._buckets)
             self._known.discard(bucket)
 
-    def hold(self, due: int, msg: Message, queue: Any) -> None:
-        """A message read out of its bucket waits in RAM until ``due``."""
-        heapq.heappush(self._imminent, (due, next(self._order), msg, queue))
+    def hold(self, due: int, mid: int, queue: Any) -> None:
+        """Message ``mid``, read out of its bucket ``queue`` and set aside there, is due at
+        ``due``."""
+        heapq.heappush(self._imminent, (due, next(self._order), mid, queue))
 
-    def due(self, now: int, limit: int) -> list[tuple[int, Message, Any]]:
-        """Up to ``limit`` held messages due by ``now``, in due order."""
-        out: list[tuple[int, Message, Any]] = []
+    def due(self, now: int, limit: int) -> list[tuple[int, int, Any]]:
+        """Up to ``limit`` held (due, id, queue) due by ``now``, in due order."""
+        out: list[tuple[int, int, Any]] = []
         heap = self._imminent
         while heap and heap[0][0] <= now and len(out) < limit:
-            due, _order, msg, queue = heapq.heappop(heap)
-            out.append((due, msg, queue))
+            due, _order, mid, queue = heapq.heappop(heap)
+            out.append((due, mid, queue))
         return out
 
     def to_refile(self, now: int, limit: int) -> list[tuple[int, int]]:

@@ -215,7 +215,8 @@ class Scheduler:
         while (bucket := self.calendar.bucket_to_read(now)) is not None:
             queue = self.broker.queues.get(f"{NAME}.{bucket}")
             while queue is not None and budget > 0 and (msg := queue.pending.pop()) is not None:
-                self.calendar.hold(_due(msg), msg, queue)
+                queue.pending.set_aside(msg)  # still the bucket's: counted, cancellable
+                self.calendar.hold(_due(msg), msg.mid, queue)
                 budget -= 1
             if budget <= 0:
                 return True
@@ -229,14 +230,19 @@ class Scheduler:
         moves: list[tuple[str, str, Message]] = []
         taken: dict[int, tuple[Any, list[Message]]] = {}
         follow: list[tuple[str, int, int]] = []
-        for due, msg, queue in due_now:
+        for due, mid, queue in due_now:
+            msg = queue.pending.take_aside(mid)
+            if msg is None:
+                continue  # removed through the admin API meanwhile: cancelled
             try:
                 moves += self._moves(msg, due, now, follow)
             except (ProtocolError, ValueError) as exc:
                 log.error("scheduled message %s cannot be delivered (%s): dropped",
                           msg.message_id, exc)
             taken.setdefault(id(queue), (queue, []))[1].append(msg)
-        self.broker.commit(f"sched:{due_now[0][1].mid}", moves, list(taken.values()), [])
+        if taken:
+            first = next(iter(taken.values()))[1][0]
+            self.broker.commit(f"sched:{first.mid}", moves, list(taken.values()), [])
         for where, at, mid in follow:
             self._filed(where, at, mid)
         return len(due_now) >= MAX_FIRES_PER_TURN
