@@ -21,6 +21,18 @@ LISTEN_RE = re.compile(r"listening on stomp://([\d.]+):(\d+)")
 CONSOLE_RE = re.compile(r"sluice: console on (http://[\d.]+:(\d+))")
 WS_RE = re.compile(r"sluice: websocket on (ws://[\d.]+:(\d+))")
 MOUNT_TIMEOUT = 15.0  # seconds for mount/umount in tmpfs()
+# `python -c SHIFTED_CLOCK OFFSET broker ...`: the broker with its wall clock moved OFFSET
+# seconds (time.time replaced before sluicemq is imported, so the broker's injected clock -
+# a default argument - is the moved one). Specs of wall-clock schedules (cron) use it to put
+# the next minute a few seconds away instead of waiting for it.
+SHIFTED_CLOCK = """
+import runpy, sys, time
+offset = float(sys.argv.pop(1))
+real_time = time.time
+time.time = lambda: real_time() + offset
+sys.argv[0] = "sluicemq"
+runpy.run_module("sluicemq", run_name="__main__", alter_sys=True)
+"""
 
 
 class BrokerProcess:
@@ -45,6 +57,7 @@ class BrokerProcess:
         self.console_url: str | None = None
         self.ws_url: str | None = None
         self.listening = threading.Event()
+        self.clock_offset = 0.0  # seconds the broker's wall clock is moved (SHIFTED_CLOCK)
 
     @property
     def url(self) -> str:
@@ -52,7 +65,9 @@ class BrokerProcess:
 
     def start(self, timeout: float = 20.0, ready: re.Pattern[str] | None = None) -> BrokerProcess:
         """Start and wait for the `listening on` line (or for ``ready``, say a standby's)."""
-        args = [sys.executable, "-m", "sluicemq", "broker", "--host", "127.0.0.1",
+        run = (["-c", SHIFTED_CLOCK, repr(self.clock_offset)] if self.clock_offset
+               else ["-m", "sluicemq"])
+        args = [sys.executable, *run, "broker", "--host", "127.0.0.1",
                 "--port", str(self.port), "--data-dir", str(self.data_dir), *self.extra_args]
         if self.config_path is not None:
             args += ["--config", str(self.config_path)]

@@ -15,7 +15,7 @@ import urllib.request
 import stomp
 from stomp_helpers import Collector, connect, send_with_receipt
 
-from sluice_testing import RawStomp
+from sluice_testing import BrokerProcess, RawStomp
 from sluicemq import Client
 
 
@@ -299,3 +299,60 @@ def test_a_far_message_is_refiled_into_its_second_and_survives_kill_9_on_either_
         m.ack(receipt=True)
         assert sub.get(timeout=1.0) is None
     assert waiting(b) == []
+
+
+CRON_ROUND = {"AMQ_SCHEDULED_CRON": "* * * * *", "AMQ_SCHEDULED_DELAY": "200",
+              "AMQ_SCHEDULED_PERIOD": "1500", "AMQ_SCHEDULED_REPEAT": "3"}
+ROUND = [200, 1700, 3200, 4700]  # ms after the minute: the first copy and three repeats
+
+
+def take_copies(b: BrokerProcess, due_ms: list[int], seen: set[str]) -> None:
+    """Receive one copy per due time (broker clock), none early, each a message not seen
+    before, each acknowledged durably (so a later kill -9 cannot bring it back)."""
+    with Client(b.url) as c:
+        sub = c.subscribe("/queue/cron.kill", ack="client-individual")
+        for due in due_ms:
+            m = sub.get(timeout=90)
+            assert m is not None and m.body == b"round", f"no copy due at {due}"
+            assert (time.time() + b.clock_offset) * 1000 >= due, "a copy came early"
+            assert m.headers["message-id"] not in seen, "a copy came twice"
+            seen.add(m.headers["message-id"])
+            m.ack(receipt=True)
+
+
+def test_a_cron_round_cut_by_kill_9_between_two_repeats_finishes_once_then_the_next_round(
+        tmp_path) -> None:
+    """Cron `* * * * *`, 200 ms delay, 3 repeats 1.5 s apart. kill -9 between the second and
+    the third copy: after the restart the third and fourth come at their times, once each,
+    and exactly one next round waits (at the next minute); after another kill -9 and a
+    restart a minute later (the broker was down) that round comes whole, once. The broker's
+    wall clock is moved (SHIFTED_CLOCK) so that the minute is seconds away, not up to 60."""
+    b = BrokerProcess(tmp_path / "data")
+    minute = (int(time.time()) // 60 + 2) * 60
+    b.clock_offset = minute - 4 - time.time()  # the broker's clock: 4 s before the minute
+    try:
+        b.start()
+        with Client(b.url) as c:
+            c.send("/queue/cron.kill", b"round", persistent=True, headers=CRON_ROUND)
+        [filed] = waiting(b)
+        first = int(filed["headers"]["sluice-scheduled-at"])  # the minute (or, late, the next)
+        base = first - ROUND[0]
+        seen: set[str] = set()
+        take_copies(b, [base + t for t in ROUND[:2]], seen)
+        b.kill()  # between the second copy and the third
+        b.restart()
+        assert "1 scheduled messages wait" in b.log()
+        take_copies(b, [base + t for t in ROUND[2:]], seen)
+        [next_round] = waiting(b)  # filed once, in the move of the last copy
+        assert int(next_round["headers"]["sluice-scheduled-at"]) == base + 60_000 + ROUND[0]
+        b.kill()
+        b.clock_offset = (base + 57_000) / 1000 - time.time()  # down until 3 s before it
+        b.restart()
+        take_copies(b, [base + 60_000 + t for t in ROUND], seen)
+        [after] = waiting(b)
+        assert int(after["headers"]["sluice-scheduled-at"]) == base + 120_000 + ROUND[0]
+        with Client(b.url) as c:
+            assert c.head("/queue/cron.kill").count == 0  # nothing more was moved
+        assert len(seen) == 8
+    finally:
+        b.kill()
