@@ -160,8 +160,11 @@ def consumer(url: str, queue: str, name: str, ledger: Ledger, stop: threading.Ev
 def run(broker: Broker, workdir: Path, *, cycles: int, producers: int = 3, consumers: int = 2,
         queues: int = 2, min_up: float = 0.3, max_up: float = 1.5, seed: int = 1,
         max_size: int = 200_000, drain_timeout: float = 60.0,
-        on_cycle: Callable[[int], None] | None = None) -> Verdict:
-    """Run the crash loop and return the ledgers' verdict."""
+        on_cycle: Callable[[int], None] | None = None,
+        before_kill: Callable[[int], None] | None = None) -> Verdict:
+    """Run the crash loop and return the ledgers' verdict. ``before_kill(cycle)`` runs after
+    each random up time, just before the kill: a spec waits there for an event the kill must
+    come after; ``on_cycle(cycle)`` runs once the broker is back."""
     rng = random.Random(seed)
     ledger = Ledger(workdir / "ledger")
     names = [f"/queue/torture.{i}" for i in range(queues)]
@@ -179,6 +182,8 @@ def run(broker: Broker, workdir: Path, *, cycles: int, producers: int = 3, consu
         t.start()
     for cycle in range(cycles):
         time.sleep(rng.uniform(min_up, max_up))
+        if before_kill is not None:
+            before_kill(cycle + 1)
         broker.kill()
         if rng.random() < 0.3:
             time.sleep(rng.uniform(0, 0.3))  # clients notice, retry against a closed port
