@@ -130,27 +130,46 @@ def waiting(broker) -> list[dict]:
             for m in api(broker, f"destinations/queue/{name}/messages")["messages"]]
 
 
+def broker_ms(b: BrokerProcess) -> int:
+    """Now on the broker's (maybe moved) wall clock."""
+    return int((time.time() + b.clock_offset) * 1000)
+
+
+def shortly_before_a_minute(tmp_path, seconds: float = 4.0) -> BrokerProcess:
+    """A broker whose wall clock starts ``seconds`` before a whole minute (SHIFTED_CLOCK), so
+    that a spec of a cron round waits seconds for it, not up to a minute."""
+    b = BrokerProcess(tmp_path / "data")
+    minute = (int(time.time()) // 60 + 2) * 60
+    b.clock_offset = minute - seconds - time.time()
+    return b
+
+
 def test_a_cron_round_goes_at_the_entry_time_plus_delay_then_repeats_period_apart(
-        broker) -> None:
+        tmp_path) -> None:
     """As ActiveMQ: at each minute the entry names, the message goes after its delay, then
     AMQ_SCHEDULED_REPEAT more copies AMQ_SCHEDULED_PERIOD apart; then it waits for the next
     minute (it stays scheduled)."""
-    conn, got = connect(broker)
-    conn.subscribe("/queue/cron", id="s", ack="auto")
-    sent = now_ms()
-    send_with_receipt(conn, got, "/queue/cron", "round", "r", persistent="true",
-                      AMQ_SCHEDULED_CRON="* * * * *", AMQ_SCHEDULED_DELAY="200",
-                      AMQ_SCHEDULED_PERIOD="300", AMQ_SCHEDULED_REPEAT="2")
-    minute = (sent // 60_000 + 1) * 60_000  # the top of the next minute
-    copies = [got.next(timeout=75) for _ in range(3)]
-    last = now_ms()
-    assert [m.body for m in copies] == ["round"] * 3
-    assert last >= minute + 200 + 2 * 300
-    assert copies[0].headers["AMQ_SCHEDULED_CRON"] == "* * * * *"
-    assert got.none_within(1.0)  # the next round is a minute away
-    [left] = waiting(broker)
-    assert int(left["headers"]["sluice-scheduled-at"]) == minute + 60_000 + 200
-    conn.disconnect()
+    broker = shortly_before_a_minute(tmp_path)
+    try:
+        broker.start()
+        conn, got = connect(broker)
+        conn.subscribe("/queue/cron", id="s", ack="auto")
+        sent = broker_ms(broker)
+        send_with_receipt(conn, got, "/queue/cron", "round", "r", persistent="true",
+                          AMQ_SCHEDULED_CRON="* * * * *", AMQ_SCHEDULED_DELAY="200",
+                          AMQ_SCHEDULED_PERIOD="300", AMQ_SCHEDULED_REPEAT="2")
+        minute = (sent // 60_000 + 1) * 60_000  # the top of the next minute
+        copies = [got.next(timeout=75) for _ in range(3)]
+        last = broker_ms(broker)
+        assert [m.body for m in copies] == ["round"] * 3
+        assert last >= minute + 200 + 2 * 300
+        assert copies[0].headers["AMQ_SCHEDULED_CRON"] == "* * * * *"
+        assert got.none_within(1.0)  # the next round is a minute away
+        [left] = waiting(broker)
+        assert int(left["headers"]["sluice-scheduled-at"]) == minute + 60_000 + 200
+        conn.disconnect()
+    finally:
+        broker.kill()
 
 
 def test_a_cron_schedule_survives_kill_9(broker) -> None:
@@ -314,7 +333,7 @@ def take_copies(b: BrokerProcess, due_ms: list[int], seen: set[str]) -> None:
         for due in due_ms:
             m = sub.get(timeout=90)
             assert m is not None and m.body == b"round", f"no copy due at {due}"
-            assert (time.time() + b.clock_offset) * 1000 >= due, "a copy came early"
+            assert broker_ms(b) >= due, "a copy came early"
             assert m.headers["message-id"] not in seen, "a copy came twice"
             seen.add(m.headers["message-id"])
             m.ack(receipt=True)
@@ -327,9 +346,7 @@ def test_a_cron_round_cut_by_kill_9_between_two_repeats_finishes_once_then_the_n
     and exactly one next round waits (at the next minute); after another kill -9 and a
     restart a minute later (the broker was down) that round comes whole, once. The broker's
     wall clock is moved (SHIFTED_CLOCK) so that the minute is seconds away, not up to 60."""
-    b = BrokerProcess(tmp_path / "data")
-    minute = (int(time.time()) // 60 + 2) * 60
-    b.clock_offset = minute - 4 - time.time()  # the broker's clock: 4 s before the minute
+    b = shortly_before_a_minute(tmp_path)
     try:
         b.start()
         with Client(b.url) as c:
