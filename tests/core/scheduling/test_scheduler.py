@@ -63,14 +63,14 @@ def test_in_its_last_half_second_a_message_is_still_its_buckets_counted_and_canc
 
 def test_an_index_snapshot_taken_in_that_half_second_keeps_the_message(tmp_path: Path) -> None:
     node = InProcessBroker(config_for(tmp_path / "data"))
-    producer = node.connect()
-    scheduled_send(producer, "/queue/jobs", b"kept", AMQ_SCHEDULED_DELAY="1700")
-    advance_to(node, START + 1 - AHEAD_MS / 1000 + EARLY)
-    cap = capture(node.broker, STATE_PARTS)
-    assert not isinstance(cap, str) and verify(cap) is None  # the holders add up
-    save_snapshot(node.broker, STATE_PARTS)
-    node = node.restart()
     try:
+        producer = node.connect()
+        scheduled_send(producer, "/queue/jobs", b"kept", AMQ_SCHEDULED_DELAY="1700")
+        advance_to(node, START + 1 - AHEAD_MS / 1000 + EARLY)
+        cap = capture(node.broker, STATE_PARTS)
+        assert not isinstance(cap, str) and verify(cap) is None  # the holders add up
+        save_snapshot(node.broker, STATE_PARTS)
+        node = node.restart()
         assert node.core.counts["snapshot"] == 1 and node.core.waiting == 1
         conn = node.connect()
         conn.request("SUBSCRIBE", {"destination": "/queue/jobs", "id": "s"})
@@ -106,15 +106,15 @@ def test_a_cron_round_cut_by_a_restart_between_two_repeats_goes_on_then_the_next
     the first round; the third and fourth still come at their times, once each, and the next
     round comes a minute later, once."""
     node = InProcessBroker(config_for(tmp_path / "data"))
-    advance_to(node, START + 10)
-    scheduled_send(node.connect(), "/queue/cron", b"round", **CRON)
-    conn = node.connect(peer="spec:consumer")
-    conn.request("SUBSCRIBE", {"destination": "/queue/cron", "id": "s"})
-    minute = START + 60
-    ids = expect_copies(node, conn, [minute + 0.2, minute + 1.2])
-    advance_to(node, minute + 1.7)
-    node = node.restart()  # between the second and the third copy
     try:
+        advance_to(node, START + 10)
+        scheduled_send(node.connect(), "/queue/cron", b"round", **CRON)
+        conn = node.connect(peer="spec:consumer")
+        conn.request("SUBSCRIBE", {"destination": "/queue/cron", "id": "s"})
+        minute = START + 60
+        ids = expect_copies(node, conn, [minute + 0.2, minute + 1.2])
+        advance_to(node, minute + 1.7)
+        node = node.restart()  # between the second and the third copy
         assert node.core.waiting == 1
         conn = node.connect(peer="spec:consumer")
         conn.request("SUBSCRIBE", {"destination": "/queue/cron", "id": "s"})
