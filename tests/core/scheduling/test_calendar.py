@@ -3,6 +3,8 @@ when each bucket is read, each held message is due and each far one is refiled."
 
 from __future__ import annotations
 
+import tracemalloc
+
 from sluicemq.core.scheduling.calendar import (
     AHEAD_MS,
     NAME,
@@ -51,7 +53,40 @@ def test_far_messages_are_refiled_half_the_horizon_before_they_are_due() -> None
     cal.filed(NAME, NOW + 100_000, 8)
     assert cal.wake_at() == NOW + 60_000
     assert cal.to_refile(NOW + 59_999, limit=10) == []
-    assert cal.to_refile(NOW + 70_000, limit=10) == [(NOW + 90_000, 7), (NOW + 100_000, 8)]
+    assert cal.to_refile(NOW + 70_000, limit=10) == [7, 8]
+
+
+def test_each_far_message_is_refiled_between_a_horizon_and_half_a_horizon_before_due() -> None:
+    """Far messages are refiled a slice (half a horizon of due times) at a time: early
+    enough that each is filed in its bucket before the bucket is read, late enough that
+    ``place`` puts it there (due within the horizon); within a slice in id order, so those
+    due at the same moment keep the order they came in; at most ``limit`` a turn."""
+    cal = Calendar(horizon_ms=60_000)
+    dues = {mid: NOW + 60_000 + (mid * 7919) % 90_000 for mid in range(1, 301)}
+    for mid, due in dues.items():
+        cal.filed(NAME, due, mid)
+    moved: dict[int, int] = {}
+    while (wake := cal.wake_at()) is not None:
+        turn = cal.to_refile(wake, limit=64)
+        assert 0 < len(turn) <= 64 and turn == sorted(turn)
+        for mid in turn:
+            moved[mid] = wake
+            assert cal.place(dues[mid], wake) != NAME
+    assert moved.keys() == dues.keys()
+    assert all(30_000 <= dues[mid] - at < 60_000 for mid, at in moved.items())
+
+
+def test_far_messages_cost_about_8_bytes_each_in_ram() -> None:
+    """Their bodies and headers wait in the far queue (paged); the calendar keeps ids only."""
+    cal = Calendar(horizon_ms=60_000)
+    tracemalloc.start()
+    try:
+        for mid in range(200_000):
+            cal.filed(NAME, NOW + 120_000 + mid * 17 % 3_600_000, mid)
+        used, _peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert used < 4 * 2**20  # (a (due, id) tuple each took 25 MiB)
 
 
 def test_the_horizon_never_shrinks_below_what_refiling_before_reading_needs() -> None:

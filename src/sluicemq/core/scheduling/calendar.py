@@ -12,13 +12,15 @@ filed by due time instead:
   aside in RAM in their bucket (``PendingList.set_aside``: still the queue's, so counted
   against the memory limit, listed and cancellable through the admin API, kept by an index
   snapshot), with a (due, id) entry here (``imminent``) in due order, until each is due;
-- further away: the *far* queue ``sluice.scheduled``, with a (due, id) heap entry each; a far
-  message is refiled into its bucket half the horizon before it is due, long before anyone
-  waits for it.
+- further away: the *far* queue ``sluice.scheduled``; here only its id, 8 bytes in the array
+  of its *slice* (half a horizon of due times; a (due, id) tuple each cost ~130 bytes, so a
+  million far messages held 126 MiB). A slice is refiled into its buckets between a horizon
+  and half a horizon before each of its messages is due, long before anyone waits for them:
+  each message's due time is read from its headers as it moves.
 
-So RAM holds a horizon's worth of bucket queues at most (60, paged like any queue), the far
-heap, and about ``AHEAD_MS`` + one second's worth of imminent messages (counted as their
-queues' memory). The queues are
+So RAM holds a horizon's worth of bucket queues at most (60, paged like any queue), 8 bytes
+per far message, and about ``AHEAD_MS`` + one second's worth of imminent messages (counted as
+their queues' memory). The queues are
 ordinary journaled queues: compaction, kill -9 recovery and the admin API see them as any
 other; a bucket is known again after a restart from its name alone.
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from array import array
 from typing import Any
 
 NAME = "sluice.scheduled"  # the far queue; buckets are NAME.<second>
@@ -57,10 +60,13 @@ class Calendar:
 
     def __init__(self, horizon_ms: int = 60_000) -> None:
         self.horizon = max(horizon_ms, MIN_HORIZON_MS)  # nearer when filed: into its bucket
-        self._refile_ahead = self.horizon // 2  # a far message moves this long before due
+        self._slice_ms = self.horizon // 2  # far messages are refiled a slice at a time
         self._buckets: list[int] = []  # heap of buckets that may hold messages
         self._known: set[int] = set()
-        self.far: list[tuple[int, int]] = []  # heap of (due ms, id in the far queue)
+        self._far: dict[int, array[int]] = {}  # slice -> ids in the far queue due in it
+        self._slices: list[int] = []  # heap of the slices in _far
+        self._refiling: list[int] = []  # ids of the slice being refiled, descending
+        self._refiling_at = 0
         self._imminent: list[tuple[int, int, int, Any]] = []  # (due, order, id, queue)
         self._order = itertools.count()
 
@@ -72,7 +78,12 @@ class Calendar:
         """A message went into queue ``name`` (as ``place`` said)."""
         bucket = bucket_of_name(name)
         if bucket is None:
-            heapq.heappush(self.far, (due, mid))
+            piece = due // self._slice_ms
+            ids = self._far.get(piece)
+            if ids is None:
+                ids = self._far[piece] = array("q")
+                heapq.heappush(self._slices, piece)
+            ids.append(mid)
         elif bucket not in self._known:
             self._known.add(bucket)
             heapq.heappush(self._buckets, bucket)
@@ -103,11 +114,23 @@ class Calendar:
             out.append((due, mid, queue))
         return out
 
-    def to_refile(self, now: int, limit: int) -> list[tuple[int, int]]:
-        """Up to ``limit`` far (due, id) entries whose time to move to a bucket has come."""
-        out: list[tuple[int, int]] = []
-        while self.far and self.far[0][0] - self._refile_ahead <= now and len(out) < limit:
-            out.append(heapq.heappop(self.far))
+    def _refile_time(self, piece: int) -> int:
+        """When a slice moves: its last due time is then just within the horizon (``place``
+        files it in its bucket) and its first still half a horizon away."""
+        return (piece + 1) * self._slice_ms - self.horizon
+
+    def to_refile(self, now: int, limit: int) -> list[int]:
+        """Up to ``limit`` far ids whose time to move to a bucket has come, a slice at a time
+        in id order (so messages due at the same moment keep the order they came in)."""
+        out: list[int] = []
+        while len(out) < limit:
+            if not self._refiling:
+                if not self._slices or self._refile_time(self._slices[0]) > now:
+                    break
+                piece = heapq.heappop(self._slices)
+                self._refiling = sorted(self._far.pop(piece), reverse=True)
+                self._refiling_at = self._refile_time(piece)
+            out.append(self._refiling.pop())
         return out
 
     def wake_at(self) -> int | None:
@@ -117,8 +140,10 @@ class Calendar:
             times.append(self._imminent[0][0])
         if self._buckets:
             times.append(self._buckets[0] * BUCKET_MS - AHEAD_MS)
-        if self.far:
-            times.append(self.far[0][0] - self._refile_ahead)
+        if self._refiling:
+            times.append(self._refiling_at)
+        elif self._slices:
+            times.append(self._refile_time(self._slices[0]))
         return min(times) if times else None
 
     def held(self) -> int:

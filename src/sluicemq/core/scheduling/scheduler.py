@@ -253,14 +253,13 @@ class Scheduler:
         if not entries:
             return False
         far = self.broker.queue(NAME)
-        found = {mid: far.pending.remove_ordered(mid) for mid in sorted(m for _d, m in entries)}
         moves: list[tuple[str, str, Message]] = []
         taken: list[Message] = []
-        for due, mid in entries:
-            msg = found[mid]
+        for mid in entries:  # (in id order, as remove_ordered wants)
+            msg = far.pending.remove_ordered(mid)
             if msg is None:
                 continue  # purged or moved by an admin: cancelled
-            where = self.calendar.place(due, now)
+            where = self.calendar.place(_due(msg), now)
             copy = msg.moved_to(f"/queue/{where}", self.broker.allocate_mid())
             copy.body = bytes(self.broker.body_of(msg))
             moves.append((QUEUE, where, copy))
