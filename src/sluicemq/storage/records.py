@@ -13,6 +13,8 @@ from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+import msgspec
+
 MSG = 1  # one message stored for a queue key (or a topic key: fanned out on replay)
 ACK = 2  # messages removed from queue keys: consumed, expired or moved
 TX = 3  # several MSG/ACK operations applied atomically (transactions, DLQ moves)
@@ -67,7 +69,7 @@ def decode_message(payload: bytes | memoryview) -> StoredMessage:
     pos = MSG_HEAD.size
     key = bytes(payload[pos:pos + klen]).decode()
     pos += klen
-    headers = json.loads(bytes(payload[pos:pos + hlen]))
+    headers = _decode_json(payload[pos:pos + hlen])
     pos += hlen
     return StoredMessage(key, mid, ts, expires, priority, headers, bytes(payload[pos:]))
 
@@ -99,9 +101,16 @@ def message_columns(payload: bytes | memoryview
     return ts, expires, priority, view[pos:pos + hlen], view[pos + hlen:]
 
 
+_encode_json = msgspec.json.Encoder().encode
+_decode_json = msgspec.json.decode
+
+
 def encode_headers(headers: dict[str, str]) -> bytes:
-    """Headers as a MSG record stores them (compact JSON, UTF-8)."""
-    return json.dumps(headers, separators=(",", ":"), ensure_ascii=False).encode()
+    """Headers as a MSG record stores them (compact JSON, UTF-8; the same bytes as
+    ``json.dumps(headers, separators=(",", ":"), ensure_ascii=False).encode()``). msgspec,
+    because every persistent message pays for this on the event loop: ~0.3 us instead of
+    ~3.4 us (and ~0.5 instead of ~2.8 us to read them back)."""
+    return _encode_json(headers)
 
 
 def message_prefix_size(payload: bytes | memoryview) -> int:
@@ -114,7 +123,7 @@ def message_headers(prefix: bytes | memoryview) -> dict[str, str]:
     """The headers of a MSG record from a prefix holding at least ``message_prefix_size``."""
     _mid, _ts, _exp, _prio, _flags, klen, hlen = MSG_HEAD.unpack_from(prefix, 0)
     pos = MSG_HEAD.size + klen
-    headers: dict[str, str] = json.loads(bytes(prefix[pos:pos + hlen]))
+    headers: dict[str, str] = _decode_json(prefix[pos:pos + hlen])
     return headers
 
 

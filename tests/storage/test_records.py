@@ -1,0 +1,46 @@
+"""MSG records: the stored header JSON.
+
+Journals written before headers were encoded with msgspec hold ``json.dumps`` output, and
+column-batch reads splice the stored JSON into frames as it is, so the encoding must stay
+byte for byte what it was and every old record must read back the same.
+"""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sluicemq.storage import records
+
+HEADER_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+HEADERS = st.dictionaries(HEADER_TEXT, HEADER_TEXT, max_size=12)
+
+
+def old_encoding(headers: dict[str, str]) -> bytes:
+    return json.dumps(headers, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@given(HEADERS)
+def test_headers_are_stored_as_the_same_compact_json_bytes_as_before(
+        headers: dict[str, str]) -> None:
+    assert records.encode_headers(headers) == old_encoding(headers)
+
+
+@given(HEADERS, st.binary(max_size=64))
+def test_a_record_written_with_the_old_encoding_reads_back_unchanged(
+        headers: dict[str, str], body: bytes) -> None:
+    h = old_encoding(headers)
+    k = b"q:orders"
+    payload = b"".join((records.MSG_HEAD.pack(7, 1_700_000_000_000, 0, 4, 0, len(k), len(h)),
+                        k, h, body))
+    stored = records.decode_message(memoryview(payload))
+    assert (stored.key, stored.mid, stored.headers, stored.body) == ("q:orders", 7, headers, body)
+    assert records.message_headers(payload[:records.message_prefix_size(payload)]) == headers
+
+
+def test_control_characters_quotes_and_non_ascii_survive_the_round_trip() -> None:
+    headers = {"destination": "/queue/é\u2028", "note": "a\"b\\c\n\t\x01\x7f😀", "": ""}
+    payload = records.encode_message("q:x", 1, 2, 0, 4, headers, b"body")
+    assert records.decode_message(payload).headers == headers
