@@ -17,6 +17,7 @@ from sluicemq.storage.segment import HEADER_SIZE, Location, intact_at, verify_re
 
 EXTENT_BYTES = 16 << 20  # runread.SPAN: one read covers at most this
 EXTENTS_KEPT = 4
+EXTENT_ROUND = 1 << 20
 
 
 class JournalReads:
@@ -142,9 +143,14 @@ class JournalReads:
                 fd = os.dup(self._fd(segment))
             except OSError as exc:
                 raise StorageError(f"cannot open segment {segment}: {exc}") from exc
-        view = memoryview(self._spare(size))[:size]
+        spare = self._spare(size)
         try:
-            got = os.preadv(fd, [view], start)
+            if spare is None:  # every kept buffer is still referenced: a fresh one, exact size
+                data: bytes | memoryview = os.pread(fd, size, start)
+                got = len(data)
+            else:
+                data = memoryview(spare)[:size]
+                got = os.preadv(fd, [data], start)
         except OSError as exc:
             raise StorageError(f"cannot read segment {segment} at {start}: {exc}") from exc
         finally:
@@ -152,17 +158,26 @@ class JournalReads:
         if got != size:
             raise StorageError(f"segment {segment} ends before {end} (read {got} bytes "
                                f"from {start})")
-        return view
+        return memoryview(data)
 
-    def _spare(self, size: int) -> bytearray:
-        """A buffer of at least ``size`` bytes that nobody else refers to: one of the few kept
-        (a transport may still hold views of the others until it wrote them), else a new one."""
-        for buf in self._extents:
-            if len(buf) >= size and not _exported(buf):
-                return buf
-        buf = bytearray(max(size, EXTENT_BYTES))
-        if len(self._extents) < EXTENTS_KEPT and size <= EXTENT_BYTES:
+    def _spare(self, size: int) -> bytearray | None:
+        """A kept buffer of at least ``size`` bytes that nobody refers to any more (a transport
+        may hold views of the others until it wrote them), grown or added while fewer than
+        ``EXTENTS_KEPT`` are kept; None: read into a fresh buffer instead. Kept buffers are
+        sized to the reads that used them (rounded up to a MiB), not to the largest possible."""
+        if size > EXTENT_BYTES:
+            return None
+        free = [k for k, buf in enumerate(self._extents) if not _exported(buf)]
+        for k in free:
+            if len(self._extents[k]) >= size:
+                return self._extents[k]
+        buf = bytearray(-(-size // EXTENT_ROUND) * EXTENT_ROUND)
+        if free:
+            self._extents[free[0]] = buf  # too small: replaced by one that fits
+        elif len(self._extents) < EXTENTS_KEPT:
             self._extents.append(buf)
+        else:
+            return None
         return buf
 
     def peek(self, loc: Location, start: int, length: int) -> bytes:
