@@ -7,7 +7,10 @@ Starts a broker with ``memory_limit = 256 MiB`` and otherwise default ``[limits]
 process on another address (127.0.0.1; attackers use 127.0.0.2) that sends a non-persistent
 message to itself every 20 ms and times send → receive. Each attack then runs at the issue's
 size times ``--scale``; for each one the table gives the broker's RSS before, at its peak and
-after (its connections closed), the probe's p99 during it, and the first ERROR it was given.
+after (its connections closed), the probe's p99 during it, and the first ERROR it was given;
+``--out`` appends them as JSON lines. Beyond the issue's list: ``slow-consumers`` (subscribers
+that stop reading while a topic is published to) and ``connection-storm`` (connections that
+come and go by the thousand).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
+import os
 import re
 import resource
 import socket
@@ -340,6 +344,62 @@ async def idle_sockets(port: int, n: int) -> Outcome:
                            f"{'' if timeout else 'not '}by the CONNECT timeout")
 
 
+async def slow_consumers(port: int, consumers: int, messages: int, size: int) -> Outcome:
+    """``consumers`` subscribers of one topic that stop reading once subscribed (a small
+    receive buffer), then ``messages`` non-persistent messages of ``size`` bytes published to
+    it: what the broker buffers for peers that never drain."""
+    loop = asyncio.get_running_loop()
+    stuck = []
+    for i in range(consumers):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.bind((Stomp.source, 0))
+        sock.setblocking(False)
+        await loop.sock_connect(sock, (HOST, port))
+        reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 14)
+        s = Stomp(reader, writer)
+        s.send("CONNECT", CONNECT)
+        await s.expect("CONNECTED")
+        s.send("SUBSCRIBE", {"destination": "/topic/slow", "id": str(i), "receipt": "r"})
+        await s.expect("RECEIPT")
+        s._task.cancel()  # from now on it reads nothing
+        stuck.append(s)
+    p = await Stomp.open(port)
+    body = b"s" * size
+    for i in range(messages):
+        p.send("SEND", {"destination": "/topic/slow"}, body)
+        if i % 100 == 99:
+            await p.writer.drain()
+    await p.sync()
+    await p.close()
+    for s in stuck:
+        await s.close()
+    return Outcome(p.errors, f"{consumers} stuck subscribers, {messages} x {size // 1024} KiB "
+                             f"published ({consumers * messages * size / MiB:.0f} MiB fanned out)")
+
+
+async def connection_storm(port: int, n: int, parallel: int) -> Outcome:
+    """``n`` connections (``parallel`` open at a time) that CONNECT, SUBSCRIBE, SEND and go."""
+    errors: list[str] = []
+
+    async def one(i: int) -> None:
+        try:
+            s = await Stomp.open(port)
+        except (OSError, ConnectionError) as exc:
+            errors.append(str(exc))
+            return
+        s.send("SUBSCRIBE", {"destination": f"/queue/storm.{i % 100}", "id": "s"})
+        s.send("SEND", {"destination": f"/queue/storm.{i % 100}"}, b"x" * 1000)
+        s.send("DISCONNECT", {"receipt": "bye"})
+        await s.expect("RECEIPT", 30)
+        await s.close()
+        errors.extend(s.errors)
+
+    for first in range(0, n, parallel):
+        await asyncio.gather(*(one(i) for i in range(first, min(n, first + parallel))))
+    return Outcome(errors, f"{n} connections, {parallel} at a time, {len(errors)} refused")
+
+
 async def websockets(url: str, n: int) -> Outcome:
     import aiohttp
 
@@ -376,6 +436,10 @@ async def oversized(port: int) -> Outcome:
 
 
 # -- driver -----------------------------------------------------------------------------------
+async def within(attack: Awaitable[Outcome], seconds: float) -> Outcome:
+    return await asyncio.wait_for(attack, seconds)
+
+
 def attacks(b: Broker, scale: float) -> dict[str, Callable[[], Awaitable[Outcome]]]:
     def n(x: int) -> int:
         return max(1, int(x * scale))
@@ -391,6 +455,8 @@ def attacks(b: Broker, scale: float) -> dict[str, Callable[[], Awaitable[Outcome
         "idle-sockets": lambda: idle_sockets(b.port, n(10_100)),
         "websockets": lambda: websockets(b.ws, n(11_000)),
         "oversized": lambda: oversized(b.port),
+        "slow-consumers": lambda: slow_consumers(b.port, n(200), 400, 16 << 10),
+        "connection-storm": lambda: connection_storm(b.port, n(20_000), 500),
     }
 
 
@@ -398,6 +464,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--attack-timeout", type=float, default=300.0,
+                    help="seconds an attack may take before it is reported as failed")
+    ap.add_argument("--out", type=Path, help="append one JSON line per attack to this file")
     ap.add_argument("--extra-limits", default="",
                     help='more [limits] lines, e.g. \'journal_backlog = "100 GiB"\' for an A/B')
     args = ap.parse_args()
@@ -419,7 +488,10 @@ def main() -> None:
                 before = b.rss()
                 start = time.time()
                 with RssPeak(b) as peak:
-                    outcome = asyncio.run(run())
+                    try:
+                        outcome = asyncio.run(within(run(), args.attack_timeout))
+                    except Exception as exc:  # report it and run the next attack
+                        outcome = Outcome(note=f"attack failed: {exc!r}")
                     time.sleep(2)
                 end = time.time()
                 scrape = b.scrape_seconds()
@@ -442,6 +514,18 @@ def main() -> None:
         print(f"| {name} | {before / MiB:.0f} MiB | {top / MiB:.0f} MiB | {after / MiB:.0f} MiB "
               f"| {'yes' if top <= LIMIT + SLACK else 'NO'} | {lat:.1f} ms ({count}) "
               f"| {scrape:.2f} s | {first} | {outcome.note} |")
+        if args.out:
+            with args.out.open("a") as f:
+                f.write(json.dumps({
+                    "bench": "hostile", "attack": name, "scale": args.scale,
+                    "when": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)),
+                    "seconds": round(end - start, 1), "limit_mib": LIMIT // MiB,
+                    "slack_mib": SLACK // MiB, "rss_before_mib": round(before / MiB, 1),
+                    "rss_peak_mib": round(top / MiB, 1), "rss_after_mib": round(after / MiB, 1),
+                    "probe_p99_ms": round(lat, 1), "probe_samples": count,
+                    "metrics_scrape_s": round(scrape, 3), "first_error": first,
+                    "errors": len(outcome.errors), "note": outcome.note,
+                    "extra_limits": args.extra_limits, "load": os.getloadavg()}) + "\n")
 
 
 if __name__ == "__main__":
