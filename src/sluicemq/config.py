@@ -41,6 +41,9 @@ class Limits:
     max_consumer_waits: int = 100  # sluice-stream-wait-consumer SENDs waiting per connection
     max_consumer_wait_seconds: float = 300.0  # the longest a wait-consumer SEND may wait
     slow_reader_seconds: float = 30.0  # output backed up this long with no drain: disconnect
+    # Bytes written to peers but not yet taken by their sockets, all connections together:
+    # each connection may back up this / connections (at least 32 KiB, at most 4 MiB).
+    output_buffer_bytes: int | str = "64 MiB"
     # Input work (parsing + handling frames) of all connections per event-loop turn; past it,
     # connections that used more than a light share wait a turn (core/limits/turns.py).
     turn_budget_ms: float = 4.0

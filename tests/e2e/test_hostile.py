@@ -388,3 +388,38 @@ def test_memory_counted_for_a_paged_backlog_returns_to_zero_when_drained(
         assert [m.body[:4] for m in got if m is not None] == [f"{i:04d}".encode()
                                                                for i in range(500)]
     assert overview(b)["flow"]["limits"]["memory"]["used"] == 0
+
+
+# -- output --------------------------------------------------------------------------------
+def test_subscribers_that_stop_reading_hold_only_their_share_of_the_output_budget(
+        broker_factory: Any) -> None:
+    """Frames for a peer that does not read wait in the broker until its socket takes them.
+    Each connection may back up only its share of output_buffer_bytes (the budget over the
+    connections), so a client opening subscribers that never read cannot fill the broker's
+    RAM with their frames (at 4 MiB a connection, 200 of them held ~900 MiB)."""
+    b = broker_factory(config_text='[limits]\noutput-buffer-bytes = "1 MiB"\n')
+    stuck = []
+    for i in range(4):
+        s = RawStomp(b.host, b.port, source="127.0.0.3", rcvbuf=4096)
+        s.connect()
+        s.send("SUBSCRIBE", {"destination": "/topic/stuck", "id": str(i), "receipt": "r"})
+        assert s.recv().command == "RECEIPT"
+        stuck.append(s)  # and from now on it reads nothing
+    publisher = Raw(b)
+    assert publisher.connect().command == "CONNECTED"
+    body = b"s" * (16 << 10)
+    for _ in range(600):  # 9.6 MB for each subscriber: more than its socket buffers take
+        publisher.send("SEND", {"destination": "/topic/stuck"}, body)
+    publisher.send("SEND", {"destination": "/topic/stuck", "receipt": "all"}, body)
+    assert publisher.recv().headers.get("receipt-id") == "all"
+    share = overview(b)["limits"]["output_buffer"]["per_connection"]
+    assert share == (1 << 20) // 5  # four subscribers and the publisher
+    with urllib.request.urlopen(f"{b.console_url}/api/connections", timeout=10) as resp:
+        conns = json.load(resp)["connections"]
+    backed_up = [c["output_buffered"] for c in conns if c["subscriptions"]]
+    # at most a share in the socket's buffer and a share (plus a frame) written after it
+    assert len(backed_up) == 4 and all(share <= n <= 2 * share + len(body) + 1024
+                                       for n in backed_up), (share, backed_up)
+    bystander_works(b)
+    for s in stuck:
+        s.close()

@@ -77,6 +77,11 @@ class BrokerCollector(Collector):
             by_transport[transport] = by_transport.get(transport, 0) + 1
         yield _by_label("sluice_connections", "Open client connections", "transport",
                         sorted(by_transport.items()))
+        yield GaugeMetricFamily("sluice_output_buffered_bytes",
+                                "Bytes written to peers, not yet taken by their sockets "
+                                "(limit output_buffer_bytes)",
+                                value=sum(getattr(s.out, "buffered", 0)
+                                          for s, _ in self.ctx.connections()))
         yield GaugeMetricFamily("sluice_durable_subscriptions", "Durable topic subscriptions",
                                 value=len(broker.durables))
         by_state: dict[str, int] = {}
@@ -101,7 +106,8 @@ class BrokerCollector(Collector):
                    ("max_destinations_per_user", limits.max_destinations_per_user,
                     max(budget.per_owner.values(), default=0)))
         per_frame = (("max_frame_bytes", limits.max_frame_bytes),
-                     ("max_header_bytes", limits.max_header_bytes))
+                     ("max_header_bytes", limits.max_header_bytes),
+                     ("output_buffer_bytes", admission.output_bytes))
         yield _by_label("sluice_limit", "Configured [limits] caps (counts, frame bytes)",
                         "limit", [*((name, cap) for name, cap, _ in counted), *per_frame])
         yield _by_label("sluice_limit_used", "What is used of each [limits] cap now", "limit",

@@ -177,6 +177,7 @@ def connection_view(session: Session, transport: str) -> dict[str, Any]:
         "heartbeat": {"send_ms": session.heartbeat[0], "expect_ms": session.heartbeat[1]},
         "received": session.received, "delivered": session.delivered,
         "transactions": len(session.transactions),
+        "output_buffered": getattr(session.out, "buffered", 0),
         "subscriptions": [consumer_view(c) for c in session.consumers.values()],
     }
 
@@ -239,7 +240,8 @@ def overview(broker: Broker, store: Store | None, sessions: Iterable[Session],
                   "total_in": sampler.total_in, "total_out": sampler.total_out},
         "streams_in_progress": sum(1 for st in table.values() if st.state in STREAM_ACTIVE),
         "flow": flow_view(broker),
-        "limits": limits_view(broker),
+        "limits": {**limits_view(broker), "output_buffered": sum(
+            getattr(s.out, "buffered", 0) for s in sessions)},
     }
 
 
@@ -257,6 +259,8 @@ def limits_view(broker: Broker) -> dict[str, Any]:
         "max_frame_bytes": limits.max_frame_bytes,
         "max_header_bytes": limits.max_header_bytes,
         "turn_budget_ms": limits.turn_budget_ms,
+        "output_buffer": {"limit": admission.output_bytes,
+                          "per_connection": admission.output_share()},
         "turns_deferred": broker.turns.deferred_total,
         "max_transaction_bytes": parse_size(limits.max_transaction_bytes),
         "max_durable_subscriptions": limits.max_durable_subscriptions,

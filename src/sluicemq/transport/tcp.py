@@ -2,7 +2,9 @@
 
 Writes are gathered per loop turn and handed to the transport with one ``writelines`` (one
 syscall for many frames). When the kernel buffer backs up, the session reports itself not
-writable, so dispatch stops handing it messages instead of growing memory.
+writable, so dispatch stops handing it messages instead of growing memory. How much may back
+up is the connection's share of ``output_buffer_bytes`` (``Admission.output_share``), checked
+at each write to the socket: it shrinks as connections arrive.
 
 Closing is careful: after a fatal ERROR (a frame refused for its size, say) the client may
 still be sending. Closing outright would make the kernel answer its data with a reset, and
@@ -33,8 +35,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sluicemq.tcp")
 
-WRITE_HIGH_WATER = 4 << 20
-WRITE_LOW_WATER = 1 << 20
 _INT0 = bytes(4)  # the ioctl's int argument
 LINGER_SECONDS = 5.0  # input discarded after a close, before the socket is dropped for good
 
@@ -62,12 +62,15 @@ class StompProtocol(asyncio.Protocol):
         self._backlog_at_pause = 0
         self._address: str | None = None  # set once admitted (counted against the caps)
         self._deadline: asyncio.TimerHandle | None = None  # CONNECT timeout, then linger
+        self._share = 0  # the write high-water mark last given to the transport
+        self._pending = 0  # bytes in _out
+        self._paused = False  # the transport's buffer is over the share (pause_writing)
+        self._held = False  # not writable until the flush: _out alone reached the share
 
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports have asyncio.Transport's methods without subclassing it
         self.transport = cast(asyncio.Transport, transport)
-        self.transport.set_write_buffer_limits(WRITE_HIGH_WATER, WRITE_LOW_WATER)
         peer = transport.get_extra_info("peername")
         name = f"{peer[0]}:{peer[1]}" if peer else "?"
         address = str(peer[0]) if peer else "?"
@@ -86,6 +89,7 @@ class StompProtocol(asyncio.Protocol):
             self.session.cert_user = peer_common_name(ssl_object.getpeercert())
         self._address = address
         self.connections.add(self)
+        self._limit_output()
         timeout = self.broker.config.limits.connect_timeout
         if timeout > 0:
             self._deadline = self._loop.call_later(timeout, self._connect_timed_out)
@@ -126,6 +130,7 @@ class StompProtocol(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.writable = False
+        self._paused = True
         seconds = self.broker.config.limits.slow_reader_seconds
         if seconds > 0 and self._slow_handle is None and self.transport is not None:
             self._backlog_at_pause = self.transport.get_write_buffer_size()
@@ -151,6 +156,7 @@ class StompProtocol(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.writable = True
+        self._paused = False
         if self._slow_handle is not None:
             self._slow_handle.cancel()
             self._slow_handle = None
@@ -175,6 +181,10 @@ class StompProtocol(asyncio.Protocol):
             return
         self.bytes_out += len(data)
         self._out.append(data)
+        self._pending += len(data)
+        if self._pending >= self._share and self.writable:
+            # one loop turn may write many frames before the flush: stop dispatch here
+            self.writable, self._held = False, True
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
@@ -183,11 +193,30 @@ class StompProtocol(asyncio.Protocol):
         self._flush_scheduled = False
         if self.transport is None or not self._out:
             return
-        out, self._out = self._out, []
+        out, self._out, self._pending = self._out, [], 0
+        self._limit_output()
         self.transport.writelines(out)
         self.last_sent = time.monotonic()
+        if self._held:
+            self._held = False
+            if not self._paused and not self._closing and self.session is not None:
+                self.writable = True  # the socket took it below the share
+                self.session.output_ready()
         if self._closing:
             self._shut_down()
+
+    def _limit_output(self) -> None:
+        """Follow this connection's share of the output budget (it pauses writing, and so
+        dispatch to it, once that much is waiting for its socket)."""
+        share = self.broker.admission.output_share()
+        if share != self._share and self.transport is not None:
+            self._share = share
+            self.transport.set_write_buffer_limits(share, share // 4)
+
+    @property
+    def buffered(self) -> int:
+        """Bytes written to this peer that its socket has not taken yet."""
+        return self._pending + (self.transport.get_write_buffer_size() if self.transport else 0)
 
     def close(self) -> None:
         """Close after what was already written (an ERROR or RECEIPT) has gone out."""

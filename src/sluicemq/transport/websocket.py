@@ -4,12 +4,13 @@ Each incoming WebSocket message, text or binary, is fed to the frame parser as b
 message may carry one frame, several, or part of one. Each outgoing frame is one message:
 text when it is valid UTF-8 (what browser STOMP clients expect), binary otherwise.
 
-Writes go through a queue drained by one task per connection; past a high-water mark the
-session reports itself not writable and dispatch stops feeding it, as on TCP. Reading pauses
-as on TCP too (flow control, a connection's turn of frames used up): the read loop stops
-taking messages, aiohttp's bounded reader then stops reading the socket, and TCP holds the
-client back - so a WebSocket producer can neither queue frames without bound in the broker
-nor hold the event loop longer than a TCP one.
+Writes go through a queue drained by one task per connection; past the connection's share of
+``output_buffer_bytes`` (``Admission.output_share``) the session reports itself not writable
+and dispatch stops feeding it, as on TCP. Reading pauses as on TCP too (flow control, a
+connection's turn of frames used up): the read loop stops taking messages, aiohttp's bounded
+reader then stops reading the socket, and TCP holds the client back - so a WebSocket producer
+can neither queue frames without bound in the broker nor hold the event loop longer than a
+TCP one.
 """
 
 from __future__ import annotations
@@ -37,8 +38,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("sluicemq.websocket")
 
 SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
-WRITE_HIGH_WATER = 4 << 20
-WRITE_LOW_WATER = 1 << 20
 FRAME_SLACK = 64 << 10  # a WebSocket message may hold a maximal frame plus a few small ones
 HANDSHAKE_SECONDS = 0.001  # what an upgrade costs the loop, reserved when one is woken
 REFUSED_CLOSE_SECONDS = 1.0  # a refused client's close frame is awaited this long
@@ -82,7 +81,7 @@ class WebSocketConnection:
         # sends (text messages for stomp.js), which only bytes can do.
         self._out.append(data if isinstance(data, bytes) else bytes(data))
         self._queued += len(data)
-        if self._queued > WRITE_HIGH_WATER:
+        if self._queued > self.broker.admission.output_share():
             self.writable = False
         self._wake.set()
 
@@ -142,7 +141,7 @@ class WebSocketConnection:
                 else:
                     await ws.send_str(text)
                 self.last_sent = time.monotonic()
-                if not self.writable and self._queued <= WRITE_LOW_WATER:
+                if not self.writable and self._queued <= self.broker.admission.output_share() // 4:
                     self._resume()
             if self._closing:
                 await ws.close()
@@ -167,6 +166,11 @@ class WebSocketConnection:
     @property
     def gone(self) -> bool:
         return self.session.closed
+
+    @property
+    def buffered(self) -> int:
+        """Frames queued for this peer and not yet handed to its socket."""
+        return self._queued
 
     @property
     def reading_paused(self) -> bool:

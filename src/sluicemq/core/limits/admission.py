@@ -5,23 +5,34 @@ so a client that cannot exhaust the TCP listener must not be able to exhaust the
 through the WebSocket one. Why per address: without it one client opening idle sockets
 (they need not even log in) fills ``max_connections`` and locks everybody else out.
 Sans-IO: transports ask ``admit`` when a socket arrives and ``release`` when it is gone.
+
+The same count shares out ``output_buffer_bytes``: what a connection may have written but its
+socket not yet taken. A peer that stops reading keeps its share until ``slow_reader_seconds``
+drop it; without a broker-wide budget a client opening a few hundred subscribers that never
+read held 4 MiB of frames each (~900 MiB with a 256 MiB memory limit). Transports ask
+``output_share`` before each write to the socket, so a share shrinks as connections arrive.
 """
 
 from __future__ import annotations
 
 from sluicemq.config import Limits
+from sluicemq.core.paging.flow import parse_size
+
+OUTPUT_FLOOR = 32 << 10  # a connection's share never goes below this
+OUTPUT_CEILING = 4 << 20  # nor above (a large stream's chunks in flight)
 
 
 class Admission:
     """Open connections broker-wide and per client address, against their caps."""
 
-    __slots__ = ("by_address", "limits", "refused_total", "total")
+    __slots__ = ("by_address", "limits", "output_bytes", "refused_total", "total")
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self.total = 0
         self.by_address: dict[str, int] = {}
         self.refused_total = 0
+        self.output_bytes = parse_size(limits.output_buffer_bytes)
 
     def admit(self, address: str) -> str | None:
         """Count a new connection from ``address``, or say why it is refused (not counted)."""
@@ -47,6 +58,11 @@ class Admission:
             self.by_address[address] = held
         else:
             self.by_address.pop(address, None)
+
+    def output_share(self) -> int:
+        """Bytes of output one connection may hold unsent (its write high-water mark)."""
+        share = self.output_bytes // max(1, self.total)
+        return max(OUTPUT_FLOOR, min(OUTPUT_CEILING, share))
 
     def busiest(self) -> int:
         """Connections held by the address that holds the most (console, /metrics)."""
