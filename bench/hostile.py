@@ -504,6 +504,8 @@ def main() -> None:
             prober.join(10)
             b.proc.terminate()
             b.proc.wait(30)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, cwd=Path(__file__).parent, check=False).stdout.strip()
     print(f"\nmemory_limit {LIMIT // MiB} MiB, allowed RSS {(LIMIT + SLACK) // MiB} MiB "
           f"(+{SLACK // MiB} MiB slack), scale {args.scale}")
     print("| attack | RSS before | peak | after | within | probe p99 (n) | /metrics | ERROR "
@@ -525,7 +527,8 @@ def main() -> None:
                     "probe_p99_ms": round(lat, 1), "probe_samples": count,
                     "metrics_scrape_s": round(scrape, 3), "first_error": first,
                     "errors": len(outcome.errors), "note": outcome.note,
-                    "extra_limits": args.extra_limits, "load": os.getloadavg()}) + "\n")
+                    "extra_limits": args.extra_limits, "load": os.getloadavg(),
+                    "commit": commit}) + "\n")
 
 
 if __name__ == "__main__":
