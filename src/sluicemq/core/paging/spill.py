@@ -33,6 +33,8 @@ from itertools import compress, count, islice
 from operator import lt
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from sluicemq.core.paging.blocks import JOURNAL, OBJ, TEMP, Block
 from sluicemq.storage import slotpack
 from sluicemq.storage.slotpack import Fields
@@ -393,9 +395,13 @@ class SpillFifo:
             if not block.may_hold_segment(segment, segment):
                 continue
             mid, src, seg, off, length, inner, _size = self._fields(n)
-            for j in range(max(0, self._start - first), block.n):
-                if seg[j] == segment and src[j] == JOURNAL:
-                    out.append((mid[j], segment, off[j], length[j], inner[j]))
+            lo = max(0, self._start - first)
+            # compared in C: compaction asks this of every queue for each segment it copies
+            segs = np.frombuffer(seg, dtype=np.uint32)[lo:block.n]
+            srcs = np.frombuffer(src, dtype=np.uint8)[lo:block.n]
+            hits = (np.flatnonzero((segs == segment) & (srcs == JOURNAL)) + lo).tolist()
+            del segs, srcs  # release the arrays' buffers: they may grow later
+            out.extend((mid[j], segment, off[j], length[j], inner[j]) for j in hits)
         yield from out
 
     # -- taking out --------------------------------------------------------------------------
