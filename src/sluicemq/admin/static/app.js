@@ -149,6 +149,8 @@ function limitsCard(l) {
               `per address ${of(l.connections_per_address)} · consumer waits ${num(l.consumer_waits)} · ` +
               `frames ≤ ${bytes(l.max_frame_bytes)}, headers ≤ ${bytes(l.max_header_bytes)} · ` +
               `inputs deferred ${num(l.turns_deferred)} (turn budget ${l.turn_budget_ms} ms) · ` +
+              `output waiting ${bytes(l.output_buffered || 0)} / ${bytes(l.output_buffer.limit)} ` +
+              `(≤ ${bytes(l.output_buffer.per_connection)} a connection) · ` +
               `refused ${num(l.refused.connections)} connections, ${num(l.refused.destinations)} destinations`,
               "card-limits");
 }
