@@ -18,6 +18,7 @@ max-destinations-per-user = 30
 connect-timeout = 4.5
 max-header-bytes = 131072
 turn-budget-ms = 3.0
+output-buffer-bytes = "3 MiB"
 """
 
 
@@ -54,10 +55,16 @@ def test_connection_and_destination_caps_are_shown_with_their_use(broker_factory
     assert limits["connect_timeout_s"] == 4.5
     assert limits["max_header_bytes"] == 131072
     assert limits["turn_budget_ms"] == 3.0 and limits["turns_deferred"] >= 0
+    # three connections share the output budget (more, once the console's probe is one)
+    assert limits["output_buffer"]["limit"] == 3 << 20
+    assert limits["output_buffer"]["per_connection"] <= 1 << 20
+    assert limits["output_buffered"] >= 0
     families = scrape(broker.console_url)
     assert value(families["sluice_limit"], limit="max_connections_per_address") == 7
     assert value(families["sluice_limit"], limit="max_destinations") == 40
     assert value(families["sluice_limit"], limit="max_header_bytes") == 131072
+    assert value(families["sluice_limit"], limit="output_buffer_bytes") == 3 << 20
+    assert value(families["sluice_output_buffered_bytes"]) >= 0
     assert value(families["sluice_turns_deferred"], "_total") >= 0
     assert value(families["sluice_limit_used"], limit="max_destinations") == 4
     assert value(families["sluice_limit_used"], limit="max_destinations_per_user") == 4
