@@ -397,7 +397,8 @@ def test_subscribers_that_stop_reading_hold_only_their_share_of_the_output_budge
     Each connection may back up only its share of output_buffer_bytes (the budget over the
     connections), so a client opening subscribers that never read cannot fill the broker's
     RAM with their frames (at 4 MiB a connection, 200 of them held ~900 MiB)."""
-    b = broker_factory(config_text='[limits]\noutput-buffer-bytes = "1 MiB"\n')
+    b = broker_factory(config_text='[limits]\noutput-buffer-bytes = "1 MiB"\n'
+                                   '[defaults]\nmax_consumer_lag = 0\n')  # publish unpaced
     stuck = []
     for i in range(4):
         s = RawStomp(b.host, b.port, source="127.0.0.3", rcvbuf=4096)
