@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sluicemq.core.paging.spill import JOURNAL, OBJ, TEMP, Slot, SpillFifo
+from sluicemq.core.routing import keys
 from sluicemq.core.routing.message import Message
 from sluicemq.errors import StorageError
 from sluicemq.storage import records
@@ -115,7 +116,7 @@ class Pager:
             payload = self.store.read(loc)
         sm = records.decode_message(payload)
         if _is_pattern(destination):  # a wildcard durable subscription: each its own topic
-            destination = f"/topic/{sm.key[2:]}" if sm.key.startswith("t:") else destination
+            destination = keys.destination_of(sm.key) if keys.is_topic(sm.key) else destination
         body: bytes | None = sm.body if size < self.spill_bytes else None
         msg = Message(mid, destination, sm.headers, body, persistent=True, priority=priority,
                       expires=sm.expires, timestamp=sm.timestamp)

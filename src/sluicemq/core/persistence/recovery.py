@@ -32,6 +32,7 @@ from sluicemq.core.paging.spill import JOURNAL, SpillFifo
 from sluicemq.core.persistence import capture as capturing
 from sluicemq.core.persistence.live import BaseLanes, Entry, LiveSlots
 from sluicemq.core.persistence.parts import StatePart
+from sluicemq.core.routing import keys
 from sluicemq.core.routing.message import Message
 from sluicemq.core.routing.wildcards import is_pattern
 from sluicemq.core.selectors import compile_selector
@@ -47,7 +48,6 @@ from sluicemq.core.streams.chunks import (
     STREAM_ID,
     StreamKey,
     StreamState,
-    destination_key,
 )
 from sluicemq.errors import StorageError
 from sluicemq.storage import records, snapshot
@@ -177,10 +177,10 @@ class Replay:
                 self._stream_chunk(sm, RecoveredTicket(Location(seg, off, length)))
                 self.chunks[mid] = (sm.key, sm.headers[STREAM_ID])
         entry = (seg, off, length, inner, len(raw) - hpos - hlen, priority)
-        if key[0] != "t":
+        if not keys.is_topic(key):
             self._add(key, mid, entry)
             return
-        name = key[2:]
+        name = keys.name_of(key)
         for k, sub in self.subs.items():
             if sub.topic != name and not (k in self.patterns and self.patterns[k](name)):
                 continue
@@ -205,9 +205,7 @@ class Replay:
         sid = h[STREAM_ID]
         st = self.streams.get((sm.key, sid))
         if st is None:
-            kind, _, name = sm.key.partition(":")
-            st = StreamState(sid, h.get(NAME, sid), f"/{'topic' if kind == 't' else 'queue'}/"
-                             f"{name}", sm.key)
+            st = StreamState(sid, h.get(NAME, sid), keys.destination_of(sm.key), sm.key)
             self.streams[st.key] = st
         try:
             seq, offset = int(h.get(SEQ, "0")), int(h.get(OFFSET, "0"))
@@ -308,7 +306,7 @@ class Replay:
         return None
 
     def _wanted(self, key: str) -> bool:
-        return key.startswith("q:") or key in self.subs
+        return keys.is_queue(key) or key in self.subs
 
     def install(self) -> int:
         """Hand everything to the broker (after ``settle``); returns the messages restored."""
@@ -370,7 +368,7 @@ class Replay:
         """Chunks the snapshot held back for their stream (``complete`` dispatch)."""
         for h in held:
             seg, off, length = h["loc"]
-            st = self.streams.get((destination_key(queue.destination), h["stream"]))
+            st = self.streams.get((keys.destination_key(queue.destination), h["stream"]))
             if st is not None and not st.final_stored:
                 st.held.append((queue, self._materialise(
                     queue, h["mid"], seg, off, length, h["inner"], h["size"], h["priority"])))
@@ -419,10 +417,10 @@ class Replay:
             return True  # cannot tell: keep it open, as the snapshot had it
         if key != st.queue_key:
             return True
-        keys = [key] if key.startswith("q:") else [
-            k for k, sub in self.subs.items() if f"t:{sub.topic}" == key]
+        holders = [key] if keys.is_queue(key) else [
+            k for k, sub in self.subs.items() if keys.topic_key(sub.topic) == key]
         return any(self.live[k].has(mid) or (k in self.base and self.base[k].has(mid))
-                   for k in keys)
+                   for k in holders)
 
 
 def _reaches(pattern: str, may_read: Callable[[str], bool]) -> Callable[[str], bool]:
@@ -431,8 +429,7 @@ def _reaches(pattern: str, may_read: Callable[[str], bool]) -> Callable[[str], b
 
 
 def _queue_of(broker: Broker, key: str) -> Queue:
-    kind, _, name = key.partition(":")
-    return broker.queue(name) if kind == "q" else broker.durables[key][1]
+    return broker.queue(keys.name_of(key)) if keys.is_queue(key) else broker.durables[key][1]
 
 
 def replay(broker: Broker, parts: Sequence[type[StatePart]] = ()) -> dict[str, Any]:

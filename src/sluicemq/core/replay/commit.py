@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from sluicemq.core.replay.streams import ChunkFacts, facts_of
+from sluicemq.core.routing import keys
 from sluicemq.core.routing.message import Message
 from sluicemq.core.streams.chunks import is_final
 
@@ -121,8 +122,7 @@ class Removal:
 
     def _has_streams(self) -> bool:
         """Does any open stream live on this queue's destination (else skip classifying)?"""
-        key = self.queue.key
-        stream_key = key if key.startswith("q:") else f"t:{self.queue.destination[7:]}"
+        stream_key = keys.destination_key(self.queue.destination)  # d:... -> its t: key
         return any(st.queue_key == stream_key for st in self.broker.streams.values())
 
     def _final_streams(self, msgs: Iterable[Message]) -> Iterable[str]:

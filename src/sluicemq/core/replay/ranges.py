@@ -41,6 +41,7 @@ from sluicemq.core.replay.streams import (
     Facts,
     facts_of,
 )
+from sluicemq.core.routing import keys
 from sluicemq.core.routing.message import Message
 from sluicemq.core.routing.names import QUEUE
 from sluicemq.errors import ProtocolError
@@ -136,7 +137,7 @@ class RangeService:
             if durable:
                 raise ProtocolError("activemq.subscriptionName names a durable subscription of "
                                     "a /topic/ destination, not of a queue", fatal=False)
-            return Target(self.broker.queues.get(name), f"q:{name}", f"/queue/{name}")
+            return Target(self.broker.queues.get(name), keys.queue_key(name), f"/queue/{name}")
         if not durable:
             raise ProtocolError(f"a range read of /topic/{name} needs activemq.subscriptionName "
                                 "(a topic retains messages only for durable subscriptions)",
@@ -145,7 +146,7 @@ class RangeService:
         if not client_id:
             raise ProtocolError(f"a range read of a durable subscription needs {CLIENT_ID} "
                                 "or a client-id on CONNECT", fatal=False)
-        key = f"d:{client_id}:{durable}"
+        key = keys.durable_key(client_id, durable)
         entry = self.broker.durables.get(key)
         if entry is None or entry[0].topic != name:
             raise ProtocolError(f"no durable subscription {durable!r} of /topic/{name} for "

@@ -28,7 +28,7 @@ from sluicemq.core.paging.flow import FlowControl, MemoryAccount, resolve_limits
 from sluicemq.core.paging.pager import Pager
 from sluicemq.core.paging.trim import HeapTrimmer
 from sluicemq.core.persistence.storelater import StoreLater
-from sluicemq.core.routing import holders, moves
+from sluicemq.core.routing import holders, keys, moves
 from sluicemq.core.routing.advisories import Advisories
 from sluicemq.core.routing.destinations import DestinationBudget
 from sluicemq.core.routing.dispatch import dispatch
@@ -181,7 +181,8 @@ class Broker:
     def queue(self, name: str) -> Queue:
         q = self.queues.get(name)
         if q is None:
-            q = Queue(self, f"q:{name}", destination_of(QUEUE, name), self.policy(QUEUE, name))
+            q = Queue(self, keys.queue_key(name), destination_of(QUEUE, name),
+                      self.policy(QUEUE, name))
             self.queues[name] = q
             self.virtual.added(name)
             self.advisories.destination("added", QUEUE, name)
@@ -237,7 +238,7 @@ class Broker:
         ticket = None
         durable = [q for q in targets if q.durable]
         if msg.persistent and durable:
-            ticket = self._append_msg(f"t:{name}", msg)
+            ticket = self._append_msg(keys.topic_key(name), msg)
             msg.inner = 0
             self.store.hold(ticket, len(durable))
         if ticket is not None and msg.size >= self.config.journal.spill_bytes:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from sluicemq.core.routing import keys
 from sluicemq.core.routing.names import QUEUE, TOPIC
 from sluicemq.errors import ProtocolError
 
@@ -161,7 +162,7 @@ class DestinationBudget:
             q = broker.queues[name]
             return (_queue_idle(q) and q.key not in busy_keys and not broker.is_dirty(q)
                     and broker.virtual.topic_of(name) is None)  # a group's copy must stay
-        return not broker.topics[name].subscribers and f"t:{name}" not in busy_keys
+        return not broker.topics[name].subscribers and keys.topic_key(name) not in busy_keys
 
     def _drop(self, key: Key) -> None:
         kind, name = key

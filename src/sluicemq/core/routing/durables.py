@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from sluicemq.config import BrokerConfig, Limits, Policy
+from sluicemq.core.routing import keys
 from sluicemq.core.routing.names import TOPIC
 from sluicemq.core.routing.queue import Queue, QueueOwner
 from sluicemq.core.routing.topic import Topic
@@ -52,7 +53,7 @@ class Durables:
     def open(self, client_id: str, sub_name: str, topic_name: str,
              selector_text: str | None) -> Queue:
         """Find or create (journaled) a durable subscription; a changed definition replaces it."""
-        key = f"d:{client_id}:{sub_name}"
+        key = keys.durable_key(client_id, sub_name)
         self.host.check_max_consumers(TOPIC, topic_name)
         existing = self.by_key.get(key)
         if existing is not None:
@@ -90,7 +91,8 @@ class Durables:
         """Delete a durable subscription and everything it still held."""
         entry = self.by_key.pop(key, None)
         if entry is None:
-            raise ProtocolError(f"no durable subscription {key.split(':', 2)[-1]!r}", fatal=False)
+            raise ProtocolError(f"no durable subscription {keys.subscription_of(key)!r}",
+                                fatal=False)
         sub, q = entry
         self.host.drop_topic_subscription(sub.topic, key)
         held = [m for m in q.pending.drain_stubs() if m.ticket is not None]
@@ -105,7 +107,7 @@ class Durables:
 def check_durable_cap(durables: Mapping[str, Any], client_id: str, limits: Limits) -> None:
     """One client id may hold ``max_durable_subscriptions`` (each is a queue of its own that
     every matching publish copies into)."""
-    prefix = f"d:{client_id}:"
+    prefix = keys.durable_prefix(client_id)
     held = sum(1 for key in durables if key.startswith(prefix))
     limit = limits.max_durable_subscriptions
     if held >= limit:

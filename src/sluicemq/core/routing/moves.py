@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from sluicemq.core.persistence.storelater import StoreLater
+from sluicemq.core.routing import keys
 from sluicemq.core.routing.advisories import Advisories
 from sluicemq.core.routing.message import Message
 from sluicemq.core.routing.names import QUEUE
@@ -53,7 +54,7 @@ def commit(broker: MoveHost, txid: str, messages: list[tuple[str, str, Message]]
             topic = broker.topic(name)
             topic.published += 1
             targets = broker.topic_targets(topic, msg)
-            key = f"t:{name}"
+            key = keys.topic_key(name)
         copies = []
         for q in targets:
             copy = msg if kind == QUEUE else msg.copy_for(msg.destination)

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from sluicemq.config import Policy
+from sluicemq.core.routing import keys
 from sluicemq.core.routing.message import Message
-from sluicemq.core.routing.names import QUEUE, TOPIC
 from sluicemq.core.routing.queue import Consumer, Queue
 from sluicemq.core.routing.topic import Topic
 from sluicemq.core.streams.chunks import (
@@ -30,7 +30,6 @@ from sluicemq.core.streams.chunks import (
     StreamKey,
     StreamState,
     check_owner,
-    destination_key,
 )
 from sluicemq.storage.store import Store, TicketLike
 
@@ -48,10 +47,6 @@ class StreamHost(Protocol):
     def policy(self, kind: str, name: str) -> Policy: ...
 
     def dead_letter(self, queue: Queue, msg: Message, reason: str = ...) -> None: ...
-
-
-def _key(kind: str, name: str) -> str:
-    return f"q:{name}" if kind == QUEUE else f"t:{name}"
 
 
 class StreamTable:
@@ -73,7 +68,7 @@ class StreamTable:
         Raises ChunkError for a gap (the producer must resend from ``next_seq``), a stream
         that was abandoned or discarded, or another user's stream.
         """
-        dest = _key(kind, name)
+        dest = keys.kind_key(kind, name)
         key = (dest, chunk.stream_id)
         st = self.open.get(key)
         if st is None:
@@ -114,7 +109,7 @@ class StreamTable:
         """A message that would join stream ``group`` on ``kind/name`` (it ends, resumes or
         finishes it when consumed) must come from the stream's owner, in or out of a
         transaction or staged part; ChunkError if not."""
-        key = (_key(kind, name), group)
+        key = (keys.kind_key(kind, name), group)
         st = self.open.get(key) or self.finished.get(key)
         if st is not None:
             check_owner(st, owner)
@@ -122,7 +117,7 @@ class StreamTable:
     def query(self, kind: str, name: str, stream_id: str,
               owner: str | None = None) -> dict[str, str]:
         """Where the stream ``stream_id`` on ``kind/name`` stands (another user's: refused)."""
-        key = (_key(kind, name), stream_id)
+        key = (keys.kind_key(kind, name), stream_id)
         st = self.open.get(key) or self.finished.get(key)
         if st is not None:
             check_owner(st, owner)
@@ -140,7 +135,7 @@ class StreamTable:
         """The open stream ``msg`` belongs to on ``kind/name``, if any."""
         if msg.group is None:
             return None
-        return self.open.get((_key(kind, name), msg.group))
+        return self.open.get((keys.kind_key(kind, name), msg.group))
 
     def pin_tail(self, st: StreamState, ticket: TicketLike) -> None:
         """Keep the newest chunk's record on disk while the stream is open, so that after a
@@ -172,14 +167,14 @@ class StreamTable:
     def _at(self, destination: str, stream_id: str) -> StreamState | None:
         """The stream whose chunks a queue at ``destination`` holds: its own, or for a DLQ the
         abandoned or discarded stream of the destination the chunks were moved from."""
-        st = self.open.get((destination_key(destination), stream_id))
+        st = self.open.get((keys.destination_key(destination), stream_id))
         if st is not None or not destination.startswith("/queue/"):
             return st
         name = destination[len("/queue/"):]
         for candidate in self.open.values():  # only dead streams have chunks in a DLQ
             if candidate.id == stream_id and candidate.state in (ABANDONED, DISCARDED):
-                kind, _, origin = candidate.queue_key.partition(":")
-                policy = self.host.policy(QUEUE if kind == "q" else TOPIC, origin)
+                origin = keys.name_of(candidate.queue_key)
+                policy = self.host.policy(keys.kind_of(candidate.queue_key), origin)
                 if name == f"{policy.dlq_prefix}{origin}":
                     return candidate
         return None
@@ -221,8 +216,7 @@ class StreamTable:
         for st in list(self.open.values()):
             if st.final_stored or st.state in (ABANDONED, DISCARDED):
                 continue
-            kind, _, name = st.queue_key.partition(":")
-            policy = self.host.policy(QUEUE if kind == "q" else TOPIC, name)
+            policy = self.host.policy(keys.kind_of(st.queue_key), keys.name_of(st.queue_key))
             if now - st.updated > policy.stream_timeout:
                 self._abandon(st)
 
@@ -230,10 +224,10 @@ class StreamTable:
         """The producer went silent: tell the consumer, move what exists to the DLQ."""
         st.state = ABANDONED
         log.warning("stream %s (%s) abandoned: no chunk for its stream-timeout", st.id, st.name)
-        kind, _, name = st.queue_key.partition(":")
-        host = self.host
-        queues = [host.queues[name]] if kind == "q" and name in host.queues else []
-        if kind == "t" and name in host.topics:
+        name, host = keys.name_of(st.queue_key), self.host
+        queues = [host.queues[name]] if keys.is_queue(st.queue_key) and name in host.queues \
+            else []
+        if keys.is_topic(st.queue_key) and name in host.topics:
             queues = list(host.topics[name].subscribers.values())
         held, st.held = st.held, []
         for q in queues:

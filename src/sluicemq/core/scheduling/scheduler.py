@@ -28,6 +28,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from sluicemq.core.routing import keys
 from sluicemq.core.routing.names import QUEUE, parse_destination
 from sluicemq.core.scheduling import cron
 from sluicemq.core.scheduling.calendar import NAME, Calendar, bucket_of_name, is_scheduler_queue
@@ -137,8 +138,8 @@ class Scheduler:
         them; when due they go to the queue's tail with their delivery count (ActiveMQ's
         redelivery plugin). Returns the ones to redeliver at once: the scheduler is off, a
         topic subscription's, a stream chunk, no delay due."""
-        if (not self.enabled or not queue.key.startswith("q:")
-                or is_scheduler_queue(queue.key[2:])):
+        if (not self.enabled or not keys.is_queue(queue.key)
+                or is_scheduler_queue(keys.name_of(queue.key))):
             return msgs
         now = self.broker.now_ms()
         at_once: list[Message] = []

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from sluicemq.core.paging.flow import parse_size
+from sluicemq.core.routing import keys
 from sluicemq.core.routing.destinations import owner_of
 from sluicemq.core.routing.message import Message
 from sluicemq.core.routing.names import destination_of
@@ -410,7 +411,7 @@ class SessionContext:
         queue.remove_consumer(consumer)
         kind, _, name = consumer.destination[1:].partition("/")
         self.broker.advisories.consumer("removed", kind, name, self.id, consumer.sub_id)
-        if queue.key.startswith("s:"):
+        if keys.is_session(queue.key):
             self.broker.drop_topic_subscription(queue.destination.split("/", 2)[2], queue.key)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sluicemq.core.routing import keys
 from sluicemq.core.routing.names import (
     QUEUE,
     destination_of,
@@ -158,12 +159,13 @@ def _open(session: SessionContext, wanted: Wanted, kind: str, name: str, pattern
                                 fatal=False)
         consumer_selector = None
     elif pattern:
-        queue = broker.subscribe_topic_pattern(name, f"s:{session.id}:{index}",
+        queue = broker.subscribe_topic_pattern(name, keys.session_key(session.id, index),
                                                wanted.selector,
                                                lambda topic: _may_read_topic(session, topic))
         consumer_selector = None
     else:
-        queue = broker.subscribe_topic(name, f"s:{session.id}:{index}", wanted.selector)
+        queue = broker.subscribe_topic(name, keys.session_key(session.id, index),
+                                       wanted.selector)
         consumer_selector = None
     consumer = Consumer(session, wanted.sub_id, index, destination, queue,
                         ack_mode=wanted.ack_mode, prefetch=wanted.prefetch,
@@ -199,17 +201,18 @@ def unsubscribe(session: SessionContext, frame: Frame) -> None:
             raise ProtocolError("removing a durable subscription needs a client-id",
                                 fatal=False)
         claim_durable(session, durable_name)
-        session.broker.durable_subs.remove(f"d:{session.client_id}:{durable_name}")
+        key = keys.durable_key(session.client_id, durable_name)
+        session.broker.durable_subs.remove(key)
         if session.security.durables is not None:
-            session.security.durables.release(f"d:{session.client_id}:{durable_name}")
+            session.security.durables.release(key)
     session.receipt(frame)
 
 
 def claim_durable(session: SessionContext, durable_name: str) -> None:
     """A durable subscription belongs to the user who made it; refuse anyone else."""
     owners = session.security.durables
-    if owners is not None and not owners.claim(f"d:{session.client_id}:{durable_name}",
-                                               session.user):
+    if owners is not None and not owners.claim(keys.durable_key(session.client_id or "",
+                                                                durable_name), session.user):
         raise ProtocolError(f"durable subscription {durable_name!r} belongs to another user",
                             fatal=False)
 

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from sluicemq.core.dedup import producers as dedup
+from sluicemq.core.routing import keys
 from sluicemq.core.routing.message import (
     TRANSPORT_HEADERS,
     Message,
@@ -74,7 +75,7 @@ def spool_send(spool: TxSpool, frame: Frame, kind: str, name: str, now_ms: int) 
     headers = {k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}
     headers["destination"] = destination_of(kind, name)
     spool.add(OP_SEND, records.encode_message(
-        f"{kind}:{name}", 0, now_ms, parse_expires(h.get("expires")),
+        keys.kind_key(kind, name), 0, now_ms, parse_expires(h.get("expires")),
         parse_priority(h.get("priority")), headers, bytes(frame.body)))
 
 
@@ -103,7 +104,7 @@ def _apply(session: SessionContext, txid: str, spool: TxSpool) -> dict[str, str]
         for op, payload in spool:
             if op == OP_SEND:
                 sm = records.decode_message(payload)
-                kind, _, name = sm.key.partition(":")
+                kind, name = keys.kind_of(sm.key), keys.name_of(sm.key)
                 headers = dict(sm.headers)
                 producer = dedup.producer_of(headers) if dedup.PRODUCER_ID in headers else None
                 if producer is not None:

@@ -21,6 +21,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluicemq.core.routing import keys
 from sluicemq.errors import ProtocolError
 from sluicemq.storage.store import TicketLike
 
@@ -79,7 +80,7 @@ class StagedRecord:
 
     def __init__(self, ticket: TicketLike) -> None:
         self.ticket = ticket
-        self.keys: list[str] = []  # distinct destination keys ("q:NAME", "t:NAME")
+        self.keys: list[str] = []  # distinct destination keys (routing.keys: q:NAME, t:NAME)
         self.kidx = array("H")
         self.prio = array("B")
         self.inner = array("I")
@@ -176,8 +177,9 @@ class StageBook:
         return self.parked.get(key, {})
 
     def destinations(self, key: BatchKey) -> set[tuple[str, str]]:
-        """(kind, name) of every destination the batch's parked parts would publish to."""
-        return {tuple(k.split(":", 1)) for part in self.parts_of(key).values()  # type: ignore[misc]
+        """("queue" or "topic", name) of every destination the batch's parked parts would
+        publish to."""
+        return {(keys.kind_of(k), keys.name_of(k)) for part in self.parts_of(key).values()
                 for rec in part.records for k in rec.keys}
 
     def take_batch(self, key: BatchKey) -> list[ParkedPart]:

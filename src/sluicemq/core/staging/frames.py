@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluicemq.core.dedup.producers import PRODUCER_ID, PRODUCER_SEQ
+from sluicemq.core.routing import keys
 from sluicemq.core.routing.message import (
     TRANSPORT_HEADERS,
     parse_expires,
     parse_priority,
 )
-from sluicemq.core.routing.names import QUEUE
 from sluicemq.core.security.policy import WRITE
 from sluicemq.core.sessions.spool import TxSpool
 from sluicemq.core.staging.book import (
@@ -104,7 +104,7 @@ def add_send(session: Session, spool: TxSpool, frame: Frame, kind: str, name: st
     h = frame.headers
     headers = {k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}
     headers["persistent"] = "true"
-    key = f"{'q' if kind == QUEUE else 't'}:{name}"
+    key = keys.kind_key(kind, name)
     if FORMAT in h:
         return _add_batch(session, spool, frame, key, headers, now_ms)
     spool.add(OP_SEND, records.encode_message(
@@ -197,4 +197,4 @@ def _authorize_batch(session: Session, key: BatchKey) -> None:
     """Publishing or discarding a batch acts on what it would send: the user needs write
     permission on each of its destinations, as for sending there directly."""
     for kind, name in sorted(session.broker.stager.book.destinations(key)):
-        session.authorize(WRITE, "queue" if kind == "q" else "topic", name)
+        session.authorize(WRITE, kind, name)

@@ -27,6 +27,7 @@ import numpy as np
 
 from sluicemq.core.paging.spill import JOURNAL, SpillFifo
 from sluicemq.core.persistence.anchor import Anchor
+from sluicemq.core.routing import keys
 from sluicemq.core.routing.message import Message
 from sluicemq.core.staging.book import (
     DUPLICATE,
@@ -214,8 +215,8 @@ class Stager:
                 kidx = np.frombuffer(rec.kidx, np.uint16)
                 for k, key in enumerate(rec.keys):
                     rows = np.flatnonzero(kidx == k)
-                    kind, _, name = key.partition(":")
-                    q = broker.queue(name) if kind == "q" else None
+                    name = keys.name_of(key)
+                    q = broker.queue(name) if keys.is_queue(key) else None
                     if q is not None and q.pending.pager is not None:  # slots, nothing read
                         _adopt(q, rec, loc, mid, rows)
                         retained[loc.segment] += len(rows)

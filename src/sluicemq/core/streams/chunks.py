@@ -49,13 +49,7 @@ RESUME, RESTART, DISCARD = "resume", "restart", "discard"
 PROGRESSIVE, COMPLETE_FIRST = "progressive", "complete"
 
 
-StreamKey = tuple[str, str]  # (destination key "q:NAME" or "t:NAME", stream id)
-
-
-def destination_key(destination: str) -> str:
-    """``/queue/x`` -> ``q:x``, ``/topic/x`` -> ``t:x``: the journal's destination keys."""
-    kind, _, name = destination[1:].partition("/")
-    return f"{'t' if kind == 'topic' else 'q'}:{name}"
+StreamKey = tuple[str, str]  # (routing.keys key "q:NAME" or "t:NAME", stream id)
 
 
 @dataclass(slots=True)
