@@ -384,7 +384,8 @@ class Broker:
             raise ProtocolError(f"/{kind}/{name} already has its maximum of {limit} consumers",
                                 fatal=False)
 
-    def subscribe_topic(self, name: str, key: str, selector: Selector | None) -> Queue:
+    def subscribe_topic(self, name: str, key: keys.DestKey,
+                        selector: Selector | None) -> Queue:
         """A private, non-durable queue that receives the topic's messages from now on."""
         self.check_max_consumers(TOPIC, name)
         topic = self.topic(name)
@@ -393,8 +394,8 @@ class Broker:
         topic.subscribers[key] = q
         return q
 
-    def subscribe_topic_pattern(self, pattern: str, key: str, selector: Selector | None,
-                                may_read: MayRead) -> Queue:
+    def subscribe_topic_pattern(self, pattern: str, key: keys.DestKey,
+                                selector: Selector | None, may_read: MayRead) -> Queue:
         """A private, non-durable queue that receives the messages of every topic matching
         ``pattern`` (existing or future) that ``may_read`` allows, from now on."""
         q = Queue(self, key, destination_of(TOPIC, pattern), self.policy(TOPIC, pattern),

@@ -75,13 +75,14 @@ class Durables:
         """Set up a subscription that is already journaled (new, or found at start-up)."""
         selector = compile_selector(sub.selector) if sub.selector else None
         policy = self.host.policy(TOPIC, sub.topic)
+        key = keys.DestKey(sub.key)  # a d: key, as journaled
         if is_pattern(sub.topic):
-            q = Queue(self.host, sub.key, f"/topic/{sub.topic}", policy, durable=True,
+            q = Queue(self.host, key, f"/topic/{sub.topic}", policy, durable=True,
                       selector=selector)
             self.host.wildcards.add(sub.topic, sub.key, q, self.host.durable_reader(sub.key))
         else:
             topic = self.host.topic(sub.topic)
-            q = Queue(self.host, sub.key, topic.destination, policy, durable=True,
+            q = Queue(self.host, key, topic.destination, policy, durable=True,
                       selector=selector)
             topic.subscribers[sub.key] = q
         self.by_key[sub.key] = (sub, q)

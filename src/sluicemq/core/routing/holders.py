@@ -55,7 +55,7 @@ def holders(segment: int, queues: Iterable[Queue], sub_tickets: dict[str, Ticket
 def relocate(plan: list[tuple[Holder, TicketLike]], queues: Iterable[Queue],
              sub_tickets: dict[str, TicketLike], streams: StreamTable) -> list[bool]:
     """Point each holder at its durable copy; False where the holder is gone."""
-    by_key = {q.key: q for q in queues}
+    by_key: dict[str, Queue] = {q.key: q for q in queues}
     moved: dict[str, dict[tuple[int, int, int], Location]] = {}
     for h, t in plan:
         assert t.loc is not None

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from sluicemq.config import Policy
 from sluicemq.core.paging.cursor import PendingList
+from sluicemq.core.routing.keys import DestKey
 from sluicemq.core.routing.message import Message
 from sluicemq.core.streams.chunks import DISCARD, RESTART, is_chunk, is_final
 
@@ -161,7 +162,7 @@ class Queue:
     def __init__(
         self,
         owner: QueueOwner,
-        key: str,
+        key: DestKey,
         destination: str,
         policy: Policy,
         *,
