@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import re
-import socket
 import threading
 import time
 from collections import Counter
 from pathlib import Path
 
-from sluice_testing import BrokerProcess
+from sluice_testing import BrokerProcess, reserve_port
 from sluicemq import Client, Message
 from sluicemq.client.failover import AckInDoubt
 
@@ -19,9 +18,8 @@ TAKEOVER_RE = re.compile(r"taking over as master")
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port a broker of the cluster binds later (see ``reserve_port``)."""
+    return reserve_port()
 
 
 class Cluster:

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 LISTEN_RE = re.compile(r"listening on stomp://([\d.]+):(\d+)")
@@ -35,6 +37,56 @@ runpy.run_module("sluicemq", run_name="__main__", alter_sys=True)
 """
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+_EPHEMERAL = _ephemeral_range()
+_handed_out: set[int] = set()
+_pick = random.SystemRandom()  # not the seeded global generator: every worker differs
+
+
+def reserve_port() -> int:
+    """A free loopback port outside the kernel's ephemeral range, never handed out twice here.
+
+    A broker that binds port 0 gets an ephemeral port, and once it is killed any outgoing
+    connection on the machine (parallel workers, other test runs) may take that port before
+    the restart binds it again; the same goes for a port found free with bind(0) and bound
+    later. Ports below the ephemeral range are only ever taken by someone binding them on
+    purpose, so a random one that binds now is still ours when the broker starts.
+    """
+    low = 10_000
+    high = _EPHEMERAL[0] - 1 if _EPHEMERAL[0] > low + 1000 else 30_000
+    for _ in range(1000):
+        port = _pick.randint(low, high)
+        if port in _handed_out or _EPHEMERAL[0] <= port <= _EPHEMERAL[1]:
+            continue
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the broker binds
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError("no free port outside the ephemeral range")
+
+
+def eventually(check: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+    """Wait until ``check()`` is true - something the broker does on its own time (its
+    once-a-second tick, a background compaction) - bounded generously for a busy machine."""
+    deadline = time.monotonic() + timeout
+    pace = threading.Event()
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:.0f} s: {what}")
+        pace.wait(0.02)  # nothing to wake us: this only paces the re-check
+
+
 class BrokerProcess:
     """A broker subprocess that can be stopped, killed (-9) and restarted on the same data dir."""
 
@@ -48,12 +100,12 @@ class BrokerProcess:
             self.config_path.write_text(config_text)
         self.proc: subprocess.Popen[str] | None = None
         self.host = "127.0.0.1"
-        self.port = 0
+        self.port = reserve_port()
         self.output: list[str] = []
-        # Console and WebSocket listen on ephemeral ports (learned from the start-up lines)
-        # unless extra_args choose ports or "off" themselves.
-        self.console_port: int | str = "auto"  # the real ports are kept for restart()
-        self.ws_port: int | str = "auto"
+        # Console and WebSocket listen on reserved ports too (kept for restart()) unless
+        # extra_args choose ports or "off" themselves.
+        self.console_port: int | str = reserve_port()
+        self.ws_port: int | str = reserve_port()
         self.console_url: str | None = None
         self.ws_url: str | None = None
         self.listening = threading.Event()

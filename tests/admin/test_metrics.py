@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import time
 import urllib.request
 
 from console_client import send
 from prometheus_client.parser import text_string_to_metric_families
+
+from sluice_testing import eventually
 
 EXPECTED_FAMILIES = {
     "sluice_destination_depth", "sluice_destination_consumers",
@@ -41,7 +42,9 @@ def test_metrics_expose_destinations_journal_and_process(broker, raw) -> None:
     conn.connect()
     for i in range(3):
         send(conn, "/queue/m", f"m{i}", persistent="true")
-    time.sleep(1.2)  # one sampler tick folds the fsync latencies into the histogram
+    # a sampler tick folds the fsync latencies into the histogram
+    eventually(lambda: value(scrape(broker.console_url)["sluice_journal_fsync_seconds"],
+                             "_count") >= 3, "three fsyncs in the histogram")
     families = scrape(broker.console_url)
     assert set(families) >= EXPECTED_FAMILIES, EXPECTED_FAMILIES - set(families)
     assert value(families["sluice_destination_depth"], kind="queue", name="m") == 3

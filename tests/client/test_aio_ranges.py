@@ -48,8 +48,9 @@ async def test_head_read_and_commit_awaited(broker) -> None:
 @async_test
 async def test_a_slow_async_reader_holds_the_socket_not_memory(broker_factory) -> None:
     b = broker_factory(config_text="[limits]\nheartbeat_ms = 300\n")
+    async with await AsyncClient.connect(b.url) as producer:  # no fast heart-beats for that
+        await fill(producer, "/queue/slow", 599, 64 << 10)  # 38 MiB
     async with await AsyncClient.connect(b.url, heartbeat=(300, 300)) as c:
-        await fill(c, "/queue/slow", 599, 64 << 10)  # 38 MiB
         async with await c.read_range("/queue/slow") as rng:
             first = await rng.__anext__()
             await asyncio.sleep(2.0)  # heart-beats lapse unread: the connection must live

@@ -36,8 +36,9 @@ def fill(c: Client, destination: str, n: int, size: int) -> None:
 
 def test_a_slow_caller_holds_the_read_back_and_the_connection_stays_alive(broker_factory) -> None:
     b = broker_factory(config_text=FAST_BEATS)
+    with Client(b.url) as producer:  # filled without fast heart-beats: not what is tested
+        fill(producer, "/queue/slow", 600, 64 << 10)  # 38 MiB: more than the client buffers
     with Client(b.url, heartbeat=(300, 300)) as c:
-        fill(c, "/queue/slow", 600, 64 << 10)  # 38 MiB: more than the client buffers
         with c.read_range("/queue/slow") as rng:
             first = next(rng)
             time.sleep(2.0)  # the reader thread waits for us, the broker for the reader

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import socket
 
 from click.testing import CliRunner
 
+from sluice_testing import reserve_port
 from sluicemq.cli.main import cli
 
 
@@ -64,9 +64,7 @@ def test_errors_are_one_line(broker) -> None:
     assert missing.exit_code == 1
     assert missing.output.strip() == "Error: no queue named 'nope' (HTTP 404)"
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        free = s.getsockname()[1]
+    free = reserve_port()  # nobody listens there, and no outgoing connection takes it
     unreachable = admin(f"http://127.0.0.1:{free}", "list")
     assert unreachable.exit_code == 1
     assert unreachable.output.startswith(f"Error: cannot reach the console at "

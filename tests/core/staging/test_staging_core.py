@@ -4,9 +4,13 @@ order and once, and both survive a restart."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from inprocess import Connection, InProcessBroker, config_for
+from sluicemq.config import Limits
 
 
 def stage(conn: Connection, part: str, bodies: list[bytes]) -> None:
@@ -138,5 +142,31 @@ def test_an_aborted_part_lets_go_of_its_records(tmp_path: Path) -> None:
         assert len(stager.writing) == 1 and stager.pins()
         assert conn.request("ABORT", {"transaction": "t", "receipt": "a"}).command == "RECEIPT"
         assert not stager.writing and not stager.pins()
+    finally:
+        node.close()
+
+
+# -- stage_timeout: the housekeeping tick on the injected clock -------------------------------
+
+def test_a_part_nobody_publishes_is_discarded_after_stage_timeout_and_stays_gone(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    node = InProcessBroker(config_for(tmp_path / "data",
+                                      limits=replace(Limits(), stage_timeout=10.0)))
+    conn = node.connect()
+    stage(conn, "p0", [b"late"])
+    stage(conn, "p1", [b"kept"])
+    node.tick(9)  # within the timeout: nothing discarded
+    assert node.broker.stager.discarded_parts == 0
+    node.tick(2)
+    assert node.broker.stager.discarded_parts == 2
+    assert "not published within stage_timeout" in caplog.text
+    answer = conn.request("COMMIT", {"sluice-stage-commit": "sink/b1",
+                                     "sluice-stage-parts": "p0"})
+    assert answer.command == "ERROR" and "no part p0" in answer.headers["message"]
+    node = node.restart()  # the discard was journaled: recovery does not bring them back
+    try:
+        answer = node.connect().request("COMMIT", {"sluice-stage-commit": "sink/b1",
+                                                   "sluice-stage-parts": "p1"})
+        assert answer.command == "ERROR" and "no part p1" in answer.headers["message"]
     finally:
         node.close()

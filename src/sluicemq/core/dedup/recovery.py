@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +46,7 @@ class ProducersPart(StatePart):
             self.table.observe(pid, int(raw), sm.timestamp)
 
     def install(self) -> Iterable[Location]:
-        self.table.expire(int(time.time() * 1000))
+        self.table.expire(self.broker.now_ms())  # the broker's clock, as its tick uses
         producers = self.broker.producers
         producers.table = self.table
         producers.anchor.adopt(self.anchor)
