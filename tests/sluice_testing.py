@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 LISTEN_RE = re.compile(r"listening on stomp://([\d.]+):(\d+)")
 CONSOLE_RE = re.compile(r"sluice: console on (http://[\d.]+:(\d+))")
@@ -76,14 +77,17 @@ def reserve_port() -> int:
     raise RuntimeError("no free port outside the ephemeral range")
 
 
-def eventually(check: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+def eventually(check: Callable[[], object], what: str | Callable[[], str],
+               timeout: float = 60.0) -> None:
     """Wait until ``check()`` is true - something the broker does on its own time (its
-    once-a-second tick, a background compaction) - bounded generously for a busy machine."""
+    once-a-second tick, a background compaction) - bounded generously for a busy machine.
+    ``what`` names it in the failure (a callable: asked only then, say for a broker's log)."""
     deadline = time.monotonic() + timeout
     pace = threading.Event()
     while not check():
         if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f} s: {what}")
+            raise AssertionError(f"not within {timeout:.0f} s: "
+                                 f"{what() if callable(what) else what}")
         pace.wait(0.02)  # nothing to wake us: this only paces the re-check
 
 
@@ -185,6 +189,14 @@ class BrokerProcess:
 
     def log(self) -> str:
         return "".join(self.output)
+
+    def api(self, path: str) -> Any:
+        """GET the console's ``/api/PATH`` (JSON)."""
+        import json
+        import urllib.request
+
+        with urllib.request.urlopen(f"{self.console_url}/api/{path}", timeout=30) as answer:
+            return json.load(answer)
 
     def wait_listening(self, timeout: float = 30.0) -> None:
         """Wait for the `listening on` line (a standby prints it once it took over)."""

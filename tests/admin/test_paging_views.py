@@ -4,12 +4,10 @@ and in /metrics."""
 
 from __future__ import annotations
 
-import time
-
 from console_client import ConsoleClient, send
 from test_metrics import scrape, value
 
-from sluice_testing import RawStomp
+from sluice_testing import RawStomp, eventually
 
 CONFIG = """
 [[policy]]
@@ -51,10 +49,8 @@ def test_a_held_producer_is_counted_until_released(broker_factory) -> None:
         producer.send("SEND", {"destination": "/queue/tight.q", "persistent": "true",
                                "receipt": str(i)}, b"x" * 1024)
     api = ConsoleClient(broker.console_url)
-    deadline = time.monotonic() + 10
-    while api.get("/api/overview")["flow"]["producers_waiting"] == 0:
-        assert time.monotonic() < deadline, "flow control never held the producer"
-        time.sleep(0.1)
+    eventually(lambda: api.get("/api/overview")["flow"]["producers_waiting"] > 0,
+               "flow control holding the producer")
     families = scrape(broker.console_url)
     assert value(families["sluice_flow_producers_waiting"]) >= 1
     assert value(families["sluice_flow_blocked"], "_total") >= 1

@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from sluice_testing import eventually
 from sluicemq.cli.transfer import parse_size
+from sluicemq.client import Client
 
 SLUICE = [sys.executable, "-m", "sluicemq"]
 
@@ -25,13 +27,16 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
     return result.stdout
 
 
-def kill_after(args: list[str], seconds: float) -> None:
-    """Start `sluice ARGS`, let it work for `seconds`, then kill -9 it (it must not finish)."""
+def kill_once(args: list[str], started: Callable[[], bool]) -> None:
+    """Start `sluice ARGS`, wait until ``started()`` shows it moved bytes, then kill -9 it
+    (rate-limited, it must not have finished)."""
     proc = subprocess.Popen([*SLUICE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(seconds)
-    assert proc.poll() is None, "finished before it could be interrupted"
-    proc.kill()
-    proc.wait(30)
+    try:
+        eventually(lambda: started() or proc.poll() is not None, "the transfer under way")
+        assert proc.poll() is None, "finished before it could be interrupted"
+    finally:
+        proc.kill()
+        proc.wait(30)
 
 
 def test_parse_size_units() -> None:
@@ -78,13 +83,19 @@ def test_killed_send_and_killed_receive_both_resume_on_rerun(broker, tmp_path: P
     out_dir = tmp_path / "out"
     send = ["send", str(src), "--url", broker.url, "--to", "big", "--chunk-size", "64KiB",
             "--window", "1"]
-    kill_after([*send, "--limit-rate", "2MiB"], 1.5)
+    with Client(broker.url) as c:  # some chunks stored, most not
+        kill_once([*send, "--limit-rate", "2MiB"], lambda: c.head("/queue/big").count >= 4)
     assert "resumed at byte" in ok(sluice(*send, "-q"))
 
     receive = ["receive", "--url", broker.url, "--from", "big", "--dir", str(out_dir),
                "--count", "1", "--timeout", "10", "--window", "1"]
-    kill_after([*receive, "--limit-rate", "2MiB"], 1.5)
-    parts = list((out_dir / ".sluice-partial").glob("*.part"))
+
+    def partial() -> list[Path]:
+        return list((out_dir / ".sluice-partial").glob("*.part"))
+
+    kill_once([*receive, "--limit-rate", "2MiB"],
+              lambda: any(p.stat().st_size > 0 for p in partial()))
+    parts = partial()
     assert len(parts) == 1 and 0 < parts[0].stat().st_size < src.stat().st_size
     assert not (out_dir / "big.bin").exists()
     assert ok(sluice(*receive, "-q")).strip() == str(out_dir / "big.bin")

@@ -20,7 +20,7 @@ from test_fast_restart import (
     send,
 )
 
-from sluice_testing import BrokerProcess
+from sluice_testing import BrokerProcess, eventually
 
 EVERY = 40
 CONFIG = f"""
@@ -38,12 +38,9 @@ def snapshots(b: BrokerProcess) -> int:
     return sum("index snapshot written" in line for line in b.output)
 
 
-def wait_for_snapshot(b: BrokerProcess, written: int, timeout: float = 10.0) -> None:
+def wait_for_snapshot(b: BrokerProcess, written: int) -> None:
     """Until more than ``written`` periodic snapshots were written."""
-    deadline = time.monotonic() + timeout
-    while snapshots(b) <= written:
-        assert time.monotonic() < deadline, "no periodic snapshot:\n" + b.log()
-        time.sleep(0.05)
+    eventually(lambda: snapshots(b) > written, lambda: "a periodic snapshot:\n" + b.log())
 
 
 def fresh_snapshot(b: BrokerProcess) -> None:

@@ -6,10 +6,9 @@ anchoring record is gone means a full scan; either way the broker comes back in 
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
-from sluice_testing import BrokerProcess, RawStomp
+from sluice_testing import BrokerProcess, RawStomp, eventually
 
 SNAPSHOT = Path("journal") / "index.snapshot"
 CONFIG = """
@@ -115,9 +114,8 @@ def test_a_snapshot_whose_anchor_is_gone_is_ignored(broker_factory) -> None:
     send(c, "/queue/g", ["x" * 1000 for _ in range(200)])  # four more segments
     assert len(drain(c, "/queue/g")) == 201  # consumed: the old segments are reclaimed
     journal = b.data_dir / "journal"
-    deadline = time.monotonic() + 10
-    while (journal / "00000000000000000001.log").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    eventually(lambda: not (journal / "00000000000000000001.log").exists(),
+               "the first segment reclaimed")
     b.kill()
     (b.data_dir / SNAPSHOT).write_bytes(old)
     mark = len(b.output)
@@ -252,11 +250,9 @@ def test_after_a_snapshot_start_segments_are_freed_and_a_crash_loses_nothing(
     while c.recv().command != "RECEIPT":
         pass
     c.close()
-    deadline = time.monotonic() + 10
-    while len(list(journal.glob("*.log"))) > before - 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
     assert before == 4  # three segments and the preallocated next one
-    assert len(list(journal.glob("*.log"))) <= before - 2, "consumed segments were reclaimed"
+    eventually(lambda: len(list(journal.glob("*.log"))) <= before - 2,
+               "consumed segments reclaimed")
     assert "index snapshot used: 600 messages" in restart(b, kill=True)
     assert [m[:4] for m in drain(client(b), "/queue/bulk")] == [f"{i:04d}" for i in
                                                                 range(550, 600)]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sluice_testing import RawStomp
+from sluice_testing import RawStomp, eventually
 from sluicemq.client import Client
 from sluicemq.errors import ClientError
 from sluicemq.protocol.frames import Frame
@@ -51,7 +51,8 @@ def test_connections_beyond_the_limit_get_an_error_and_are_closed(limited: Any) 
     with pytest.raises((ConnectionError, OSError)):
         extra.recv(3)
     held.pop().sock.close()
-    time.sleep(0.3)
+    eventually(lambda: len(limited.api("connections")["connections"]) == 4,
+               "the closed connection's slot freed")
     assert Raw(limited).connect().command == "CONNECTED"  # a freed slot is usable again
 
 

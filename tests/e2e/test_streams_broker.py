@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import time
 
 import pytest
+
+from sluice_testing import eventually
 
 
 def chunk_headers(sid: str, seq: int, offset: int, body: bytes, *, final: bool = False,
@@ -156,7 +157,8 @@ def _stream_then_die(raw, policy_broker, sid: str, n: int = 5):
         ack_and_wait(c, f.headers["ack"])
     assert c.recv().headers["sluice-stream-seq"] == "2"
     c.close()
-    time.sleep(0.3)
+    eventually(lambda: len(policy_broker.api("connections")["connections"]) == 1,
+               "the consumer's death seen by the broker (only the producer left)")
     nxt = raw(policy_broker)
     nxt.connect()
     return nxt
