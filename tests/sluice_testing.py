@@ -324,3 +324,14 @@ def make_cert(d: Path, name: str, cn: str, ca: str, server: bool = False) -> Non
                    else "extendedKeyUsage=clientAuth\n")
     openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
             "-CAcreateserial", "-days", "2", "-out", f"{name}.crt", "-extfile", ext.name, cwd=d)
+
+
+def restart_cycle(b: BrokerProcess, *, kill: bool = False) -> str:
+    """Stop (or kill -9) and start again; returns the log lines of that cycle."""
+    mark = len(b.output)
+    if kill:
+        b.kill()
+    else:
+        assert b.stop() == 0
+    b.restart()
+    return "".join(b.output[mark:])

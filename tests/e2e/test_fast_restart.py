@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from sluice_testing import BrokerProcess, RawStomp, eventually
+from sluice_testing import BrokerProcess, RawStomp, eventually, restart_cycle
 
 SNAPSHOT = Path("journal") / "index.snapshot"
 CONFIG = """
@@ -53,20 +53,11 @@ def log_since(b: BrokerProcess, mark: int) -> str:
     return "".join(b.output[mark:])
 
 
-def restart(b: BrokerProcess, *, kill: bool = False) -> str:
-    """Stop (or kill -9) and start again; returns the log lines of that cycle."""
-    mark = len(b.output)
-    if kill:
-        b.kill()
-    else:
-        assert b.stop() == 0
-    b.restart()
-    return log_since(b, mark)
 
 
 def test_clean_stop_writes_a_snapshot_that_the_next_start_uses(broker) -> None:
     send(client(broker), "/queue/fast", [f"m{i}" for i in range(300)])
-    cycle = restart(broker)
+    cycle = restart_cycle(broker)
     assert "index snapshot written: 300 messages" in cycle
     assert "index snapshot used: 300 messages" in cycle
     assert "then 0 journal records replayed" in cycle
@@ -77,9 +68,9 @@ def test_clean_stop_writes_a_snapshot_that_the_next_start_uses(broker) -> None:
 def test_kill_9_after_a_snapshot_start_replays_the_records_after_it(broker) -> None:
     c = client(broker)
     send(c, "/queue/k", ["a", "b"])
-    assert "index snapshot used" in restart(broker)
+    assert "index snapshot used" in restart_cycle(broker)
     send(client(broker), "/queue/k", ["c"])
-    cycle = restart(broker, kill=True)
+    cycle = restart_cycle(broker, kill=True)
     assert "index snapshot used: 2 messages" in cycle and "then 1 journal records" in cycle
     assert drain(client(broker), "/queue/k") == ["a", "b", "c"]
 
@@ -240,7 +231,7 @@ def test_after_a_snapshot_start_segments_are_freed_and_a_crash_loses_nothing(
     b = broker_factory(config_text="[journal]\nsegment_bytes = 262144\n")
     body = "x" * 900
     send(client(b), "/queue/bulk", [f"{i:04d}{body}" for i in range(600)])
-    assert "index snapshot used: 600 messages" in restart(b)
+    assert "index snapshot used: 600 messages" in restart_cycle(b)
     journal = b.data_dir / "journal"
     before = len(list(journal.glob("*.log")))
     c = client(b)
@@ -253,7 +244,7 @@ def test_after_a_snapshot_start_segments_are_freed_and_a_crash_loses_nothing(
     assert before == 4  # three segments and the preallocated next one
     eventually(lambda: len(list(journal.glob("*.log"))) <= before - 2,
                "consumed segments reclaimed")
-    assert "index snapshot used: 600 messages" in restart(b, kill=True)
+    assert "index snapshot used: 600 messages" in restart_cycle(b, kill=True)
     assert [m[:4] for m in drain(client(b), "/queue/bulk")] == [f"{i:04d}" for i in
                                                                 range(550, 600)]
 
@@ -277,7 +268,7 @@ def test_a_backlog_of_packed_slot_blocks_survives_snapshots_kill_9_and_clean_sto
     receipts = [c.recv() for _ in range(n)]
     assert all(f.command == "RECEIPT" for f in receipts)
     c.close()
-    cycle = restart(b)
+    cycle = restart_cycle(b)
     assert f"index snapshot written: {n} messages" in cycle
     assert f"index snapshot used: {n} messages" in cycle
     c = client(b)
@@ -290,9 +281,9 @@ def test_a_backlog_of_packed_slot_blocks_survives_snapshots_kill_9_and_clean_sto
     while (f := c.recv()).command != "RECEIPT" or f.headers["receipt-id"] != "gone":
         pass
     c.close()
-    cycle = restart(b, kill=True)
+    cycle = restart_cycle(b, kill=True)
     assert f"index snapshot used: {n} messages" in cycle, "the tail after it holds the ACK"
-    cycle = restart(b)
+    cycle = restart_cycle(b)
     assert "index snapshot written: 25000 messages" in cycle
     assert "index snapshot used: 25000 messages" in cycle
     # packed: 8 bytes of id and a few of packed fields a message, not 33 bytes of columns

@@ -11,7 +11,7 @@ only at clean stops.
 
 from __future__ import annotations
 
-from sluice_testing import BrokerProcess, RawStomp
+from sluice_testing import BrokerProcess, RawStomp, restart_cycle
 
 N = 30_000  # priority 0 fills several packed blocks of 4,096 paged-out slots
 
@@ -29,14 +29,6 @@ def client(b: BrokerProcess) -> RawStomp:
     return c
 
 
-def restart(b: BrokerProcess, *, kill: bool) -> str:
-    mark = len(b.output)
-    if kill:
-        b.kill()
-    else:
-        assert b.stop() == 0
-    b.restart()
-    return "".join(b.output[mark:])
 
 
 def take(b: BrokerProcess, count: int, ack: set[int]) -> tuple[RawStomp, list[int], list[bool]]:
@@ -92,7 +84,7 @@ def test_priority_and_fifo_order_survive_paging_redeliveries_acks_and_kill_9(
     give_back(c)  # and back again
 
     # 2. Clean stop: the snapshot captures the backlog (column head, packed blocks behind).
-    cycle = restart(b, kill=False)
+    cycle = restart_cycle(b, kill=False)
     assert f"index snapshot written: {N - len(acked)} messages" in cycle
 
     # 3. What was given back still comes first, in order; this consumer reaches through
@@ -102,12 +94,12 @@ def test_priority_and_fifo_order_survive_paging_redeliveries_acks_and_kill_9(
     c, got, _ = take(b, 6000, ack=set(left[:6000:2]))
     assert got == left[:len(got)]
     acked |= set(left[:6000:2])
-    cycle = restart(b, kill=True)
+    cycle = restart_cycle(b, kill=True)
     assert f"index snapshot used: {N - 200} messages" in cycle, "the acks are in the tail"
     c.close()
 
     # 4. After the kill -9 and one more clean stop, the whole queue drains in order.
-    restart(b, kill=False)
+    restart_cycle(b, kill=False)
     left = [i for i in EXPECTED if i not in acked]
     d = client(b)
     d.send("SUBSCRIBE", {"destination": "/queue/order", "id": "d", "ack": "auto"})
