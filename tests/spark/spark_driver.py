@@ -2,16 +2,21 @@
 
     python spark_driver.py URL SOURCE_QUEUE SINK OUT CHECKPOINT TMP
 
-Reads SOURCE_QUEUE in small micro-batches (Trigger.AvailableNow) and writes
+Reads SOURCE_QUEUE in micro-batches of PER_BATCH messages (Trigger.AvailableNow) and writes
 (message_id, body) either as JSON files (SINK=files, Spark's exactly-once file sink, OUT a
-directory) or back to SluiceMQ (SINK=sluice, OUT a queue), then exits.
+directory) or back to SluiceMQ (SINK=sluice, OUT a queue), then exits. A file sink is read back
+by Spark at the end (what its metadata log says was committed) into TMP/read-back.json, so the
+spec needs no Spark session of its own.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
+
+PER_BATCH = 100  # 4 micro-batches of the spec's 400 messages
 
 
 def main(url: str, source: str, sink: str, out: str, checkpoint: str, tmp: str) -> None:
@@ -29,7 +34,7 @@ def main(url: str, source: str, sink: str, out: str, checkpoint: str, tmp: str) 
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(SluiceDataSource)
     rows = (spark.readStream.format("sluice").option("url", url).option("destination", source)
-            .option("maxMessagesPerTrigger", "40").load()
+            .option("maxMessagesPerTrigger", str(PER_BATCH)).load()
             .selectExpr("message_id", "cast(body as string) as body"))
     if sink == "files":
         writer = rows.writeStream.format("json").option("path", out)
@@ -39,6 +44,9 @@ def main(url: str, source: str, sink: str, out: str, checkpoint: str, tmp: str) 
     query = (writer.option("checkpointLocation", checkpoint)
              .trigger(availableNow=True).start())
     query.awaitTermination()
+    if sink == "files":
+        bodies = [r.body for r in spark.read.json(out).select("body").collect()]
+        (Path(tmp) / "read-back.json").write_text(json.dumps(bodies))
     print("driver: done", flush=True)
     spark.stop()
 

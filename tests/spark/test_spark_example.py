@@ -10,6 +10,8 @@ import sys
 from decimal import Decimal
 from pathlib import Path
 
+import pytest
+
 from sluicemq.client import Client
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "csv_pipeline"
@@ -67,6 +69,7 @@ def test_the_csv_pipeline_aggregates_every_file_exactly_once(spark, broker, tmp_
     assert sum(r["orders"] for r in shown) == 1500
 
 
+@pytest.mark.xdist_group("spark-drivers")  # its own Spark driver: one such JVM at a time
 def test_the_pipeline_script_runs_its_workers_on_its_own_interpreter(broker, tmp_path):
     """As the README runs it: `python pipeline.py --once` with no PYSPARK_PYTHON set, and a
     `python3` first on PATH that cannot run a worker - the script must not depend on it."""

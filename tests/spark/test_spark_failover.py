@@ -12,10 +12,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from test_spark_exactly_once import TOTAL, start_driver, wait_committed
+from test_spark_exactly_once import TOTAL, start_driver, wait_mid_batch
 
 from ha_helpers import Cluster, first_listening
 from sluicemq.client import Client
+
+pytestmark = pytest.mark.xdist_group("spark-drivers")  # one driver JVM at a time
 
 
 def failover_url(*brokers) -> str:
@@ -35,8 +37,8 @@ def test_a_streaming_query_across_a_takeover_writes_every_message_once(tmp_path:
                 r.result(10)
         both = SimpleNamespace(url=failover_url(master, standby))
         driver = start_driver(both, "sluice", "/queue/sink", tmp_path)
-        wait_committed(driver, tmp_path / "checkpoint", after=2)
-        master.kill()
+        wait_mid_batch(driver, tmp_path / "checkpoint", after=1)
+        master.kill()  # while a micro-batch is in flight
         assert first_listening(standby) is standby
         out, _ = driver.communicate(timeout=300)
         if "driver: done" not in out:  # the query failed over the cut: restart it, as a user would
