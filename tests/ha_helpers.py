@@ -62,16 +62,21 @@ def wait_lines(broker: BrokerProcess, pattern: re.Pattern[str], count: int,
         broker.listening.wait(0.02)  # woken early by nothing else; just paces the re-check
 
 
-def first_listening(*brokers: BrokerProcess, timeout: float = 30.0) -> BrokerProcess:
-    """The broker that printed its `listening on` line first."""
+def first_listening(*brokers: BrokerProcess, timeout: float = 120.0) -> BrokerProcess:
+    """The broker that printed its `listening on` line first.
+
+    A takeover replays the journal, which on a busy machine (Spark JVMs, other workers) can
+    take a while: the bound is generous, and a standby that exited (say it could not bind)
+    fails the wait at once with its log.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for b in brokers:
             if b.listening.wait(0.02):
                 return b
+        if all(b.proc is not None and b.proc.poll() is not None for b in brokers):
+            break
     raise AssertionError("no standby took over:\n" + "".join(b.log() for b in brokers))
-
-
 
 
 def failover_url(*brokers: BrokerProcess) -> str:

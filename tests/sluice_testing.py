@@ -91,6 +91,21 @@ def eventually(check: Callable[[], object], what: str | Callable[[], str],
         pace.wait(0.02)  # nothing to wake us: this only paces the re-check
 
 
+def stored(url: str, destination: str, timeout: float = 30.0) -> list[str]:
+    """The bodies of every message the broker holds for queue ``destination``, read by a plain
+    consumer: the broker says how many it holds (a head query) and each is awaited in turn, so
+    a slow delivery on a busy machine cannot end the reading early (as "quiet for N s" would).
+    """
+    from sluicemq.client import Client
+
+    with Client(url) as c:
+        count = c.head(destination).count
+        with c.subscribe(destination) as sub:
+            got = [sub.get(timeout=timeout) for _ in range(count)]
+    assert all(m is not None for m in got), f"{destination}: fewer than {count} delivered"
+    return [m.text() for m in got if m is not None]
+
+
 class BrokerProcess:
     """A broker subprocess that can be stopped, killed (-9) and restarted on the same data dir."""
 

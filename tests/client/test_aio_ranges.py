@@ -47,13 +47,13 @@ async def test_head_read_and_commit_awaited(broker) -> None:
 
 @async_test
 async def test_a_slow_async_reader_holds_the_socket_not_memory(broker_factory) -> None:
-    b = broker_factory(config_text="[limits]\nheartbeat_ms = 300\n")
+    b = broker_factory(config_text="[limits]\nheartbeat_ms = 1000\n")  # dead after 2 s silent
     async with await AsyncClient.connect(b.url) as producer:  # no fast heart-beats for that
         await fill(producer, "/queue/slow", 599, 64 << 10)  # 38 MiB
-    async with await AsyncClient.connect(b.url, heartbeat=(300, 300)) as c:
+    async with await AsyncClient.connect(b.url, heartbeat=(1000, 1000)) as c:
         async with await c.read_range("/queue/slow") as rng:
             first = await rng.__anext__()
-            await asyncio.sleep(2.0)  # heart-beats lapse unread: the connection must live
+            await asyncio.sleep(3.0)  # heart-beats lapse unread: the connection must live
             held = rng._queue.bytes
             await c.send("/queue/other", b"a receipt behind the range")  # no deadlock
             rest = [m async for m in rng]

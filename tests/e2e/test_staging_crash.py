@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 
+from sluice_testing import stored
 from sluicemq import Client, ClientError
 from sluicemq.protocol.columns import ColumnWriter
 
@@ -68,10 +69,7 @@ def test_kill_9_at_random_moments_never_loses_or_repeats_a_batch(broker, columns
                 c.publish_stage("crash", b, LISTED)
             except ClientError:  # its parts never made it: the task would be re-run
                 stage_and_publish(broker.url, b, confirmed, columns)
-        seen: Counter[str] = Counter()
-        with c.subscribe("/queue/crash") as sub:
-            while (m := sub.get(timeout=1.0)) is not None:
-                seen[m.body.decode()] += 1
+    seen = Counter(stored(broker.url, "/queue/crash"))
     expected = Counter(body(b, part, i) for b in range(batch) for part in LISTED
                        for i in range(PER_PART))
     assert seen == expected

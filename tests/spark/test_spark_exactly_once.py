@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from spark_driver import PER_BATCH
 
+from sluice_testing import stored
 from sluicemq.client import Client
 
 pytestmark = pytest.mark.xdist_group("spark-drivers")
@@ -100,11 +101,7 @@ def test_kill_9_of_the_driver_between_read_and_commit(broker, source, tmp_path, 
         bodies = sorted(json.loads((tmp_path / "read-back.json").read_text()))
         assert len(rows) >= len(bodies)
     else:
-        bodies = []
-        with Client(broker.url) as c, c.subscribe("/queue/sink") as sub:
-            while (m := sub.get(timeout=3.0)) is not None:
-                bodies.append(m.text())
-        bodies.sort()
+        bodies = sorted(stored(broker.url, "/queue/sink"))
     assert bodies == sorted(source), (
         f"lost {len(set(source) - set(bodies))}, duplicated {len(bodies) - len(set(bodies))}")
 
@@ -120,9 +117,6 @@ def test_kill_9_of_the_broker_mid_query(broker, source, tmp_path):
     broker.restart()
     first.communicate(timeout=300)  # failed (broker gone mid-batch) or finished: both fine
     finish(start_driver(broker, "sluice", "/queue/sink", tmp_path))
-    bodies = []
-    with Client(broker.url) as c, c.subscribe("/queue/sink") as sub:
-        while (m := sub.get(timeout=3.0)) is not None:
-            bodies.append(m.text())
+    bodies = stored(broker.url, "/queue/sink")
     assert sorted(bodies) == sorted(source), (
         f"lost {len(set(source) - set(bodies))}, duplicated {len(bodies) - len(set(bodies))}")

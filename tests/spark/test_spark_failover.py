@@ -14,15 +14,11 @@ from types import SimpleNamespace
 import pytest
 from test_spark_exactly_once import TOTAL, start_driver, wait_mid_batch
 
-from ha_helpers import Cluster, first_listening
+from ha_helpers import Cluster, failover_url, first_listening
+from sluice_testing import stored
 from sluicemq.client import Client
 
 pytestmark = pytest.mark.xdist_group("spark-drivers")  # one driver JVM at a time
-
-
-def failover_url(*brokers) -> str:
-    inner = ",".join(b.url for b in brokers)
-    return f"failover:({inner})?randomize=false&initialReconnectDelay=20&maxReconnectDelay=200"
 
 
 @pytest.mark.slow
@@ -45,10 +41,7 @@ def test_a_streaming_query_across_a_takeover_writes_every_message_once(tmp_path:
             again = start_driver(both, "sluice", "/queue/sink", tmp_path)
             out, _ = again.communicate(timeout=300)
             assert again.returncode == 0 and "driver: done" in out, out[-3000:]
-        bodies = []
-        with Client(standby.url) as c, c.subscribe("/queue/sink") as sub:
-            while (m := sub.get(timeout=3.0)) is not None:
-                bodies.append(m.text())
+        bodies = stored(standby.url, "/queue/sink")
         assert sorted(bodies) == sorted(source), (
             f"lost {len(set(source) - set(bodies))}, "
             f"duplicated {len(bodies) - len(set(bodies))}")

@@ -6,16 +6,13 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+from sluice_testing import stored
 from sluicemq.client import Client
 
 
 def drain(broker, destination: str) -> list[str]:
     """Everything the broker holds for `destination`, read by a plain consumer."""
-    out: list[str] = []
-    with Client(broker.url) as c, c.subscribe(destination) as sub:
-        while (m := sub.get(timeout=2.0)) is not None:
-            out.append(m.text())
-    return out
+    return stored(broker.url, destination)
 
 
 def test_a_dataframe_is_published_once_per_row(spark, broker):
