@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# The suite mostly waits (fsyncs, broker and JVM start-ups, receipts), so it runs on four
+# pytest-xdist workers even on two cores; each Spark group (tests/spark/conftest.py) stays on
+# one worker, so at most two Spark JVMs run at once. `make test PYTEST_WORKERS=0`: one process.
+PYTEST_WORKERS ?= 4
 
 .PHONY: run test lint bench clean venv
 
@@ -20,7 +24,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench examples tools
 	$(VENV)/bin/mypy
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench examples tools
