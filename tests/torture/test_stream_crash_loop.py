@@ -63,12 +63,12 @@ def test_a_saved_file_survives_a_crash_that_ate_its_final_ack(
                 time.sleep(0.3)  # the earlier chunks' ACKs reach the journal
                 os.kill(broker.pid, signal.SIGSTOP)  # the final ACK will not
 
-        stream = next(c.streams("/queue/lost-ack", timeout=5))
+        stream = next(c.streams("/queue/lost-ack", timeout=60))
         saved = save_stream(stream, inbox, progress=freeze_at_the_end)
         broker.kill()
     assert saved.read_bytes() == data
     broker.restart()
     with Client(broker.url) as c:
-        again = c.receive_file("/queue/lost-ack", inbox, timeout=5)
+        again = c.receive_file("/queue/lost-ack", inbox, timeout=60)
     assert again == saved
     assert saved.read_bytes() == data
