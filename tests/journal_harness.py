@@ -18,13 +18,21 @@ WAIT_SECONDS = 10.0
 
 
 class JournalHarness:
-    def __init__(self, directory: Path, segment_bytes: int) -> None:
+    """``loop_durability``: the writer thread's reports (durable, failed) wait for ``settle``
+    like the deferred work, as on the broker's loop, so a spec can look at the state between
+    an append and the store learning that it is durable."""
+
+    def __init__(self, directory: Path, segment_bytes: int, *,
+                 loop_durability: bool = False) -> None:
         self.calls: list[Callable[[], None]] = []
         self.journal = Journal(directory / "journal", sync=False, preallocate=False,
                                segment_bytes=segment_bytes)
         list(self.journal.recover())
         self.store = Store(self.journal, self.calls.append, inline_commit=False)
-        self.store.start(lambda fn, *args: fn(*args))
+        if loop_durability:
+            self.store.start(lambda fn, *args: self.calls.append(lambda: fn(*args)))
+        else:
+            self.store.start(lambda fn, *args: fn(*args))
 
     def settle(self) -> None:
         """Run deferred work until nothing is left and everything appended is durable."""

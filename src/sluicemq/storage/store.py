@@ -228,6 +228,48 @@ class Store:
         self.pre_append(None)
         return self._append(rtype, payload)
 
+    # -- records that stand for state (staged parts, publications, memo anchors) -------------
+    # Such a record is not a message a queue holds: it is pinned by whoever keeps the state,
+    # and made redundant by a later record (a publication or discard of staged parts, a newer
+    # copy of a table). These calls do that bookkeeping, so their owners never count pins.
+    def keep(self, rtype: int, payload: bytes,
+             replaces: Iterable[TicketLike] = ()) -> TicketLike:
+        """Append a record that stays on disk until ``let_go`` or ``settle`` names it; the
+        ``replaces`` records (an older copy) are unpinned once the new one is durable, so a
+        crash in between finds one or the other."""
+        ticket = self.append_record(rtype, payload)
+        self.hold(ticket)
+        self.release_after(ticket.seq, replaces)
+        return ticket
+
+    def settle(self, rtype: int, payload: bytes, settled: Iterable[TicketLike]) -> TicketLike:
+        """Append a record that makes the kept ``settled`` records redundant (staged parts
+        published or discarded): they are unpinned once it is durable."""
+        ticket = self.append_record(rtype, payload)
+        self.release_after(ticket.seq, settled)
+        return ticket
+
+    def let_go(self, tickets: Iterable[TicketLike]) -> None:
+        """Unpin kept records that nothing newer stands in for (an abandoned part, an emptied
+        table, originals whose copies are durable): now if everything appended so far is
+        durable (``release_after`` would wait for the next write), else once it is."""
+        tickets = list(tickets)
+        if not tickets:
+            return
+        seq = self.flush()
+        if seq > self.durable_seq:
+            self.release_after(seq, tickets)
+            return
+        for t in tickets:
+            if t.loc is not None:
+                self.journal.release(t.loc)
+        self.journal.reclaim()
+
+    def hold_rows(self, counts: dict[int, int], newest: tuple[int, int]) -> None:
+        """Queues adopted ``counts`` rows of records per segment as their slots (published
+        staged rows, kept in columns, not as tickets); ``newest`` is the newest such record."""
+        self.journal.retain_counts(counts, newest)
+
     # -- references --------------------------------------------------------------------------
     def hold(self, ticket: TicketLike, count: int = 1) -> None:
         """``count`` queues now hold the record: pin its segment (locations are final at append)."""

@@ -48,11 +48,9 @@ class Anchor:
 
     def write(self) -> None:
         """Append the table as a new anchor; the old one is released once the new one is durable."""
-        ticket = self.store.append_record(self.rtype, encode_memo(self.table, self.dump()))
-        self.store.hold(ticket)
-        old, self.ticket = self.ticket, ticket
-        if old is not None:
-            self.store.release_after(ticket.seq, [old])
+        old = [self.ticket] if self.ticket is not None else []
+        self.ticket = self.store.keep(self.rtype, encode_memo(self.table, self.dump()),
+                                      replaces=old)
         self.rewrites += 1
 
     def tick(self, empty: bool) -> None:
@@ -65,7 +63,7 @@ class Anchor:
                 self.write()
             return
         if empty:
-            release_soon(self.store, [self.ticket])  # type: ignore[list-item]
+            self.store.let_go([self.ticket])  # type: ignore[list-item]
             self.ticket = None
             return
         self.move_if_oldest()
@@ -85,15 +83,3 @@ class Anchor:
         """Recovery: the anchor found on disk (already retained by the caller)."""
         self.ticket = RecoveredTicket(loc) if loc is not None else None
 
-
-def release_soon(store: Store, tickets: list[TicketLike]) -> None:
-    """Unpin records that nothing newer needs to wait for: now, if everything appended so far
-    is durable (``release_after`` would otherwise wait for the next write), else after it."""
-    seq = store.flush()
-    if seq > store.durable_seq:
-        store.release_after(seq, tickets)
-        return
-    for t in tickets:
-        if t.loc is not None:
-            store.journal.release(t.loc)
-    store.journal.reclaim()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from sluicemq.core.persistence.anchor import release_soon
 from sluicemq.core.staging.book import ParkedPart, StageBook
 from sluicemq.storage.segment import Location
 from sluicemq.storage.staging_records import STAGE, STAGE_DISCARD, encode_discard
@@ -57,9 +56,7 @@ class PartMover:
             return
         news = []
         for t in olds:
-            ticket = self.store.append_record(STAGE, self.store.read(t.loc))  # type: ignore[arg-type]
-            self.store.hold(ticket)
-            news.append(ticket)
+            news.append(self.store.keep(STAGE, self.store.read(t.loc)))  # type: ignore[arg-type]
         self._moves.append((part, olds, news))
 
     def _switch(self) -> None:
@@ -71,13 +68,12 @@ class PartMover:
             if current is part and part.tickets == olds:
                 for rec, ticket in zip(part.records, news, strict=True):
                     rec.ticket = ticket
-                release_soon(self.store, olds)
+                self.store.let_go(olds)
                 self.moved_parts += 1
                 log.info("staged part %s/%s/%s moved off the oldest journal segment",
                          part.sink, part.batch, part.part)
             else:  # published, discarded or staged again meanwhile: the copies are moot
-                done = self.store.append_record(STAGE_DISCARD, encode_discard([part.ident]))
-                self.store.release_after(done.seq, news)
+                self.store.settle(STAGE_DISCARD, encode_discard([part.ident]), news)
 
     def pins(self) -> list[TicketLike]:
         """The copies in flight (held besides the parts' own records)."""

@@ -137,7 +137,7 @@ class Stager:
         parked = writer.finish()
         old = self.book.park(parked)
         if old is not None:  # a retried task staged the part again: the newer attempt wins
-            self.store.release_after(parked.records[-1].ticket.seq, old.tickets)
+            self.store.let_go(old.tickets)
         return STAGED, parked.count
 
     def stage(self, owner: str | None, sink: str, batch: str, part: str,
@@ -185,13 +185,12 @@ class Stager:
                           [(p.part, [(r.ticket.loc, len(r)) for r in p.records])  # type: ignore[misc]
                            for p in chosen], token, owner)
         payload = encode_publish(pub)
-        ticket = self.store.append_record(STAGE_PUBLISH, payload)
-        self._unsynced.append((ticket, key, payload))
         every = self.book.take_batch(key)
+        ticket = self.store.settle(STAGE_PUBLISH, payload, [t for p in every for t in p.tickets])
+        self._unsynced.append((ticket, key, payload))
         self.book.remember(key, now, count, token)
         self.anchor.ensure()
         self._route(chosen, base)
-        self.store.release_after(ticket.seq, [t for p in every for t in p.tickets])
         self.published_batches += 1
         self.published_messages += count
         self.discarded_parts += len(every) - len(chosen)
@@ -235,7 +234,7 @@ class Stager:
                                                             rec.prio[j]))
                 mid += len(rec)
         if retained:
-            self.store.journal.retain_counts(dict(retained), newest)
+            self.store.hold_rows(dict(retained), newest)
         for q in woken.values():
             if q.consumers:
                 broker.schedule_dispatch(q)
@@ -271,8 +270,8 @@ class Stager:
     def _discard(self, parts: list[ParkedPart]) -> None:
         if not parts:
             return
-        ticket = self.store.append_record(STAGE_DISCARD, encode_discard(p.ident for p in parts))
-        self.store.release_after(ticket.seq, [t for p in parts for t in p.tickets])
+        self.store.settle(STAGE_DISCARD, encode_discard(p.ident for p in parts),
+                          [t for p in parts for t in p.tickets])
         self.discarded_parts += len(parts)
 
     def tick(self, now_ms: int) -> None:
@@ -308,7 +307,7 @@ class Stager:
         for p in self.book.all_parts():
             if any(t.loc is None for t in p.tickets):
                 self.book.take(p)
-                self.store.release_after(self.store.flush(), p.tickets)
+                self.store.let_go(p.tickets)
 
     @property
     def parked_parts(self) -> int:

@@ -97,14 +97,11 @@ class PartWriter:
             return
         self.done = True
         self._forget(self)
-        if self.records:
-            self.store.release_after(self.records[-1].ticket.seq, self.tickets)
+        self.store.let_go(self.tickets)
 
     def _write(self, payload: bytes, pending: list[tuple[str, int, int, int]],
                blocks: list[tuple[Rows, int]]) -> None:
-        ticket = self.store.append_record(STAGE, payload)
-        self.store.hold(ticket)
-        rec = StagedRecord(ticket)
+        rec = StagedRecord(self.store.keep(STAGE, payload))
         for entry in pending:
             rec.add(*entry)
         for rows, at in blocks:
