@@ -11,14 +11,13 @@ import os
 import re
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from ha_helpers import Cluster, failover_url
-from sluice_testing import BrokerProcess
+from sluice_testing import BrokerProcess, eventually
 from sluicemq import Client
 
 SLUICE = [sys.executable, "-m", "sluicemq"]
@@ -45,11 +44,12 @@ def destination(broker: BrokerProcess, name: str) -> dict:
 
 def wait_until(check, proc: subprocess.Popen, timeout: float = 60.0) -> None:
     """Poll ``check`` (a broker's own count) until true; the command must still be running."""
-    deadline = time.monotonic() + timeout
-    while not check():
+
+    def progressed() -> bool:
         assert proc.poll() is None, "the command finished before the master was killed"
-        assert time.monotonic() < deadline, "the transfer made no progress"
-        time.sleep(0.05)  # pacing between two looks at the broker's counters
+        return bool(check())
+
+    eventually(progressed, "the transfer made no progress", timeout)
 
 
 def finish(proc: subprocess.Popen) -> tuple[str, str]:

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sluice_testing import eventually
 from sluicemq.client import Client
 from sluicemq.protocol.frames import ALL_COMMANDS
 
@@ -146,7 +147,7 @@ def test_fuzzed_sessions_never_crash_or_disturb_others(fuzz_target: Any) -> None
     proc, port, lines = fuzz_target
     good = WellBehaved(f"stomp://127.0.0.1:{port}")
     good.start()
-    time.sleep(0.5)
+    eventually(lambda: good.rounds or good.failures, "the well-behaved client's first round")
     rss_before = rss_kib(proc.pid)
     executed = 0
 
@@ -159,7 +160,9 @@ def test_fuzzed_sessions_never_crash_or_disturb_others(fuzz_target: Any) -> None
         executed += 1
 
     fuzz()
-    time.sleep(0.5)
+    after = good.rounds  # and the broker still serves it once the fuzzing is over
+    eventually(lambda: good.rounds > after + 2 or good.failures,
+               "well-behaved round trips after the fuzzing")
     good.stop.set()
     good.join(15)
     log = "".join(lines)
