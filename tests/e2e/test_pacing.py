@@ -1,7 +1,8 @@
 """Spec: producer pacing. A destination whose consumers are behind by more than its
 ``max_consumer_lag`` holds non-persistent SENDs until they catch up, so end-to-end latency is
 bounded by the lag instead of by the memory limit; a destination with no consumer (a backlog
-being filled) and persistent SENDs (paced by the disk already) are never held by it.
+being filled) and persistent SENDs (paced by the disk already) are never held by it. Each
+destination's lag and bound are shown by the admin API (and so the console) and /metrics.
 """
 
 from __future__ import annotations
@@ -36,6 +37,14 @@ def wait_flow(b: BrokerProcess, ok, within: float = 20.0) -> dict:
         b.listening.wait(0.05)  # paces the re-check only
 
 
+def lag_metric(b: BrokerProcess, name: str) -> float:
+    with urllib.request.urlopen(f"{b.console_url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    series = f'sluice_destination_consumer_lag_bytes{{kind="queue",name="{name}"}} '
+    line = next(x for x in text.splitlines() if x.startswith(series))
+    return float(line[len(series):])
+
+
 def connect(b: BrokerProcess) -> RawStomp:
     c = RawStomp(b.host, b.port, timeout=30)
     c.connect()
@@ -60,6 +69,10 @@ def test_a_producer_waits_while_consumers_are_behind_and_resumes_when_they_catch
     pipeline(producer, "/queue/paced.a")
     state = wait_flow(b, lambda f: f["producers_waiting"] == 1)
     assert state["paced_total"] >= 1 and state["blocked_total"] == 0  # paced, not at a limit
+    shown = b.api("destinations/queue/paced.a")
+    assert shown["max_consumer_lag"] == 16 << 10
+    assert shown["lag_bytes"] >= 16 << 10  # what holds the producer, visible where it is held
+    assert lag_metric(b, "paced.a") >= 16 << 10
     held = []
     try:
         while True:  # the receipts of the SENDs taken before the hold are already on the wire
@@ -76,6 +89,7 @@ def test_a_producer_waits_while_consumers_are_behind_and_resumes_when_they_catch
     rest = [producer.recv().headers["receipt-id"] for _ in range(COUNT - len(held))]
     assert held + rest == [str(i) for i in range(COUNT)]
     assert flow(b)["producers_waiting"] == 0
+    assert b.api("destinations/queue/paced.a")["lag_bytes"] == 0
 
 
 def test_no_consumer_no_pacing_a_backlog_fills_at_full_speed(broker_factory) -> None:
@@ -85,6 +99,7 @@ def test_no_consumer_no_pacing_a_backlog_fills_at_full_speed(broker_factory) -> 
     assert [producer.recv().headers["receipt-id"] for _ in range(COUNT)] == [
         str(i) for i in range(COUNT)]
     assert flow(b)["paced_total"] == 0
+    assert b.api("destinations/queue/paced.backlog")["lag_bytes"] is None  # no consumer
 
 
 def test_persistent_sends_are_not_paced_by_default(broker_factory) -> None:

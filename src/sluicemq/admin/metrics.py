@@ -54,13 +54,17 @@ class BrokerCollector(Collector):
         paged = GaugeMetricFamily("sluice_destination_paged_messages",
                                   "Messages whose bodies are only in the journal or temp "
                                   "files (store/file cursor)", labels=labels)
+        lag = GaugeMetricFamily("sluice_destination_consumer_lag_bytes",
+                                "Body bytes the consumers are behind (producer pacing holds "
+                                "SENDs past the policy's max_consumer_lag; 0: no consumer)",
+                                labels=labels)
         counters = {field: CounterMetricFamily(f"sluice_destination_{field}",
                                                f"Messages {field} since broker start",
                                                labels=labels)
                     for field in ("enqueued", "dequeued", "redelivered", "expired",
                                   "dead_lettered")}
         families: list[GaugeMetricFamily | CounterMetricFamily] = [
-            depth, consumers, memory, paged, *counters.values()]
+            depth, consumers, memory, paged, lag, *counters.values()]
         for lv, values in _destination_rows(broker):
             for family, value in zip(families, values, strict=True):
                 family.add_metric(lv, value)
@@ -239,14 +243,15 @@ def _destination_rows(broker: Any) -> list[Row]:
     rows: list[Row] = []
     for name, q in broker.queues.items():
         rows.append((["queue", name], [q.depth(), len(q.consumers), q.pending.bytes,
-                                       q.pending.paged,
+                                       q.pending.paged, q.lag() if q.consumers else 0,
                                        *(getattr(q.stats, f) for f in _STAT_FIELDS)]))
     for name, t in broker.topics.items():
         subs = list(t.subscribers.values())
         rows.append((["topic", name], [
             sum(q.depth() for q in subs), sum(len(q.consumers) for q in subs),
             sum(q.pending.bytes for q in subs), sum(q.pending.paged for q in subs),
-            t.published, *(sum(getattr(q.stats, f) for q in subs) for f in _STAT_FIELDS[1:])]))
+            min((q.lag() for q in subs if q.consumers), default=0), t.published,
+            *(sum(getattr(q.stats, f) for q in subs) for f in _STAT_FIELDS[1:])]))
     if len(rows) <= METRICS_DESTINATIONS:
         return rows
     kept = heapq.nlargest(METRICS_DESTINATIONS, rows, key=lambda row: row[1][0])

@@ -18,6 +18,7 @@ from sluicemq.core.routing.names import QUEUE, TOPIC
 
 if TYPE_CHECKING:
     from sluicemq.admin.sampler import RateSampler, StreamRates
+    from sluicemq.config import Policy
     from sluicemq.core.routing.broker import Broker
     from sluicemq.core.routing.message import Message
     from sluicemq.core.routing.queue import Consumer, Queue
@@ -50,10 +51,12 @@ def queue_summary(name: str, q: Queue) -> dict[str, Any]:
         "memory_bytes": q.pending.bytes + _inflight_bytes(q),
         "paged": q.pending.paged, "cursor": q.policy.cursor,
         "dlq": name.startswith(q.policy.dlq_prefix),
+        "lag_bytes": q.lag() if q.consumers else None,
+        "max_consumer_lag": parse_size(q.policy.max_consumer_lag),
     }
 
 
-def topic_summary(name: str, t: Topic) -> dict[str, Any]:
+def topic_summary(name: str, t: Topic, policy: Policy) -> dict[str, Any]:
     subs = list(t.subscribers.values())
     return {
         "kind": TOPIC, "name": name, "destination": t.destination,
@@ -69,13 +72,15 @@ def topic_summary(name: str, t: Topic) -> dict[str, Any]:
         "memory_bytes": sum(q.pending.bytes + _inflight_bytes(q) for q in subs),
         "paged": sum(q.pending.paged for q in subs),
         "dlq": False,
+        "lag_bytes": min((q.lag() for q in subs if q.consumers), default=None),
+        "max_consumer_lag": parse_size(policy.max_consumer_lag),
     }
 
 
 def destinations(broker: Broker) -> list[dict[str, Any]]:
     """Every queue and topic with its counters, queues first, each kind sorted by name."""
     out = [queue_summary(n, q) for n, q in sorted(broker.queues.items())]
-    out += [topic_summary(n, t) for n, t in sorted(broker.topics.items())]
+    out += [topic_summary(n, t, broker.policy(TOPIC, n)) for n, t in sorted(broker.topics.items())]
     return out
 
 
@@ -113,7 +118,7 @@ def destination_detail(broker: Broker, kind: str, name: str) -> dict[str, Any]:
     if kind != TOPIC:
         raise NotFound(f"unknown destination kind {kind!r}")
     t = find_topic(broker, name)
-    detail = topic_summary(name, t)
+    detail = topic_summary(name, t, broker.policy(TOPIC, name))
     detail["consumers_detail"] = [consumer_view(c) for q in t.subscribers.values()
                                   for c in q.consumers]
     detail["subscriptions_detail"] = [

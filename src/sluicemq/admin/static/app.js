@@ -189,6 +189,7 @@ function destinationsPage() {
     { key: "redelivered", label: "Redelivered", num: true }, { key: "dead_lettered", label: "To DLQ", num: true },
     { key: "memory_bytes", label: "Memory", num: true },
     { key: "paged", label: "Paged", num: true },
+    { key: "lag_bytes", label: "Consumer lag", num: true },
   ];
   const table = new SortableTable($("#destinations"), cols, (d) => el("tr", { dataset: { kind: d.kind, name: d.name } },
     el("td", {}, el("span", { class: `badge ${d.dlq ? "dlq" : ""}` }, d.dlq ? "dlq" : d.kind)),
@@ -197,7 +198,9 @@ function destinationsPage() {
     el("td", { class: "num" }, num(d.enqueued)), el("td", { class: "num" }, num(d.dequeued)),
     el("td", { class: "num" }, num(d.redelivered)), el("td", { class: "num" }, num(d.dead_lettered)),
     el("td", { class: "num" }, bytes(d.memory_bytes)),
-    el("td", { class: "num" }, num(d.paged))), {
+    el("td", { class: "num" }, num(d.paged)),
+    el("td", { class: "num", title: `producers paced past ${bytes(d.max_consumer_lag)}` },
+       d.lag_bytes === null ? "-" : bytes(d.lag_bytes))), {
     sortKey: "name",
     filterFn: (d) => d.name.toLowerCase().includes(filter.value.toLowerCase()) &&
                      (!kind.value || (kind.value === "dlq" ? d.dlq : d.kind === kind.value)),
@@ -225,7 +228,9 @@ function destinationPage() {
       card("Consumers", num(d.consumers), kind === "topic" ? `${d.subscriptions} subscriptions` : ""),
       card("Enqueued", num(d.enqueued)), card("Dequeued", num(d.dequeued)),
       card("Redelivered", num(d.redelivered)), card("To DLQ", num(d.dead_lettered)),
-      card("Memory", bytes(d.memory_bytes)));
+      card("Memory", bytes(d.memory_bytes)),
+      card("Consumer lag", d.lag_bytes === null ? "-" : bytes(d.lag_bytes),
+           d.max_consumer_lag ? `producers paced past ${bytes(d.max_consumer_lag)}` : "no pacing"));
     const rows = d.consumers_detail.map((c) => el("tr", {},
       el("td", {}, c.subscription), el("td", {}, c.peer), el("td", {}, c.ack),
       el("td", { class: "num" }, num(c.prefetch)), el("td", { class: "num" }, num(c.inflight)),

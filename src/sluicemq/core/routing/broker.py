@@ -60,11 +60,6 @@ def _anything(topic: str) -> bool:
     return True
 
 
-def _lag(q: Queue) -> int:
-    """Body bytes ``q``'s consumers have yet to be handed (in memory and paged out)."""
-    return q.pending.memory + q.pending.stored_bytes
-
-
 class Broker:
     """Routing and bookkeeping for every destination; sessions call in, queues call back."""
 
@@ -167,16 +162,24 @@ class Broker:
         if kind == QUEUE:
             q = self.queues.get(name)
             used = q.pending.memory if q is not None else 0
-            lag = _lag(q) if q is not None and q.consumers else None
         else:
             t = self.topics.get(name)
-            subs = list(t.subscribers.values()) if t else []
-            used = sum(q.pending.memory for q in subs)
-            # Paced to the subscriber that keeps up best: a slow one must not hold the rest
-            # back (it pages to temp files instead, as before).
-            lags = [_lag(q) for q in subs if q.consumers]
-            lag = min(lags) if lags else None
-        return self.flow.full(policy, persistent, used, lag)
+            used = sum(q.pending.memory for q in t.subscribers.values()) if t else 0
+        return self.flow.full(policy, persistent, used, self.consumer_lag(kind, name))
+
+    def consumer_lag(self, kind: str, name: str) -> int | None:
+        """Body bytes the destination's consumers are behind, as producer pacing sees it; None
+        when it has no consumer (a backlog being filled is never paced). A topic counts its
+        subscriber that keeps up best: a slow one must not hold the rest back (it pages to temp
+        files instead)."""
+        if kind == QUEUE:
+            q = self.queues.get(name)
+            return q.lag() if q is not None and q.consumers else None
+        t = self.topics.get(name)
+        if t is None:
+            return None
+        lags = [q.lag() for q in t.subscribers.values() if q.consumers]
+        return min(lags) if lags else None
 
     def queue(self, name: str) -> Queue:
         q = self.queues.get(name)

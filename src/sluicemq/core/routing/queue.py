@@ -212,6 +212,11 @@ class Queue:
         if self.consumers and self.pending:
             self.owner.schedule_dispatch(self)  # what the leaver was skipped for may go now
 
+    def lag(self) -> int:
+        """Body bytes the consumers have yet to be handed (in memory and paged out): what
+        producer pacing (``max_consumer_lag``) bounds."""
+        return self.pending.memory + self.pending.stored_bytes
+
     @property
     def inflight_count(self) -> int:
         return sum(len(c.inflight) for c in self.consumers)
