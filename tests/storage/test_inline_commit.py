@@ -15,6 +15,19 @@ def test_commit_now_syncs_a_small_batch_on_the_calling_thread(open_journal) -> N
     assert opened.watch.durable[-1] == ticket.seq
 
 
+def test_commit_now_without_report_leaves_the_durable_seq_to_the_caller(open_journal) -> None:
+    opened = open_journal()
+    journal = opened.journal
+    journal.wake_on_append = False
+    ticket = journal.append(1, b"hello")
+    assert journal.commit_now(report=False) is True
+    assert journal.durable_seq == ticket.seq  # the store answers receipts from this at once
+    assert ticket.seq not in opened.watch.durable  # no second hop back to the loop
+    later = journal.append(1, b"again")
+    journal.kick()
+    opened.watch.wait(later.seq)  # the writer thread still reports its own batches
+
+
 def test_commit_now_leaves_big_batches_to_the_writer(open_journal) -> None:
     opened = open_journal()
     journal = opened.journal

@@ -254,14 +254,17 @@ class Journal(JournalReads, JournalWriter):
                 self._writer_idle = False
                 self._wake.notify()
 
-    def commit_now(self, max_records: int = 4, max_bytes: int = 256 << 10) -> bool:
+    def commit_now(self, max_records: int = 4, max_bytes: int = 256 << 10, *,
+                   report: bool = True) -> bool:
         """Write and sync a small pending batch on the calling (loop) thread, if the writer is idle.
 
         Why: a lone synchronous producer waits for the fdatasync plus two thread hand-offs
         (loop → writer → loop); committing in place removes the hand-offs, which on this kind
         of machine are as slow as the sync itself. Under load the batch is bigger than
         ``max_records`` and goes to the writer, which keeps the loop free while the disk works.
-        Returns False (nothing done) when the caller should ``kick()`` instead.
+        Returns False (nothing done) when the caller should ``kick()`` instead. With
+        ``report=False`` on_durable is not called for this batch: the caller reads
+        ``durable_seq`` itself, and the loop is not woken once more for nothing.
         """
         with self._lock:
             pending = self._pending
@@ -272,7 +275,7 @@ class Journal(JournalReads, JournalWriter):
             self._pending = []
             self._writer_idle = False  # the writer stays asleep; we are the writer for now
         try:
-            self._commit(pending)
+            self._commit(pending, report=report)
         finally:
             with self._lock:
                 self._writer_idle = True

@@ -158,7 +158,7 @@ class Store:
         if self._acks:
             self.flush()
             self._turn_scheduled = False
-        if self._inline_commit and self.journal.commit_now():
+        if self._inline_commit and self.journal.commit_now(report=False):
             self._durable(self.journal.durable_seq)  # answer receipts now, not a turn later
         else:
             self.journal.kick()
