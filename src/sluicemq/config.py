@@ -138,7 +138,9 @@ class Policy:
     dead_letter_expired: bool = False
     # Producer pacing: body bytes a destination WITH consumers may hold undelivered before
     # non-persistent SENDs to it wait (0: no pacing); persistent ones too with pace_persistent.
-    max_consumer_lag: int | str = "4 MiB"
+    # 1 MiB: the lowest end-to-end latency at full speed without losing throughput (a sweep
+    # of 4 MiB .. 128 KiB with bench/compare.py e2e; below 1 MiB the sockets' buffers dominate).
+    max_consumer_lag: int | str = "1 MiB"
     pace_persistent: bool = False
 
 
