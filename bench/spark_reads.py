@@ -10,6 +10,9 @@ repeated, medians reported:
 * batch-cols / batch-frames: spark.read (browse, nothing consumed), noop sink.
 * trivial-arrow / trivial-tuples: a Python data source that yields the same bodies from memory
   as RecordBatches / as tuples of the source's 7-column shape: what PySpark itself allows.
+* trivial-stream-arrow: the same RecordBatches from a Python *streaming* source, one
+  Trigger.AvailableNow query (2 partitions, noop sink): Spark's own ceiling for a streaming
+  query, including its fixed cost per query (a planner process, offset and commit logs).
 * read-text: spark.read.text of the same bodies (hex, one per line) from a local file.
 """
 
@@ -25,7 +28,12 @@ ROWS_PER_BATCH = 4096
 
 
 def _trivial_sources(n: int, size: int) -> tuple[type, type]:
-    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceReader,
+        DataSourceStreamReader,
+        InputPartition,
+    )
 
     class _Reader(DataSourceReader):
         def __init__(self, arrow: bool) -> None:
@@ -58,6 +66,25 @@ def _trivial_sources(n: int, size: int) -> tuple[type, type]:
                     names=["message_id", "destination", "headers", "body", "timestamp",
                            "redelivered", "offset"])
 
+    class _StreamReader(DataSourceStreamReader):
+        """Offsets 0 → n: a fresh checkpoint reads all n rows in one micro-batch."""
+
+        def initialOffset(self) -> dict:
+            return {"seq": 0}
+
+        def latestOffset(self) -> dict:
+            return {"seq": n}
+
+        def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+            a, b = start["seq"], end["seq"]
+            return [InputPartition((a, (a + b) // 2)), InputPartition(((a + b) // 2, b))]
+
+        def read(self, partition: InputPartition) -> Any:
+            return _Reader(True).read(partition)
+
+        def commit(self, end: dict) -> None:
+            pass
+
     schema = ("message_id STRING, destination STRING, headers STRING, body BINARY, "
               "timestamp TIMESTAMP, redelivered BOOLEAN, offset BIGINT")
 
@@ -71,6 +98,9 @@ def _trivial_sources(n: int, size: int) -> tuple[type, type]:
 
         def reader(self, schema: Any) -> DataSourceReader:
             return _Reader(True)
+
+        def streamReader(self, schema: Any) -> DataSourceStreamReader:
+            return _StreamReader()
 
     class TrivialTuples(TrivialArrow):
         @classmethod
@@ -86,7 +116,7 @@ def _trivial_sources(n: int, size: int) -> tuple[type, type]:
 def bench_reads(spark: Any, url: str, tmp: Path, count: int, repeat: int,
                 fill: Any, only: set[str] | None = None) -> list[dict]:
     """The read table (or the scenarios in ``only``; trivial-arrow always runs: it is what
-    every figure is compared with)."""
+    every figure is compared with, and trivial-stream-arrow with any streaming scenario)."""
     destination = "/queue/bench.reads"
     fill_rate = fill(url, destination, count, 1024)
     text = tmp / "bodies.txt"
@@ -116,6 +146,15 @@ def bench_reads(spark: Any, url: str, tmp: Path, count: int, repeat: int,
         query.awaitTermination()
         return sum(p["numInputRows"] for p in query.recentProgress)
 
+    def trivial_stream() -> int:
+        nonlocal runs
+        runs += 1
+        query = (spark.readStream.format("trivial_arrow").load().writeStream.format("noop")
+                 .option("checkpointLocation", str(tmp / f"ck-trivial-{runs}"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        return sum(p["numInputRows"] for p in query.recentProgress)
+
     def batch(bulk: str) -> int:
         (spark.read.format("sluice").option("url", url).option("destination", destination)
          .option("bulk", bulk).load().write.format("noop").mode("overwrite").save())
@@ -137,13 +176,15 @@ def bench_reads(spark: Any, url: str, tmp: Path, count: int, repeat: int,
         "batch-frames": lambda: batch("false"),
         "trivial-arrow": lambda: of("trivial_arrow"),
         "trivial-tuples": lambda: of("trivial_tuples"),
+        "trivial-stream-arrow": trivial_stream,
         "read-text": read_text,
     }
     if only:
         unknown = only - set(scenarios)
         if unknown:
             raise SystemExit(f"unknown read scenarios {sorted(unknown)}: {sorted(scenarios)}")
-        scenarios = {k: v for k, v in scenarios.items() if k in only or k == "trivial-arrow"}
+        always = {"trivial-arrow"} | ({"trivial-stream-arrow"} if only & set(streams) else set())
+        scenarios = {k: v for k, v in scenarios.items() if k in only | always}
     for run in scenarios.values():  # warm-up: Python workers start once, outside the figures
         run()
     rates: dict[str, list[float]] = {name: [] for name in scenarios}
@@ -158,13 +199,20 @@ def bench_reads(spark: Any, url: str, tmp: Path, count: int, repeat: int,
             rates[name].append(rows / elapsed)
     out = []
     arrow_rate = statistics.median(rates["trivial-arrow"])
+    stream_rate = (statistics.median(rates["trivial-stream-arrow"])
+                   if "trivial-stream-arrow" in rates else None)
     for name, values in rates.items():
         med = statistics.median(values)
+        versus = {}
+        if stream_rate and name.startswith("stream-"):
+            versus["vs_trivial_stream_arrow"] = round(med / stream_rate, 3)
         out.append({"scenario": f"spark-read-{name}", "messages": count, "size": 1024,
                     "msgs_per_s": round(med), "runs": [round(v) for v in values],
                     "vs_trivial_arrow": round(med / arrow_rate, 3),
-                    "fill_msgs_per_s": round(fill_rate)})
+                    "fill_msgs_per_s": round(fill_rate), **versus})
         print(f"read {name:17s} {med:>12,.0f} msgs/s  (median of {len(values)}: "
               f"{', '.join(f'{v:,.0f}' for v in values)}; {med / arrow_rate:.2f}x trivial "
-              f"Arrow source)", flush=True)
+              f"Arrow source"
+              + (f", {versus['vs_trivial_stream_arrow']:.2f}x trivial streaming one" if versus
+                 else "") + ")", flush=True)
     return out

@@ -6,6 +6,10 @@ layout for its variable-size columns (int32 offsets + bytes), so bodies and head
 wrapped as they arrived, with no copy and no loop per row; the fixed-size columns are wrapped
 or computed by Arrow's kernels. Only a ``map`` header column or named header columns decode
 each row's JSON.
+
+Every argument handed to a compute kernel is an Arrow value, never a Python one: pyarrow
+converts a Python scalar by first trying to import pandas and dateutil, a search of
+``sys.path`` on every call where they are not installed (a fifth of a reader's time).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from sluicemq.spark.schema import Shape
 TIMESTAMP = pa.timestamp("us", tz="UTC")  # what Spark's TIMESTAMP is in Arrow
 _MAP = pa.map_(pa.string(), pa.string())
 _ID_PREFIX = pa.scalar("ID:sluice-")
+_NO_SEPARATOR = pa.scalar("")
 
 
 def _wrap(cols: Columns, at: int, size: int) -> pa.Buffer:
@@ -30,6 +35,38 @@ def _wrap(cols: Columns, at: int, size: int) -> pa.Buffer:
 
 def _fixed(cols: Columns, kind: pa.DataType, at: int, width: int) -> pa.Array:
     return pa.Array.from_buffers(kind, cols.count, [None, _wrap(cols, at, width * cols.count)])
+
+
+def _numbers(cols: Columns, dtype: type[np.generic], at: int) -> np.ndarray:
+    return np.frombuffer(cols.body, dtype, cols.count, at)
+
+
+def _bits(mask: np.ndarray) -> pa.Buffer:
+    """A boolean mask as Arrow's bitmap (least significant bit first)."""
+    return pa.py_buffer(np.packbits(mask, bitorder="little"))
+
+
+def _repeat(value: str, n: int) -> pa.Array:
+    """``value`` n times, as a string array built from its two buffers."""
+    data = value.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * len(data)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets),
+                                                  pa.py_buffer(data * n)])
+
+
+def _timestamps(cols: Columns) -> pa.Array:
+    """Milliseconds (0: unknown) as Spark's microsecond TIMESTAMP, null where unknown."""
+    millis = _numbers(cols, np.int64, cols.timestamp_at)
+    unknown = millis == 0
+    valid = _bits(~unknown) if unknown.any() else None
+    micros = millis * 1000
+    return pa.Array.from_buffers(TIMESTAMP, cols.count, [valid, pa.py_buffer(micros)])
+
+
+def _redelivered(cols: Columns) -> pa.Array:
+    flags = _numbers(cols, np.uint8, cols.flags_at)
+    return pa.Array.from_buffers(pa.bool_(), cols.count,
+                                 [None, _bits((flags & REDELIVERED) != 0)])
 
 
 def _varsize(cols: Columns, kind: pa.DataType, off_at: int, data_at: int) -> pa.Array:
@@ -62,12 +99,10 @@ def record_batch(cols: Columns, destination: str, shape: Shape) -> pa.RecordBatc
     """The rows of one column batch in the schema ``shape.ddl()`` describes."""
     n = cols.count
     seq = _fixed(cols, pa.int64(), cols.seq_at, 8)
-    millis = _fixed(cols, pa.int64(), cols.timestamp_at, 8)
-    flags = _fixed(cols, pa.uint8(), cols.flags_at, 1)
     arrays: dict[str, pa.Array] = {
-        "message_id": pc.binary_join_element_wise(_ID_PREFIX, pc.cast(seq, pa.string()), ""),
-        "destination": pa.array([destination], pa.string()).take(
-            pa.nulls(n, pa.int32()).fill_null(0)),
+        "message_id": pc.binary_join_element_wise(_ID_PREFIX, pc.cast(seq, pa.string()),
+                                                  _NO_SEPARATOR),
+        "destination": _repeat(destination, n),
     }
     header_json, bodies = _values(cols)
     parsed = [json.loads(h) for h in header_json.to_pylist()] if shape.parses_headers else []
@@ -76,10 +111,8 @@ def record_batch(cols: Columns, destination: str, shape: Shape) -> pa.RecordBatc
     elif shape.headers == "map":
         arrays["headers"] = pa.array([list(h.items()) for h in parsed], _MAP)
     arrays["body"] = bodies
-    micros = pc.multiply(millis, 1000)
-    arrays["timestamp"] = pc.if_else(pc.equal(millis, 0), pa.scalar(None, TIMESTAMP),
-                                     micros.cast(TIMESTAMP))
-    arrays["redelivered"] = pc.not_equal(pc.bit_wise_and(flags, REDELIVERED), 0)
+    arrays["timestamp"] = _timestamps(cols)
+    arrays["redelivered"] = _redelivered(cols)
     arrays["offset"] = seq
     for name in shape.columns:
         arrays[name] = pa.array([h.get(name) for h in parsed], pa.string())

@@ -15,10 +15,9 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from sluicemq.spark import schema
-from sluicemq.spark.arrow_sink import SluiceBatchArrowWriter, SluiceStreamArrowWriter
-from sluicemq.spark.files import TEXT_SCHEMA
 from sluicemq.spark.options import OptionError, SinkOptions, SourceOptions
 from sluicemq.spark.reader import SluiceBatchReader, SluicePushdownReader
+from sluicemq.spark.schema import TEXT_SCHEMA
 from sluicemq.spark.stream_reader import SluiceStreamReader
 from sluicemq.spark.writer import SluiceBatchWriter, SluiceStreamWriter
 
@@ -54,10 +53,14 @@ class SluiceDataSource(DataSource):
         return SluiceStreamReader(_with_schema(SourceOptions.parse(self.options), schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from sluicemq.spark.arrow_sink import SluiceBatchArrowWriter  # Arrow: writes only
+
         opts = SinkOptions.parse(self.options, streaming=False)
         return SluiceBatchArrowWriter(opts) if _arrow(self.options) else SluiceBatchWriter(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from sluicemq.spark.arrow_sink import SluiceStreamArrowWriter  # Arrow: writes only
+
         opts = SinkOptions.parse(self.options, streaming=True)
         return SluiceStreamArrowWriter(opts) if _arrow(self.options) else SluiceStreamWriter(opts)
 

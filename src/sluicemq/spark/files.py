@@ -27,7 +27,6 @@ from sluicemq.spark.rows import stream_rows
 FORMATS = ("csv", "json", "parquet", "text")
 METADATA: dict[str, pa.DataType] = {"_stream_id": pa.string(), "_stream_name": pa.string(),
                                     "_offset": pa.int64()}
-TEXT_SCHEMA = "value STRING"
 MAX_ROWS = 65_536  # rows per record batch handed to Spark
 
 

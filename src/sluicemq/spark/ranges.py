@@ -4,22 +4,20 @@ A range `[start, end)` of broker sequence numbers is a fixed set of messages onc
 or below the broker's head (docs/replay-protocol.md), so it can be cut into slices that
 executors read in parallel, each over its own connection, and any slice can be read again
 after a failure with the same result until the ledger commits past it.
+
+Planning only: what a task runs to read its slice is in ``slice_read`` (it needs Arrow, which
+the planning processes never load).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from sluicemq.client import Client
-from sluicemq.spark.arrow import record_batch
-from sluicemq.spark.files import file_batches
 from sluicemq.spark.options import Connection, SourceOptions
-from sluicemq.spark.rows import message_row, stream_rows
 
 
 class RangePartition(InputPartition):
@@ -56,25 +54,3 @@ def slices(client: Client, opts: SourceOptions, start: int, end: int) -> list[Ra
     cuts = [s for s in head.splits if start < s < end]
     bounds = [start, *sorted(set(cuts)), end]
     return [RangePartition(a, b) for a, b in itertools.pairwise(bounds) if a < b]
-
-
-def read_rows(opts: SourceOptions, part: RangePartition, *, ledger: str | None,
-              selector: str | None = None) -> Iterator[tuple | pa.RecordBatch]:
-    """The rows of one slice, read over a fresh connection (this runs on an executor): Arrow
-    record batches built from column batches, or (option ``bulk`` false, and streams mode)
-    tuples built from one MESSAGE frame each."""
-    with connect(opts.connection) as client, client.read_range(
-            opts.destination, part.start, part.end, ledger=ledger,
-            batch_bytes=opts.batch_bytes, selector=selector, **target(opts)) as rng:
-        if opts.stream_format is not None:
-            assert opts.file_schema is not None, "set by the data source from the schema"
-            yield from file_batches(rng, opts.stream_format, opts.file_schema,
-                                    opts.file_options)
-        elif opts.streams:
-            yield from stream_rows(rng, opts.stream_output, opts.path)
-        elif opts.batch_bytes is not None:
-            for cols in rng.batches():
-                yield record_batch(cols, opts.destination, opts.shape)
-        else:
-            for msg in rng:
-                yield message_row(msg, opts.shape)

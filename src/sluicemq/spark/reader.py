@@ -13,7 +13,7 @@ from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
 from sluicemq.spark.options import SourceOptions
 from sluicemq.spark.pushdown import SeqBounds, header_selector
-from sluicemq.spark.ranges import RangePartition, connect, read_rows, slices, target
+from sluicemq.spark.ranges import RangePartition, connect, slices, target
 
 
 class SluiceBatchReader(DataSourceReader):
@@ -32,6 +32,8 @@ class SluiceBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         if not isinstance(partition, RangePartition):
             return  # nothing retained: Spark reads one `InputPartition(None)` instead of none
+        from sluicemq.spark.slice_read import read_rows  # Arrow: only where tasks run
+
         opts = self.opts
         yield from read_rows(opts, partition, ledger=None, selector=self.selector)
         if opts.consume:

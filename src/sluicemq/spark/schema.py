@@ -19,6 +19,8 @@ HEADER_MODES = ("json", "map", "none")
 BASE_COLUMNS = ("message_id", "destination", "headers", "body", "timestamp", "redelivered",
                 "offset")
 
+TEXT_SCHEMA = "value STRING"  # option streams.format=text: one row a line
+
 STREAMS = (
     "stream_id STRING, name STRING, size BIGINT, sha256 STRING, content BINARY, path STRING, "
     "destination STRING, headers MAP<STRING, STRING>, timestamp TIMESTAMP, offset BIGINT"

@@ -30,7 +30,7 @@ from pyspark.sql.streaming.datasource import (
 
 from sluicemq.client import Client
 from sluicemq.spark.options import SourceOptions
-from sluicemq.spark.ranges import RangePartition, connect, read_rows, slices, target
+from sluicemq.spark.ranges import RangePartition, connect, slices, target
 from sluicemq.spark.rows import remove_committed
 from sluicemq.spark.waiting import DestinationWatch
 
@@ -97,6 +97,8 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return slices(self._broker(), self.opts, int(start["seq"]), int(end["seq"]))
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
+        from sluicemq.spark.slice_read import read_rows  # Arrow: only where tasks run
+
         assert isinstance(partition, RangePartition)
         yield from read_rows(self.opts, partition, ledger=self.opts.ledger)
 
