@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 from array import array
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple, Protocol
+
+import numpy as np
 
 from sluicemq.storage import records
 from sluicemq.storage.journal import Journal, Location
@@ -45,6 +47,20 @@ class SegmentRelease:
     def __init__(self, counts: dict[int, int], newest: tuple[int, int]) -> None:
         self.counts = counts
         self.newest = newest
+
+
+def _segment_release(segments: array, offsets: array) -> SegmentRelease:
+    """Counts per segment and the newest (segment, offset) of a run, with numpy: a commit of
+    a million-message backlog spent a quarter of its time on this in Python."""
+    seg = np.frombuffer(segments, dtype=np.dtype(segments.typecode))
+    off = np.frombuffer(offsets, dtype=np.dtype(offsets.typecode))
+    first = int(seg.min())
+    per = np.bincount(seg - first)  # segment numbers of one run are few and close together
+    present = np.flatnonzero(per)
+    last = first + int(present[-1])
+    newest = (last, int(off[seg == last].max()))
+    return SegmentRelease(dict(zip((present + first).tolist(), per[present].tolist(),
+                                   strict=True)), newest)
 
 
 class NewMessage(NamedTuple):
@@ -291,9 +307,7 @@ class Store:
         if not mids:
             return
         ticket = self._append(records.ACK, records.encode_ack_run(key, mids))
-        counts = Counter(segments)
-        newest = max(zip(segments, offsets, strict=True))
-        self._releases.append((ticket.seq, SegmentRelease(dict(counts), newest)))
+        self._releases.append((ticket.seq, _segment_release(segments, offsets)))
 
     def release_after(self, seq: int, tickets: Iterable[TicketLike]) -> None:
         """Unpin these records once record ``seq`` (which removes them) is durable."""
