@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 
 from e2e.stomp_helpers import connect as stomp_connect
-from sluice_testing import RawStomp
+from sluice_testing import RawStomp, eventually
 from sluicemq.client import Client
 from sluicemq.errors import ClientError
 from sluicemq.protocol.codec import FrameParser, encode_frame
@@ -422,5 +422,10 @@ def test_subscribers_that_stop_reading_hold_only_their_share_of_the_output_budge
     assert len(backed_up) == 4 and all(share <= n <= 2 * share + len(body) + 1024
                                        for n in backed_up), (share, backed_up)
     bystander_works(b)
+    held = overview(b)["flow"]["limits"]["memory"]["used"]
+    assert held > 0  # the frames their sockets did not take wait in their subscriptions
     for s in stuck:
         s.close()
+    # their subscriptions go with them, and so does what those held against memory_limit
+    eventually(lambda: overview(b)["flow"]["limits"]["memory"]["used"] == 0,
+               lambda: f"still counted after the subscribers left: {overview(b)['flow']}")

@@ -59,13 +59,14 @@ class TempStore:
             raise StorageError(f"temp file {file}: short read at {offset}")
         return data
 
-    def release(self, file: int) -> None:
-        """One record of `file` is no longer needed; free the file when it was the last one."""
-        live = self._live.get(file)
-        if not live:
+    def release(self, file: int, count: int = 1) -> None:
+        """``count`` records of `file` are no longer needed; free the file when they were the
+        last ones."""
+        live = self._live.get(file, 0)
+        if live < count:
             raise StorageError(f"temp file {file}: release without a record")
-        self._live[file] = live - 1
-        if live == 1 and file != self._active:
+        self._live[file] = live - count
+        if live == count and file != self._active:
             self._drop(file)
 
     def _rotate(self) -> None:

@@ -244,6 +244,30 @@ def test_drain_stubs_empties_without_reading_and_keeps_what_removal_needs(h: Har
     assert len(pending) == 0 and pending.pop() is None
 
 
+def test_discard_gives_back_memory_and_temp_files_at_once_and_stubs_journaled_ones(
+        h: Harness) -> None:
+    """A subscription that ended: its non-persistent backlog (in memory, in temp files, still
+    an object) is dropped in bulk - nothing read back - and only journaled messages come out,
+    for their removal to be recorded."""
+    account = MemoryAccount(limit=4 * 1024)
+    pending = PendingList(h.pager, destination=DEST, window=5, account=account)
+    for i in range(2000):
+        pending.push(h.message(b"%d" % i * 50, persistent=False))
+    kept = [h.message() for _ in range(3)]  # journaled, not yet durable: objects in the tail
+    for m in kept:
+        pending.push(m)
+    assert account.used > 0 and h.temp.files > 1
+    reads = h.pager.paged_in
+    out = pending.discard()
+    assert [m.mid for m in out] == [m.mid for m in kept]
+    assert h.pager.paged_in == reads
+    assert account.used == 0 and pending.memory == 0 and pending.stored_bytes == 0
+    assert h.temp.files <= 1  # every record released: only the file being written is left
+    assert len(pending) == 0 and pending.pop() is None
+    h.settle()  # objects that left the cursor are not turned into slots later
+    assert pending.pop() is None
+
+
 def test_messages_inside_transaction_records_page_back_in(h: Harness) -> None:
     payloads = [records.encode_message("q:q", mid, 0, 0, 4, {"n": str(mid)}, b"tx%d" % mid)
                 for mid in (101, 102, 103)]

@@ -13,6 +13,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from sluicemq.core.paging.spill import JOURNAL, OBJ, TEMP, Slot, SpillFifo
 from sluicemq.core.routing import keys
 from sluicemq.core.routing.message import Message
@@ -139,6 +141,30 @@ class Pager:
         msg.ticket = RecoveredTicket(Location(seg, off, length))
         msg.inner = inner
         return msg
+
+    def discard(self, fifo: SpillFifo, destination: str) -> tuple[list[Message], list[Message]]:
+        """Empty ``fifo`` without reading anything back or making a stub of a temp slot: its
+        temp records are released file by file. Returns (the messages of its object slots,
+        stubs of its journal slots - their records are still to be let go)."""
+        first, end = fifo.indexes().start, fifo.end
+        mid, src, seg, off, length, inner, size = fifo.columns(first, end)
+        srcs = np.frombuffer(src, dtype=np.uint8)
+        if self.temp is not None:
+            files, counts = np.unique(np.frombuffer(seg, dtype=np.uint32)[srcs == TEMP],
+                                      return_counts=True)
+            for file, n in zip(files.tolist(), counts.tolist(), strict=True):
+                self.temp.release(file, n)
+        stubs = []
+        for j in np.flatnonzero(srcs == JOURNAL).tolist():
+            msg = Message(mid[j], destination, {}, None, persistent=True)
+            msg.size = size[j]
+            msg.ticket = RecoveredTicket(Location(seg[j], off[j], length[j]))
+            msg.inner = inner[j]
+            stubs.append(msg)
+        del srcs  # the column's buffer is exported while the view lives
+        objs = list(fifo.objs.values())
+        fifo.clear()
+        return objs, stubs
 
     def unreadable(self, slot: Slot, destination: str, exc: StorageError) -> None:
         """A journal slot whose record fails its checks when read back (damage the start-up

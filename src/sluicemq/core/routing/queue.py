@@ -341,5 +341,13 @@ class Queue:
         self.acknowledge(removed)
         return len(removed)
 
+    def discard(self) -> None:
+        """A non-durable subscription ended: what it still held goes with it (its memory and
+        temp records are given back; it holds no journal record unless a bug put one there,
+        and that one is let go like an acknowledged message)."""
+        removed = self.pending.discard()
+        if removed:
+            self.acknowledge(removed)
+
     def __repr__(self) -> str:
         return f"<Queue {self.key} pending={len(self.pending)} consumers={len(self.consumers)}>"

@@ -413,6 +413,7 @@ class SessionContext:
         self.broker.advisories.consumer("removed", kind, name, self.id, consumer.sub_id)
         if keys.is_session(queue.key):
             self.broker.drop_topic_subscription(queue.destination.split("/", 2)[2], queue.key)
+            queue.discard()  # else its backlog stayed counted against memory_limit for good
 
 
 def _representable(key: str, value: str, version: str) -> bool:
