@@ -52,9 +52,10 @@ class Broker:
     ws: str = ""
 
     @classmethod
-    def start(cls, tmp: Path, extra_limits: str = "") -> Broker:
+    def start(cls, tmp: Path, extra_limits: str = "", extra_config: str = "") -> Broker:
         config = tmp / "broker.toml"
-        config.write_text(f'[limits]\nmemory-limit = "{LIMIT // MiB} MiB"\n{extra_limits}\n')
+        config.write_text(f'[limits]\nmemory-limit = "{LIMIT // MiB} MiB"\n{extra_limits}\n'
+                          f'{extra_config}\n')
         proc = subprocess.Popen([sys.executable, "-m", "sluicemq", "broker", "--port", "0",
                                  "--data-dir", str(tmp / "data"), "--config", str(config),
                                  "--console-port", "auto", "--ws-port", "auto",
@@ -467,13 +468,18 @@ def main() -> None:
     ap.add_argument("--attack-timeout", type=float, default=300.0,
                     help="seconds an attack may take before it is reported as failed")
     ap.add_argument("--out", type=Path, help="append one JSON line per attack to this file")
+    ap.add_argument("--label", default="",
+                    help="a name for this run in the JSON lines (an A/B: which side it was)")
+    ap.add_argument("--extra-config", default="",
+                    help="more config sections after [limits] (\\n for a newline), e.g. "
+                         "'[defaults]\\nmax_consumer_lag = 0': publishers unpaced")
     ap.add_argument("--extra-limits", default="",
                     help='more [limits] lines, e.g. \'journal_backlog = "100 GiB"\' for an A/B')
     args = ap.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     with tempfile.TemporaryDirectory() as tmp:
-        b = Broker.start(Path(tmp), args.extra_limits)
+        b = Broker.start(Path(tmp), args.extra_limits, args.extra_config.replace("\\n", "\n"))
         stop = mp.Event()
         here, there = mp.Pipe()
         prober = mp.Process(target=probe, args=(b.port, there, stop), daemon=True)
@@ -527,8 +533,9 @@ def main() -> None:
                     "probe_p99_ms": round(lat, 1), "probe_samples": count,
                     "metrics_scrape_s": round(scrape, 3), "first_error": first,
                     "errors": len(outcome.errors), "note": outcome.note,
-                    "extra_limits": args.extra_limits, "load": os.getloadavg(),
-                    "commit": commit}) + "\n")
+                    "extra_limits": args.extra_limits, "extra_config": args.extra_config,
+                    "load": os.getloadavg(),
+                    "commit": commit, "label": args.label}) + "\n")
 
 
 if __name__ == "__main__":
