@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from pathlib import Path
 
 from sluicemq.errors import StorageError
@@ -83,7 +84,10 @@ class TempStore:
             self._drop(previous)
 
     def _drop(self, file: int) -> None:
-        os.close(self._fds.pop(file))
+        # Closing the last descriptor of an unlinked file frees its pages and blocks: ~10 ms
+        # for a full file, on the event loop when many subscriptions went at once.
+        threading.Thread(target=os.close, args=(self._fds.pop(file),), name="temp-close",
+                         daemon=True).start()
         del self._live[file]
         self.bytes_used -= self._sizes.pop(file)
 

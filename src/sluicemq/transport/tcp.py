@@ -4,7 +4,10 @@ Writes are gathered per loop turn and handed to the transport with one ``writeli
 syscall for many frames). When the kernel buffer backs up, the session reports itself not
 writable, so dispatch stops handing it messages instead of growing memory. How much may back
 up is the connection's share of ``output_buffer_bytes`` (``Admission.output_share``), checked
-at each write to the socket: it shrinks as connections arrive.
+at each write to the socket: it shrinks as connections arrive. The kernel's send buffer is held
+to the same share (``SO_SNDBUF``): left to autotune, it grew to 4 MiB for a peer that reads
+nothing, so 200 stuck subscribers cost ~800 MiB of kernel memory, and the loop the time to copy
+frames into it, before dispatch to them stopped.
 
 Closing is careful: after a fatal ERROR (a frame refused for its size, say) the client may
 still be sending. Closing outright would make the kernel answer its data with a reset, and
@@ -16,8 +19,10 @@ until the client closes too or ``LINGER_SECONDS`` have passed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import logging
+import socket
 import sys
 import termios
 import time
@@ -212,6 +217,10 @@ class StompProtocol(asyncio.Protocol):
         if share != self._share and self.transport is not None:
             self._share = share
             self.transport.set_write_buffer_limits(share, share // 4)
+            sock = self.transport.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):  # the kernel doubles it: ``share`` in all
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, share // 2)
 
     @property
     def buffered(self) -> int:
