@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ha_helpers import Cluster, Ledger, failover_url, free_port
+from ha_helpers import Ledger, failover_url, free_port
 from sluice_testing import make_ca, make_cert
 from sluicemq import Client, ClientError
 from sluicemq.client.failover import AckInDoubt, FailoverEvent, TransactionRolledBack
@@ -29,13 +29,6 @@ CONSUMERS = 2
 PER_PRODUCER = 250
 WINDOW = 16
 RANGE = 4000
-
-
-@pytest.fixture
-def cluster(tmp_path: Path):
-    c = Cluster(tmp_path / "shared")
-    yield c
-    c.close()
 
 
 def test_eight_producers_and_two_consumers_across_kill_9_lose_nothing_and_duplicate_nothing(

@@ -6,24 +6,16 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-from ha_helpers import Cluster, failover_url
+from ha_helpers import failover_url
 from sluicemq.client import AsyncClient
 from sluicemq.client.failover import FailoverEvent, TransactionRolledBack
 
 PRODUCERS = 4
 PER_PRODUCER = 300
 WINDOW = 16
-
-
-@pytest.fixture
-def cluster(tmp_path: Path):
-    c = Cluster(tmp_path / "shared")
-    yield c
-    c.close()
 
 
 def run(coro):

@@ -14,9 +14,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-import pytest
-
-from ha_helpers import Cluster, failover_url
+from ha_helpers import failover_url
 from sluice_testing import BrokerProcess, eventually
 from sluicemq import Client
 
@@ -26,13 +24,6 @@ CHUNK = 256 << 10
 CHUNKS = SIZE // CHUNK
 FAILED_OVER = re.compile(r"failed over from (\S+) to (\S+) in [\d.]+s \(\d+ attempts, "
                          r"(\d+) sends re-sent")
-
-
-@pytest.fixture
-def cluster(tmp_path: Path):
-    c = Cluster(tmp_path / "shared")
-    yield c
-    c.close()
 
 
 def destination(broker: BrokerProcess, name: str) -> dict:

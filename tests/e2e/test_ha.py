@@ -16,18 +16,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
-
 from ha_helpers import RETRY_RE, STANDBY_RE, Cluster, first_listening, wait_lines
 from sluice_testing import BrokerProcess
 from sluicemq import Client
-
-
-@pytest.fixture
-def cluster(tmp_path: Path):
-    c = Cluster(tmp_path / "shared")
-    yield c
-    c.close()
 
 
 def journal_fingerprint(data_dir: Path) -> dict[str, str]:

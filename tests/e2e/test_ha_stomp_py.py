@@ -9,21 +9,10 @@ application reconnects and subscribes again, as it would with ActiveMQ.
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import Any
 
-import pytest
 import stomp
 from stomp_helpers import Collector, wait_receipt
-
-from ha_helpers import Cluster
-
-
-@pytest.fixture
-def cluster(tmp_path: Path):
-    c = Cluster(tmp_path / "shared")
-    yield c
-    c.close()
 
 
 class Watcher(Collector):

@@ -11,20 +11,11 @@ import os
 import threading
 from pathlib import Path
 
-import pytest
-
-from ha_helpers import Cluster, failover_url
+from ha_helpers import failover_url
 from sluicemq import Client
 
 SIZE = 24 << 20
 CHUNK = 256 << 10
-
-
-@pytest.fixture
-def cluster(tmp_path: Path):
-    c = Cluster(tmp_path / "shared")
-    yield c
-    c.close()
 
 
 def sha(path: Path) -> bytes:
