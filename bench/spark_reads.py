@@ -136,24 +136,25 @@ def bench_reads(spark: Any, url: str, tmp: Path, count: int, repeat: int,
         fill(url, queue, count, 1024)
         return lambda: _stream(queue, partitions, bulk)
 
-    def _stream(queue: str, partitions: int, bulk: str) -> int:
-        query = (spark.readStream.format("sluice").option("url", url)
-                 .option("destination", queue).option("partitions", str(partitions))
-                 .option("bulk", bulk).load()
-                 .writeStream.format("noop")
-                 .option("checkpointLocation", str(tmp / f"ck-{queue[7:]}"))
+    def available_now(frame: Any, checkpoint: str) -> int:
+        """Rows read by one Trigger.AvailableNow query of ``frame`` into the noop sink."""
+        query = (frame.writeStream.format("noop")
+                 .option("checkpointLocation", str(tmp / checkpoint))
                  .trigger(availableNow=True).start())
         query.awaitTermination()
         return sum(p["numInputRows"] for p in query.recentProgress)
 
+    def _stream(queue: str, partitions: int, bulk: str) -> int:
+        return available_now(spark.readStream.format("sluice").option("url", url)
+                             .option("destination", queue)
+                             .option("partitions", str(partitions))
+                             .option("bulk", bulk).load(), f"ck-{queue[7:]}")
+
     def trivial_stream() -> int:
         nonlocal runs
         runs += 1
-        query = (spark.readStream.format("trivial_arrow").load().writeStream.format("noop")
-                 .option("checkpointLocation", str(tmp / f"ck-trivial-{runs}"))
-                 .trigger(availableNow=True).start())
-        query.awaitTermination()
-        return sum(p["numInputRows"] for p in query.recentProgress)
+        return available_now(spark.readStream.format("trivial_arrow").load(),
+                             f"ck-trivial-{runs}")
 
     def batch(bulk: str) -> int:
         (spark.read.format("sluice").option("url", url).option("destination", destination)
