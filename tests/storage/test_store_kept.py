@@ -1,10 +1,11 @@
 """Spec of the store's kept records: records that stand for state (a staged part, a memo
-table) rather than a message a queue holds.
+table, a durable subscription, a stream's tail) rather than a message a queue holds.
 
 `keep` appends a record and pins it; `settle` appends a record that makes kept ones
 redundant (a publication, a discard) and unpins them once it is durable; `keep(...,
 replaces=...)` does both for a newer copy; `let_go` unpins records nothing replaces. Their
-owners (core/staging, core/persistence/anchor) never count pins themselves.
+owners (core/staging, core/persistence/anchor, core/routing durables and streams) never
+count pins themselves.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from journal_harness import JournalHarness
+from sluicemq.storage import records
 from sluicemq.storage.staging_records import STAGE, STAGE_DISCARD, STAGE_PUBLISH
 
 SEGMENT = 64 * 1024
@@ -66,3 +68,42 @@ def test_hold_rows_counts_adopted_rows_per_segment(tmp_path: Path) -> None:
     assert rec.loc is not None
     h.store.hold_rows({rec.loc.segment: 5}, (rec.loc.segment, rec.loc.offset))
     assert dict(h.journal.live_counts())[rec.loc.segment] == 5
+
+
+def test_a_durable_subscription_is_kept_until_its_end_is_durable(tmp_path: Path) -> None:
+    """SUB stands for a subscription; UNSUB ends it and lets go of what it still held."""
+    h = JournalHarness(tmp_path, SEGMENT, loop_durability=True)
+    sub = records.DurableSub("d:app:s", "prices", "app", "s", None)
+    ticket = h.store.keep_sub(sub)
+    held = h.store.append_record(records.MSG, records.encode_message(
+        "t:prices", 1, 0, 0, 4, {}, b"tick"))
+    h.store.hold(held)
+    h.settle()
+    assert live(h) == 2
+    assert ticket.loc is not None and records.decode_sub(h.store.read(ticket.loc)) == sub
+    end = h.store.end_sub("d:app:s", [held, ticket])
+    assert live(h) == 2  # a crash before the UNSUB is durable finds the subscription whole
+    h.settle()
+    assert live(h) == 0
+    assert end.loc is not None and records.decode_unsub(h.store.read(end.loc)) == "d:app:s"
+
+
+def test_a_record_appended_as_a_message_can_be_kept_too(tmp_path: Path) -> None:
+    """A stream's newest chunk: its queue holds it, and the stream keeps it (where a producer
+    resumes) until a newer chunk replaces it or the stream ends."""
+    h = JournalHarness(tmp_path, SEGMENT, loop_durability=True)
+    chunks = []
+    for i in range(2):
+        chunks.append(h.store.append_record(records.MSG, records.encode_message(
+            "q:files", i + 1, 0, 0, 4, {}, b"chunk")))
+        h.store.hold(chunks[-1])  # the queue's hold
+        h.store.keep_appended(chunks[-1], chunks[:-1])
+    assert live(h) == 4  # pins: two queue holds, two stream keeps until the newer is durable
+    h.settle()
+    assert live(h) == 3
+    for t in chunks:
+        h.store.remove("q:files", chunks.index(t) + 1, t)  # consumed: the queues let go
+    h.settle()
+    assert live(h) == 1  # the stream still knows where it stands
+    h.store.let_go(chunks[-1:])
+    assert live(h) == 0

@@ -172,11 +172,11 @@ class Compactor:
                 continue
             copied_bytes += len(payload)
             if h.mid < 0:
-                ticket = self.store.append_sub(records.decode_sub(payload))
+                ticket = self.store.keep_sub(records.decode_sub(payload))
             else:
                 ticket = self.store.append_record(
                     records.MSG, records.rekey_message(payload, h.key, h.mid))
-            self.store.hold(ticket)
+                self.store.hold(ticket)
             self._plan.append((h, ticket))
         if self._todo:
             self._schedule(self._copy_some)

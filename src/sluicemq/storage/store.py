@@ -231,20 +231,12 @@ class Store:
             result.append((ticket, inner))
         return result
 
-    def append_sub(self, sub: records.DurableSub) -> TicketLike:
-        self.pre_append(None)
-        return self._append(records.SUB, records.encode_sub(sub))
-
-    def append_unsub(self, key: str) -> TicketLike:
-        self.pre_append(None)
-        return self._append(records.UNSUB, records.encode_unsub(key))
-
     def append_record(self, rtype: int, payload: bytes) -> TicketLike:
         """Any other record type (staging, memo tables: ``storage/staging_records.py``)."""
         self.pre_append(None)
         return self._append(rtype, payload)
 
-    # -- records that stand for state (staged parts, publications, memo anchors) -------------
+    # -- records that stand for state (staged parts, subscriptions, stream tails, memos) ----
     # Such a record is not a message a queue holds: it is pinned by whoever keeps the state,
     # and made redundant by a later record (a publication or discard of staged parts, a newer
     # copy of a table). These calls do that bookkeeping, so their owners never count pins.
@@ -254,9 +246,24 @@ class Store:
         ``replaces`` records (an older copy) are unpinned once the new one is durable, so a
         crash in between finds one or the other."""
         ticket = self.append_record(rtype, payload)
-        self.hold(ticket)
-        self.release_after(ticket.seq, replaces)
+        self.keep_appended(ticket, replaces)
         return ticket
+
+    def keep_appended(self, ticket: TicketLike, replaces: Iterable[TicketLike] = ()) -> None:
+        """``keep`` for a record appended as something else: a stream's newest chunk is a
+        message its queues hold, and also what remembers how far the stream got."""
+        self.hold(ticket)
+        self.release_after(self.appended_seq, replaces)
+
+    def keep_sub(self, sub: records.DurableSub) -> TicketLike:
+        """Journal a durable subscription (SUB): kept until ``end_sub`` (or a compacted copy
+        replaces it)."""
+        return self.keep(records.SUB, records.encode_sub(sub))
+
+    def end_sub(self, key: str, held: Iterable[TicketLike]) -> TicketLike:
+        """Journal the end of durable subscription ``key`` (UNSUB): its SUB record and the
+        messages it still ``held`` are let go once that is durable."""
+        return self.settle(records.UNSUB, records.encode_unsub(key), held)
 
     def settle(self, rtype: int, payload: bytes, settled: Iterable[TicketLike]) -> TicketLike:
         """Append a record that makes the kept ``settled`` records redundant (staged parts

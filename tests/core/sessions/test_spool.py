@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from sluicemq.core.sessions.spool import DEFAULT_MEMORY_THRESHOLD, TxSpool
+from sluicemq.core.sessions.spool import (
+    DEFAULT_MEMORY_THRESHOLD,
+    SpooledAck,
+    StoredMessage,
+    TxSpool,
+)
 from sluicemq.errors import StorageError
+from sluicemq.storage import records
 
 ENTRY_OVERHEAD = 9  # kind byte + 8-byte length
 PROC_FD = Path("/proc/self/fd")
@@ -238,3 +244,35 @@ def test_a_spilled_spool_takes_batches_and_replays_them_between_appends(tmp_path
     spool.add_many(5, [b"x", b""])
     assert list(spool) == [(3, p) for p in first] + [(4, big), (5, b"x"), (5, b"")]
     assert len(spool) == 53 and spool.nbytes == 5000 + len(big) + 1
+
+
+# ---------------------------------------------------------------- what a session spools
+
+def test_sends_and_acks_come_back_in_order_as_messages_and_acknowledgements(
+        tmp_path: Path) -> None:
+    """The spool owns its entries' format: a session hands over a SEND's parts or an ACK's
+    headers and gets them back at COMMIT, never building bytes itself."""
+    spool = TxSpool(tmp_path, "tx", memory_threshold=64)  # spills on the way: same answers
+    spool.add_send("q:orders", 1700, 0, 4, {"destination": "/queue/orders"}, b"one")
+    spool.add_ack({"id": "1-7"}, nack=False)
+    spool.add_send("t:prices", 1701, 99, 9, {"destination": "/topic/prices"}, b"two")
+    spool.add_ack({"message-id": "ID:x", "subscription": "s"}, nack=True)
+    assert spool.on_disk
+    first, ack, second, nack = spool.operations()
+    assert isinstance(first, StoredMessage) and isinstance(second, StoredMessage)
+    assert (first.key, first.mid, first.timestamp, first.expires, first.priority) == \
+        ("q:orders", 0, 1700, 0, 4)
+    assert (first.headers, bytes(first.body)) == ({"destination": "/queue/orders"}, b"one")
+    assert (second.key, second.expires, second.priority, bytes(second.body)) == \
+        ("t:prices", 99, 9, b"two")
+    assert ack == SpooledAck({"id": "1-7"}, False)
+    assert nack == SpooledAck({"message-id": "ID:x", "subscription": "s"}, True)
+
+
+def test_a_spooled_send_is_the_journal_payload_a_staged_part_copies(tmp_path: Path) -> None:
+    """A staged part's COMMIT writes the SENDs' payloads into the journal undecoded."""
+    spool = TxSpool(tmp_path, "tx")
+    spool.add_send("q:sink", 5, 0, 4, {"persistent": "true"}, b"row")
+    spool.add_ack({"id": "1-1"}, nack=False)  # not a SEND: not part of the payloads
+    assert list(spool.send_payloads()) == [
+        records.encode_message("q:sink", 0, 5, 0, 4, {"persistent": "true"}, b"row")]

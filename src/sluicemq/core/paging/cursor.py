@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
+from sluicemq.core.paging import cuts
 from sluicemq.core.paging.pager import Pager
 from sluicemq.core.paging.spill import JOURNAL, OBJ, Slot, SpillFifo
 from sluicemq.core.routing.message import MAX_PRIORITY, Message
@@ -300,35 +301,18 @@ class PendingList:
     def remove_seqs(self, lo: int, hi: int, limit: int,
                     only: set[int] | None = None) -> list[Message]:
         """Take out up to ``limit`` messages whose id is in ``[lo, hi)`` (and in ``only``, if
-        given): ledger commits.
-
-        Paged-out ones come back as stubs, as in ``drain_stubs``: nothing is read back. Each
-        ascending run of a tail is binary-searched; at a tail's front the cut is a cheap pop.
-        """
+        given): ledger commits. Paged-out ones come back as stubs, as in ``drain_stubs``:
+        nothing is read back. Tails are cut by bisection (``cuts.py``)."""
         out: list[Message] = []
-
-        def wanted(mid: int) -> bool:
-            return lo <= mid < hi and (only is None or mid in only)
-
         for _prio, lane in self._present():
             if len(out) >= limit:
                 break
-            out += self._take_head(lane, wanted, limit - len(out))
+            out += self._take_head(lane, lambda mid: lo <= mid < hi and (
+                only is None or mid in only), limit - len(out))
             tail = lane.tail
-            for i, j in reversed(tail.runs()):  # back to front: earlier indexes stay valid
-                room = limit - len(out)
-                a = tail.bisect(lo, i, j)
-                b = tail.bisect(hi, a, j)
-                if a >= b or room <= 0:
-                    continue
-                if only is None:
-                    cuts = [(a, min(b, a + room))]
-                else:
-                    cuts = _spans([k for k, mid in enumerate(tail.ids(a, b), a)
-                                   if mid in only][:room])
-                for x, y in reversed(cuts):
-                    for slot in tail.delete_range(x, y):
-                        out.append(self._take_stub(tail, slot))
+            for x, y in cuts.tail_cuts(tail, lo, hi, limit - len(out), only):
+                for slot in tail.delete_range(x, y):
+                    out.append(self._take_stub(tail, slot))
         return out
 
     def remove_run(self, lo: int, hi: int, limit: int) -> tuple[list[Message], Fields]:
@@ -343,47 +327,23 @@ class PendingList:
             out += self._take_head(lane, lambda mid: lo <= mid < hi,
                                    limit - len(out) - len(run[0]))
             tail = lane.tail
-            for i, j in reversed(tail.runs()):  # back to front: earlier indexes stay valid
-                room = limit - len(out) - len(run[0])
-                a = tail.bisect(lo, i, j)
-                b = min(tail.bisect(hi, a, j), a + room)
-                if a >= b or room <= 0:
-                    continue
-                cols = tail.discard_range(a, b)
-                src = cols[1]
-                n = b - a
-                self._size -= n
-                if src.tobytes().count(JOURNAL) == n:
-                    for dst, col in zip(run, cols, strict=True):
-                        dst.extend(col)
-                    self.stored_bytes -= sum(cols[6])
-                    continue
-                for slot in zip(*cols, strict=True):
-                    if slot[1] == JOURNAL:
-                        for dst, v in zip(run, slot, strict=True):
-                            dst.append(v)
-                        self.stored_bytes -= slot[6]
-                    else:
-                        self._size += 1  # _take_stub counts it
-                        out.append(self._take_stub(tail, slot))
+            for a, b in cuts.tail_cuts(tail, lo, hi, limit - len(out) - len(run[0])):
+                journal, others = cuts.split_journal(tail.discard_range(a, b))
+                self._size -= len(journal[0])
+                self.stored_bytes -= sum(journal[6])
+                for dst, col in zip(run, journal, strict=True):
+                    dst.extend(col)
+                out += [self._take_stub(tail, slot) for slot in others]
         return out, run
 
     def _take_head(self, lane: _Lane, wanted: Callable[[int], bool], room: int
                    ) -> list[Message]:
         """Up to ``room`` wanted messages out of a lane's in-memory head."""
-        if not lane.head or room <= 0 or not any(wanted(m.mid) for m in lane.head):
-            return []
-        out: list[Message] = []
-        keep: deque[Message] = deque()
-        for m in lane.head:
-            if wanted(m.mid) and len(out) < room:
-                self._unhold(m)
-                out.append(m)
-            else:
-                keep.append(m)
+        out, lane.head = cuts.head_cut(lane.head, wanted, room)
+        for m in out:
+            self._unhold(m)
         self._size -= len(out)
         self._in_head -= len(out)
-        lane.head = keep
         return out
 
     def _take_stub(self, tail: SpillFifo, slot: Slot) -> Message:
@@ -487,17 +447,6 @@ class PendingList:
         for _prio, lane in self._present():
             found |= lane.tail.relocate(moved)
         return found
-
-
-def _spans(indexes: list[int]) -> list[tuple[int, int]]:
-    """Ascending indexes as ``[start, end)`` spans of consecutive ones."""
-    out: list[tuple[int, int]] = []
-    for k in indexes:
-        if out and out[-1][1] == k:
-            out[-1] = (out[-1][0], k + 1)
-        else:
-            out.append((k, k + 1))
-    return out
 
 
 def footprint(msg: Message) -> int:

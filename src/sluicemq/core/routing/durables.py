@@ -66,9 +66,7 @@ class Durables:
         else:
             check_durable_cap(self.by_key, client_id, self.host.config.limits)
         sub = records.DurableSub(key, topic_name, client_id, sub_name, selector_text)
-        ticket = self.store.append_sub(sub)
-        self.store.hold(ticket)
-        self.tickets[key] = ticket
+        self.tickets[key] = self.store.keep_sub(sub)
         return self.install(sub)
 
     def install(self, sub: records.DurableSub) -> Queue:
@@ -96,13 +94,11 @@ class Durables:
                                 fatal=False)
         sub, q = entry
         self.host.drop_topic_subscription(sub.topic, key)
-        held = [m for m in q.pending.drain_stubs() if m.ticket is not None]
-        ticket = self.store.append_unsub(key)
-        pins = [m.ticket for m in held]
+        held = [m.ticket for m in q.pending.drain_stubs() if m.ticket is not None]
         sub_ticket = self.tickets.pop(key, None)
         if sub_ticket is not None:
-            pins.append(sub_ticket)
-        self.store.release_after(ticket.seq, pins)
+            held.append(sub_ticket)
+        self.store.end_sub(key, held)
 
 
 def check_durable_cap(durables: Mapping[str, Any], client_id: str, limits: Limits) -> None:

@@ -141,14 +141,12 @@ class StreamTable:
         """Keep the newest chunk's record on disk while the stream is open, so that after a
         restart the broker still knows where a producer must resume even if every earlier
         chunk was consumed and its segment reclaimed."""
-        self.store.hold(ticket)
         old, st.last_ticket = st.last_ticket, ticket
-        if old is not None:
-            self.store.release_after(self.store.appended_seq, [old])
+        self.store.keep_appended(ticket, [old] if old is not None else [])
 
     def _unpin(self, st: StreamState) -> None:
         if st.last_ticket is not None:
-            self.store.release_after(self.store.flush(), [st.last_ticket])
+            self.store.let_go([st.last_ticket])
             st.last_ticket = None
 
     def hold_chunk(self, st: StreamState, q: Queue, msg: Message) -> bool:

@@ -7,12 +7,9 @@ Inside a transaction the ACK is spooled and resolved at COMMIT.
 
 from __future__ import annotations
 
-import json
-
 from sluicemq.core.routing.message import Message
 from sluicemq.core.routing.queue import CLIENT, Consumer
 from sluicemq.core.sessions.context import SessionContext
-from sluicemq.core.sessions.spool import OP_ACK
 from sluicemq.core.staging import frames as stage_frames
 from sluicemq.errors import ProtocolError
 from sluicemq.protocol.frames import Frame
@@ -24,9 +21,7 @@ def ack(session: SessionContext, frame: Frame, nack: bool = False) -> None:
     if txid is not None:
         spool = session.tx(txid)
         stage_frames.check_op(spool, frame)
-        spool.add(OP_ACK, json.dumps({"h": {k: h[k] for k in ("id", "message-id",
-                                                               "subscription") if k in h},
-                                      "nack": nack}).encode())
+        spool.add_ack({k: h[k] for k in ("id", "message-id", "subscription") if k in h}, nack)
         session.receipt(frame)
         return
     consumer, msgs = resolve(session, h, nack)

@@ -9,23 +9,36 @@ transaction does not survive a broker restart anyway (STOMP aborts it with the c
 
 Entries are ``kind`` (1 byte), payload length (8 bytes, big-endian), payload. Offsets are
 the same in memory and on disk, so an iterator started before a spill keeps working after.
+The spool owns what its entries hold (``add_send``/``add_ack``, read back by ``operations``):
+a SEND is kept as the journal MSG payload it will become, so that a staged part's COMMIT
+copies the bytes into the journal without decoding them (``send_payloads``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, Self
+from typing import BinaryIO, NamedTuple, Self
 
 from sluicemq.errors import StorageError
+from sluicemq.storage import records
+from sluicemq.storage.records import StoredMessage
 
-__all__ = ["DEFAULT_MEMORY_THRESHOLD", "OP_ACK", "OP_SEND", "TxSpool"]
+__all__ = ["DEFAULT_MEMORY_THRESHOLD", "SpooledAck", "StoredMessage", "TxSpool"]
 
 DEFAULT_MEMORY_THRESHOLD = 256 << 10
-OP_SEND, OP_ACK = 1, 2  # the kinds of entry a session spools: a SEND, an ACK or NACK
+_SEND, _ACK = 1, 2  # the kinds of entry a session spools: a SEND, an ACK or NACK
+
+
+class SpooledAck(NamedTuple):
+    """An ACK or NACK waiting for COMMIT: the frame headers that say what it acknowledges."""
+
+    headers: dict[str, str]
+    nack: bool
 
 _ENTRY = struct.Struct(">BQ")
 REPLAY_WINDOW = 1 << 20  # bytes of a spilled spool read at once when replaying it
@@ -101,6 +114,17 @@ class TxSpool:
         self._count += 1
         self.nbytes += len(payload)
 
+    def add_send(self, key: str, timestamp: int, expires: int, priority: int,
+                 headers: dict[str, str], body: bytes) -> None:
+        """A SEND to journal key ``key``, kept as its MSG payload (message id 0: ids are
+        given at COMMIT)."""
+        self.add(_SEND, records.encode_message(key, 0, timestamp, expires, priority, headers,
+                                               body))
+
+    def add_ack(self, headers: dict[str, str], nack: bool) -> None:
+        """An ACK or NACK, by the headers that name what it acknowledges."""
+        self.add(_ACK, json.dumps({"h": headers, "nack": nack}).encode())
+
     def add_many(self, kind: int, payloads: list[bytes]) -> None:
         """``add`` of many operations of one kind, written together (a column batch)."""
         self._check_usable()
@@ -172,6 +196,21 @@ class TxSpool:
         """Replay the operations present when iteration starts, in the order they were added."""
         self._check_usable()
         return self._replay(self._count)
+
+    def operations(self) -> Iterator[StoredMessage | SpooledAck]:
+        """Replay the spooled SENDs (as stored messages) and ACKs/NACKs, in order."""
+        for kind, payload in self:
+            if kind == _SEND:
+                yield records.decode_message(payload)
+            else:
+                entry = json.loads(payload)
+                yield SpooledAck(entry["h"], entry["nack"])
+
+    def send_payloads(self) -> Iterator[bytes]:
+        """The spooled SENDs' MSG payloads, in order, undecoded (a staged part's records)."""
+        for kind, payload in self:
+            if kind == _SEND:
+                yield payload
 
     def _replay(self, count: int) -> Iterator[tuple[int, bytes]]:
         if self._file is not None:

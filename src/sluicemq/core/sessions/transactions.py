@@ -7,7 +7,6 @@ through the stager instead.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from sluicemq.core.dedup import producers as dedup
@@ -22,12 +21,11 @@ from sluicemq.core.routing.names import destination_of
 from sluicemq.core.routing.queue import Consumer, Queue
 from sluicemq.core.sessions import acks
 from sluicemq.core.sessions.context import SessionContext
-from sluicemq.core.sessions.spool import OP_SEND, TxSpool
+from sluicemq.core.sessions.spool import StoredMessage, TxSpool
 from sluicemq.core.staging import frames as stage_frames
 from sluicemq.core.staging.book import STAGE_ABORT, STAGE_COMMIT
 from sluicemq.errors import ProtocolError
 from sluicemq.protocol.frames import Frame
-from sluicemq.storage import records
 
 
 def begin(session: SessionContext, frame: Frame) -> None:
@@ -74,9 +72,8 @@ def spool_send(spool: TxSpool, frame: Frame, kind: str, name: str, now_ms: int) 
     h = frame.headers
     headers = {k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}
     headers["destination"] = destination_of(kind, name)
-    spool.add(OP_SEND, records.encode_message(
-        keys.kind_key(kind, name), 0, now_ms, parse_expires(h.get("expires")),
-        parse_priority(h.get("priority")), headers, bytes(frame.body)))
+    spool.add_send(keys.kind_key(kind, name), now_ms, parse_expires(h.get("expires")),
+                   parse_priority(h.get("priority")), headers, bytes(frame.body))
 
 
 def _tx_id(frame: Frame) -> str:
@@ -101,11 +98,10 @@ def _apply(session: SessionContext, txid: str, spool: TxSpool) -> dict[str, str]
     nacked: dict[int, tuple[Queue, list[Message]]] = {}
     taken: list[tuple[Consumer, Message]] = []
     try:
-        for op, payload in spool:
-            if op == OP_SEND:
-                sm = records.decode_message(payload)
-                kind, name = keys.kind_of(sm.key), keys.name_of(sm.key)
-                headers = dict(sm.headers)
+        for op in spool.operations():
+            if isinstance(op, StoredMessage):
+                kind, name = keys.kind_of(op.key), keys.name_of(op.key)
+                headers = dict(op.headers)
                 producer = dedup.producer_of(headers) if dedup.PRODUCER_ID in headers else None
                 if producer is not None:
                     pid, seq = producer
@@ -114,18 +110,17 @@ def _apply(session: SessionContext, txid: str, spool: TxSpool) -> dict[str, str]
                         continue
                     highest[pid] = seq
                 msg = Message(broker.allocate_mid(), headers.pop("destination"),
-                              headers, sm.body,
+                              headers, op.body,
                               persistent=headers.get("persistent") == "true",
-                              priority=sm.priority, expires=sm.expires,
-                              timestamp=sm.timestamp)
+                              priority=op.priority, expires=op.expires,
+                              timestamp=op.timestamp)
                 messages.append((kind, name, msg))
                 if producer is not None:
                     numbered.append((*producer, msg))
             else:
-                entry = json.loads(payload)
-                consumer, msgs = acks.resolve(session, entry["h"], entry["nack"])
+                consumer, msgs = acks.resolve(session, op.headers, op.nack)
                 taken += [(consumer, m) for m in msgs]
-                target = nacked if entry["nack"] else acked
+                target = nacked if op.nack else acked
                 target.setdefault(id(consumer.queue), (consumer.queue, []))[1].extend(msgs)
     except ProtocolError:
         for consumer, m in taken:  # nothing applied: put back what resolution took

@@ -14,7 +14,6 @@ neither published empty, nor redirected, nor discarded.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,13 +45,11 @@ from sluicemq.errors import ProtocolError
 from sluicemq.protocol import columns
 from sluicemq.protocol.columns import COLUMNS
 from sluicemq.protocol.frames import Frame
-from sluicemq.storage import records
 
 if TYPE_CHECKING:
     from sluicemq.core.sessions.peer import SessionPeer as Session
 
 
-OP_SEND = 1  # the session's spool tag for a SEND
 FORMAT = "sluice-format"  # "columns": the SEND's body is a column batch of messages
 
 
@@ -107,9 +104,8 @@ def add_send(session: Session, spool: TxSpool, frame: Frame, kind: str, name: st
     key = keys.kind_key(kind, name)
     if FORMAT in h:
         return _add_batch(session, spool, frame, key, headers, now_ms)
-    spool.add(OP_SEND, records.encode_message(
-        key, 0, now_ms, parse_expires(h.get("expires")), parse_priority(h.get("priority")),
-        headers, bytes(frame.body)))
+    spool.add_send(key, now_ms, parse_expires(h.get("expires")),
+                   parse_priority(h.get("priority")), headers, bytes(frame.body))
     return 1
 
 
@@ -140,7 +136,7 @@ def _add_batch(session: Session, spool: StageSpool, frame: Frame, key: str,
         writer = spool.writer = session.broker.stager.open_part(owner(session), spool.sink,
                                                                 spool.batch, spool.part)
     if len(spool):  # plain SENDs before it go first, in order
-        writer.add(_payloads(spool))
+        writer.add(spool.send_payloads())
         spool.clear()
     return writer.add_batch(batch, key, common, now_ms)
 
@@ -151,13 +147,8 @@ def commit_part(session: Session, spool: StageSpool) -> dict[str, str]:
     writer = spool.writer or stager.open_part(owner(session), spool.sink, spool.batch,
                                               spool.part)
     spool.writer = writer  # closing the spool drops it unless it was parked
-    result, count = stager.finish_part(writer, _payloads(spool))
+    result, count = stager.finish_part(writer, spool.send_payloads())
     return {RESULT: result, MESSAGES: str(count)}
-
-
-def _payloads(spool: TxSpool) -> Iterator[bytes]:
-    for _op, payload in spool:
-        yield payload
 
 
 def publish(session: Session, frame: Frame) -> None:
