@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from sluice_testing import RawStomp, eventually
 from sluicemq.client import Client, Message
 from sluicemq.errors import ClientError
 
@@ -229,3 +230,19 @@ def test_killed_broker_fails_waiting_calls(broker) -> None:
 def test_connection_refused_is_a_client_error() -> None:
     with pytest.raises(ClientError, match="cannot connect"):
         Client("stomp://127.0.0.1:1", timeout=2)
+
+
+def test_a_closed_client_never_holds_the_next_socket_of_the_process_open(broker) -> None:
+    """Closing a client shuts its connection down at once, and its descriptor is closed only
+    where the reader thread no longer polls it. A descriptor closed under a late poll left the
+    poll holding whichever socket the process opened next under the same number: that
+    socket's close never reached the broker, and the consumer it stood for kept its
+    messages (a stream that should have been redelivered never arrived)."""
+    for _ in range(100):
+        with Client(broker.url):
+            pass
+        other = RawStomp(broker.host, broker.port)
+        other.connect()
+        other.close()
+    eventually(lambda: not broker.api("connections")["connections"],
+               "the broker saw every connection end")

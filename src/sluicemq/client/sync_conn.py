@@ -339,15 +339,20 @@ class Connection(SyncFailover):
             sub._deliver(Ended(error))
 
     def _read_loop(self) -> None:
-        """Read until the connection ends; with a failover URL, move on to the next broker."""
-        while True:
-            try:
-                self._pump(self._sock)
-            except (OSError, SluiceError) as exc:
-                error = exc if isinstance(exc, ClientError) else ClientError(str(exc))
-                if not self._fail_over(error):
-                    self._fail(error)
-                    return
+        """Read until the connection ends; with a failover URL, move on to the next broker.
+        The socket is closed here, as the thread ends (see ``_close_socket``)."""
+        try:
+            while True:
+                try:
+                    self._pump(self._sock)
+                except (OSError, SluiceError) as exc:
+                    error = exc if isinstance(exc, ClientError) else ClientError(str(exc))
+                    if not self._fail_over(error):
+                        self._fail(error)
+                        return
+        finally:
+            with contextlib.suppress(OSError):
+                self._sock.close()
 
     def _pump(self, sock: socket.socket) -> None:
         poller = select.poll()
@@ -457,7 +462,17 @@ class Connection(SyncFailover):
             sub._deliver(item)
 
     def _close_socket(self) -> None:
+        """End the connection now (the broker sees it go); close the descriptor only where
+        the reader thread cannot be about to poll it - on that thread, or once it ended.
+
+        Why: the reader polls a descriptor *number*. Closed under it from another thread,
+        the number goes to the next socket the process opens, and a poll that starts late
+        holds that socket open in the kernel after its owner closed it - the broker never
+        learns that the other connection ended. The shutdown wakes the reader, which
+        closes the socket as it ends."""
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
-        with contextlib.suppress(OSError):
-            self._sock.close()
+        reader = getattr(self, "_reader", None)
+        if reader is None or reader is threading.current_thread() or not reader.is_alive():
+            with contextlib.suppress(OSError):
+                self._sock.close()
