@@ -124,6 +124,10 @@ class Store:
     def read(self, loc: Location) -> bytes:
         return self.journal.read(loc)
 
+    def read_many(self, locs: list[tuple[int, int, int]]) -> list[bytes | memoryview]:
+        """Payloads of many records, verified, in order (``Journal.read_many``)."""
+        return self.journal.read_many(locs)
+
     def peek_headers(self, loc: Location, inner: int = 0) -> dict[str, str]:
         """The headers of the message stored at ``loc`` (at ``inner`` inside a transaction
         record), read without its body and without checksum verification."""

@@ -91,6 +91,37 @@ def test_beyond_the_window_messages_are_paged_out_and_come_back_in_order(h: Harn
     assert len(pending) == 0 and pending.memory == 0 and pending.stored_bytes == 0
 
 
+def test_a_refill_mixing_every_kind_of_slot_keeps_the_order_and_a_bad_record_costs_itself(
+        h: Harness) -> None:
+    """A batch paged back in holds journal slots (read together), temp slots, objects whose
+    record is not durable yet and transaction records; a journal record damaged on disk
+    is found in that batch, dropped alone, and the rest come back in order."""
+    pending = PendingList(h.pager, destination=DEST, window=50)
+    sent = [h.message(b"body-%d" % i) for i in range(300)]
+    h.settle()
+    sent += [h.message(b"late-%d" % i) for i in range(3)]  # not durable when pushed: objects
+    sent += [h.message(b"np-%d" % i, persistent=False) for i in range(3)]  # temp slots
+    payload = records.encode_message("q:q", 900, 0, 0, 4, {"n": "900"}, b"tx")
+    ticket = h.store.append_tx("t1", [(records.MSG, payload)], final=True)
+    in_tx = Message(900, DEST, {"n": "900"}, b"tx", persistent=True)
+    in_tx.ticket, in_tx.inner = ticket, records.tx_op_offsets("t1", [(records.MSG, payload)])[0]
+    h.store.hold(ticket)
+    sent.append(in_tx)
+    sent += [h.message(b"more-%d" % i) for i in range(100)]
+    for m in sent:
+        pending.push(m)
+    h.settle()
+    bad = sent[120]
+    loc = bad.ticket.loc
+    with open(h.journal.segment_path(loc.segment), "r+b") as seg:
+        seg.seek(loc.offset + loc.length)  # within the record: its body's last bytes
+        seg.write(b"\xff")
+    got = drain(pending)
+    assert [m.mid for m in got] == [m.mid for m in sent if m is not bad]
+    assert [m.body for m in got] == [m.body for m in sent if m is not bad]
+    assert len(pending) == 0 and pending.stored_bytes == 0
+
+
 def test_records_not_yet_durable_wait_as_objects_then_become_compact_slots(h: Harness) -> None:
     pending = PendingList(h.pager, destination=DEST, window=1)
     first, second = h.message(), h.message()

@@ -213,10 +213,12 @@ class PendingList:
         assert self.pager is not None
         tail = lane.tail
         room = max(1, min(REFILL_BATCH, self.window - self._in_head))
-        for _ in range(min(room, len(tail))):
+        count = min(room, len(tail))
+        records = self.pager.prefetch(tail, count)
+        for k in range(count):
             slot = tail.popleft()
             try:
-                msg = self.pager.page_in(tail, slot, self.destination, prio)
+                msg = self.pager.page_in(tail, slot, self.destination, prio, payload=records[k])
             except StorageError as exc:
                 if slot[1] != JOURNAL:
                     raise
