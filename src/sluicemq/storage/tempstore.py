@@ -51,6 +51,15 @@ class TempStore:
         self.bytes_used += len(payload)
         return where
 
+    def share(self, file: int) -> bool:
+        """One more slot points at a record of ``file`` written before (a topic message
+        fanned out to many subscriptions is written once): it is released once more. False
+        when the file is gone (its records were all released): write the record anew."""
+        if file not in self._fds:
+            return False
+        self._live[file] += 1
+        return True
+
     def read(self, file: int, offset: int, length: int) -> bytes:
         fd = self._fds.get(file)
         if fd is None:

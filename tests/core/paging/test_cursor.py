@@ -163,6 +163,37 @@ def test_non_persistent_overflow_goes_to_temp_files_and_is_freed(h: Harness) -> 
     assert h.temp.files <= 1 and h.temp.bytes_used <= 64 << 10
 
 
+def test_copies_of_one_publication_share_one_temp_record(h: Harness) -> None:
+    """A topic message reaching many subscriptions that all page out is written to the temp
+    files once; each subscription reads it back and releases its share, and the file is
+    freed once the last one has."""
+    account = MemoryAccount(limit=1024)
+    subs = [PendingList(h.pager, destination=DEST, window=1, account=account)
+            for _ in range(50)]
+    sent = [h.message(b"%d" % i * 400, persistent=False) for i in range(400)]
+    for m in sent:
+        for pending in subs:
+            pending.push(m.copy_for(m.destination))
+    once = sum(len(records.encode_message(DEST, m.mid, m.timestamp, 0, 4, m.headers, m.body))
+               for m in sent)
+    assert h.temp.bytes_used == once  # not 50 times
+    assert h.temp.files > 1
+    for pending in subs:
+        got = drain(pending)
+        assert [m.body for m in got] == [m.body for m in sent]
+    assert h.temp.files <= 1 and h.temp.bytes_used <= 64 << 10
+
+
+def test_a_different_message_with_the_same_body_gets_its_own_temp_record(h: Harness) -> None:
+    account = MemoryAccount(limit=1024)
+    pending = PendingList(h.pager, destination=DEST, window=1, account=account)
+    body = b"same" * 100
+    sent = [h.message(body, persistent=False) for _ in range(20)]
+    for m in sent:
+        pending.push(m)
+    assert [(m.mid, m.headers) for m in drain(pending)] == [(m.mid, m.headers) for m in sent]
+
+
 def test_non_persistent_messages_stay_in_memory_while_the_budget_allows(h: Harness) -> None:
     account = MemoryAccount(limit=8 << 20)
     pending = PendingList(h.pager, destination=DEST, window=5, account=account)
