@@ -87,7 +87,10 @@ class StompProtocol(asyncio.Protocol):
                                           refused.encode()), "1.0"))
             self.close()
             return
+        turns = self.broker.turns
+        started = turns.clock()
         self.session = Session(self.services, self, name)
+        turns.charge(self.session.use, started)  # a storm of connections is its address's input
         self.session.on_version = self._negotiated
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None:
@@ -129,7 +132,10 @@ class StompProtocol(asyncio.Protocol):
         if self._slow_handle is not None:
             self._slow_handle.cancel()
         if self.session is not None:
+            turns = self.broker.turns
+            started = turns.clock()
             self.session.connection_lost()
+            turns.charge(self.session.use, started)
             self.session = None  # it refers back to us: freed by refcount, not the cyclic GC
         self.transport = None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sluicemq.core.limits.turns import BUDGET, HALF_LIFE, LIGHT, LIGHT_CAP, Turns
+from sluicemq.core.limits.turns import BUDGET, HALF_LIFE, LIGHT, LIGHT_CAP, Spender, Turns
 
 
 class Clock:
@@ -27,7 +27,7 @@ def make() -> tuple[Turns, Clock, list[Callable[[], None]]]:
     return Turns(clock, ready.append), clock, ready
 
 
-def spend(turns: Turns, clock: Clock, who: Conn, seconds: float) -> None:
+def spend(turns: Turns, clock: Clock, who: Spender, seconds: float) -> None:
     started = clock()
     clock.now += seconds
     turns.charge(who, started)
@@ -110,3 +110,27 @@ def test_a_reserve_counts_against_the_turn_that_wakes_it() -> None:
         turns.wait(Conn(str(i)), lambda i=i: woken.append(i), reserve=BUDGET / 4)
     next_turn(ready)
     assert woken == [0, 1, 2, 3]
+
+
+def test_the_connections_of_one_address_share_one_use() -> None:
+    """Five hundred connections of one client are one heavy client, not five hundred light
+    ones that each run past the budget; another address stays light."""
+    turns, clock, ready = make()
+    storm = [turns.use_of("10.0.0.9") for _ in range(500)]
+    assert all(use is storm[0] for use in storm)
+    for i, use in enumerate(storm[:100]):
+        if i and i % 10 == 0:
+            next_turn(ready)
+        spend(turns, clock, use, BUDGET / 10)  # each connection did a little, a turn's worth
+    assert turns.recent(storm[0]) >= LIGHT
+    assert turns.allowance(storm[-1]) < 1e-9  # it waits for a later turn
+    probe = turns.use_of("10.0.0.1")
+    assert probe is not storm[0] and turns.allowance(probe) > 0
+
+
+def test_an_address_use_is_forgotten_with_its_last_connection() -> None:
+    turns, clock, _ = make()
+    use = turns.use_of("10.0.0.9")
+    spend(turns, clock, use, 1.0)
+    del use
+    assert turns.recent(turns.use_of("10.0.0.9")) == 0.0

@@ -69,7 +69,7 @@ def test_one_turn_handles_a_budget_of_input_however_many_connections_pipeline(
     they get the turn's budget, not 20 x their own share."""
     conns = [node.connect(peer=f"heavy:{i}") for i in range(20)]
     for conn in conns:
-        conn.session.used, conn.session.used_at = 1.0, node.broker.turns.clock()
+        conn.session.use.used, conn.session.use.used_at = 1.0, node.broker.turns.clock()
     for i, conn in enumerate(conns):
         conn.session.feed(pipelined(500, i * 500))
     assert len(node.broker.queues["flood"].pending) * TICK < 2 * BUDGET
@@ -90,3 +90,19 @@ def test_a_light_clients_frame_does_not_wait_behind_a_heavy_backlog(
     node.loop.run()
     assert len(node.broker.queues["flood"].pending) == 3000  # none of it lost, in order:
     assert receipts(heavy, 3000, node) == [f"h{i}" for i in range(3000)]
+
+
+def test_a_storm_of_connections_from_one_address_is_one_client(node: InProcessBroker) -> None:
+    """Two hundred connections of one address, each with a few frames, share one use of the
+    loop: once it is spent their input waits, while another address's frame goes at once."""
+    storm = [node.connect(peer=f"storm:{i}") for i in range(200)]
+    assert len({id(c.session.use) for c in storm}) == 1
+    for i, conn in enumerate(storm):
+        conn.session.feed(pipelined(5, i * 5))
+    assert any(c.out.paused for c in storm)  # the address had its share of the turn
+    probe = node.connect(peer="probe:1")
+    probe.session.feed(encode_frame(Frame("SEND", {"destination": "/queue/mine"}, b"hi"),
+                                    "1.2"))
+    assert len(node.broker.queues["mine"].pending) == 1  # handled in this very turn
+    node.loop.run()
+    assert len(node.broker.queues["flood"].pending) == 1000

@@ -4,12 +4,12 @@ Why: every frame of every client is parsed and handled on the one event loop. Tw
 connections pipelining transactions, or one sending a frame of megabytes every few
 milliseconds, would fill every turn, and a light client's frame - its receipt, its message -
 would wait behind all of them. So the input work of a turn is budgeted in seconds of loop
-time, shared by all connections. Each connection also carries what it used recently (loop
-seconds, halving every ``HALF_LIFE`` seconds). Once a turn's budget is spent, the input of a
-connection that used more than a light share waits (its transport stops reading it, so TCP
-holds the sender back), and waiting connections are resumed at the start of a later turn in
-order of what they used recently, least first. A light client (a few frames a second) is never
-held unless the turn is far over budget, and then it goes first.
+time, shared by all connections. Each client address carries what its connections used
+recently (loop seconds, halving every ``HALF_LIFE`` seconds; ``Use``). Once a turn's budget is
+spent, the input of a client that used more than a light share waits (its transports stop
+reading, so TCP holds the sender back), and waiting connections are resumed at the start of a
+later turn in order of what their client used recently, least first. A light client (a few
+frames a second) is never held unless the turn is far over budget, and then it goes first.
 
 Sans-IO: the clock and the scheduler (``call_soon``) are passed in.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import weakref
 from collections.abc import Callable
 from typing import Protocol
 
@@ -33,6 +34,19 @@ class Spender(Protocol):
 
     used: float
     used_at: float
+
+
+class Use:
+    """The recent loop use of one client address, shared by all its connections (a Spender).
+
+    Why per address and not per connection: a client opening 500 connections at a time, each
+    of a few frames, made each of them light, and a light probe from elsewhere waited behind
+    all of them; counted together they are one heavy client whose input waits its turn."""
+
+    __slots__ = ("__weakref__", "used", "used_at")
+
+    def __init__(self) -> None:
+        self.used = self.used_at = 0.0
 
 
 class Turns:
@@ -50,6 +64,14 @@ class Turns:
         self._waiting: list[tuple[float, int, float, Callable[[], None]]] = []
         self._order = itertools.count()
         self.deferred_total = 0  # inputs made to wait for a later turn (console, /metrics)
+        self._uses: weakref.WeakValueDictionary[str, Use] = weakref.WeakValueDictionary()
+
+    def use_of(self, address: str) -> Use:
+        """The shared ``Use`` of a client address (kept while a connection holds it)."""
+        use = self._uses.get(address)
+        if use is None:
+            use = self._uses[address] = Use()
+        return use
 
     def __len__(self) -> int:
         return len(self._waiting)

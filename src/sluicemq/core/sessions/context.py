@@ -83,7 +83,8 @@ class SessionContext:
         self.delivered = 0
         self._output_waiters: list[Callable[[], None]] = []
         self.turns = broker.turns
-        self.used = self.used_at = 0.0  # recent loop seconds of input (Turns)
+        # recent loop seconds of input, shared by the connections of one client address
+        self.use = self.turns.use_of(peer.rpartition(":")[0] or peer)
         self._unparsed: list[bytes] | None = None  # input waiting for a turn, not yet parsed
         self._more = False  # the parser may hold complete frames not parsed yet
 
@@ -170,10 +171,10 @@ class SessionContext:
         read holds ~5,000 small frames, ~25 ms of parsing alone."""
         turns = self.turns
         while True:
-            if turns.allowance(self) <= 0:
+            if turns.allowance(self.use) <= 0:
                 self._unparsed = [data] if data else []
                 self._pause_reading()
-                turns.wait(self, self._resume_input)
+                turns.wait(self.use, self._resume_input)
                 return
             started = turns.clock()
             try:
@@ -182,7 +183,7 @@ class SessionContext:
                 self.error(str(exc), fatal=True)
                 return
             finally:
-                turns.charge(self, started)
+                turns.charge(self.use, started)
             data = b""
             if frames:
                 self._run(deque(frames))
@@ -207,7 +208,7 @@ class SessionContext:
         other clients wait."""
         turns = self.turns
         started = turns.clock()
-        deadline = started + turns.allowance(self)
+        deadline = started + turns.allowance(self.use)
         try:
             for _ in range(FRAMES_PER_TURN):
                 if not frames or self.closed:
@@ -219,7 +220,7 @@ class SessionContext:
                     break
                 self.handle(frames.popleft())
         finally:
-            turns.charge(self, started)
+            turns.charge(self.use, started)
         if self.closed:
             return
         if not frames:
@@ -232,7 +233,7 @@ class SessionContext:
             return
         self._waiting = frames
         self._pause_reading()
-        turns.wait(self, lambda: self._next_turn(frames))
+        turns.wait(self.use, lambda: self._next_turn(frames))
 
     def _pause_reading(self) -> None:
         pause = getattr(self.out, "pause_reading", None)
