@@ -234,6 +234,13 @@ class Outcome:
     note: str = ""
 
 
+PHASES: list[tuple[float, str]] = []  # (time, what began): --slow-ms lists slow probes by phase
+
+
+def phase(what: str) -> None:
+    PHASES.append((time.time(), what))
+
+
 async def many_queues(port: int, n: int) -> Outcome:
     s = await Stomp.open(port)
     for i in range(n):
@@ -365,6 +372,7 @@ async def slow_consumers(port: int, consumers: int, messages: int, size: int) ->
         await s.expect("RECEIPT")
         s._task.cancel()  # from now on it reads nothing
         stuck.append(s)
+    phase("publishing")
     p = await Stomp.open(port)
     body = b"s" * size
     for i in range(messages):
@@ -373,8 +381,10 @@ async def slow_consumers(port: int, consumers: int, messages: int, size: int) ->
             await p.writer.drain()
     await p.sync()
     await p.close()
+    phase("closing the stuck subscribers")
     for s in stuck:
         await s.close()
+    phase("closed")
     return Outcome(p.errors, f"{consumers} stuck subscribers, {messages} x {size // 1024} KiB "
                              f"published ({consumers * messages * size / MiB:.0f} MiB fanned out)")
 
@@ -473,6 +483,8 @@ def main() -> None:
     ap.add_argument("--extra-config", default="",
                     help="more config sections after [limits] (\\n for a newline), e.g. "
                          "'[defaults]\\nmax_consumer_lag = 0': publishers unpaced")
+    ap.add_argument("--slow-ms", type=float, default=0,
+                    help="also list every probe sample slower than this, by attack phase")
     ap.add_argument("--extra-limits", default="",
                     help='more [limits] lines, e.g. \'journal_backlog = "100 GiB"\' for an A/B')
     args = ap.parse_args()
@@ -493,6 +505,7 @@ def main() -> None:
                 Stomp.source = f"127.0.0.{10 + index}"  # each attack is another client
                 before = b.rss()
                 start = time.time()
+                phase(f"{name} starts")
                 with RssPeak(b) as peak:
                     try:
                         outcome = asyncio.run(within(run(), args.attack_timeout))
@@ -516,6 +529,12 @@ def main() -> None:
           f"(+{SLACK // MiB} MiB slack), scale {args.scale}")
     print("| attack | RSS before | peak | after | within | probe p99 (n) | /metrics | ERROR "
           "| note |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    if args.slow_ms:
+        slow = [(t, f"probe {lat * 1000:.1f} ms") for t, lat in samples
+                if lat * 1000 >= args.slow_ms]
+        began = PHASES[0][0] if PHASES else 0.0
+        for t, what in sorted(PHASES + slow):
+            print(f"  {t - began:8.3f} s  {what}")
     for name, before, top, after, start, end, scrape, outcome in rows:
         lat, count = p99(samples, start, end)
         first = outcome.errors[0] if outcome.errors else "-"
