@@ -1,12 +1,17 @@
 """A Spark driver program run as its own process, so a spec can kill -9 it mid-stream.
 
-    python spark_driver.py URL SOURCE_QUEUE SINK OUT CHECKPOINT TMP
+    python spark_driver.py URL SOURCE_QUEUE SINK OUT CHECKPOINT TMP [GATE AT]
 
 Reads SOURCE_QUEUE in micro-batches of PER_BATCH messages (Trigger.AvailableNow) and writes
 (message_id, body) either as JSON files (SINK=files, Spark's exactly-once file sink, OUT a
 directory) or back to SluiceMQ (SINK=sluice, OUT a queue), then exits. A file sink is read back
 by Spark at the end (what its metadata log says was committed) into TMP/read-back.json, so the
 spec needs no Spark session of its own.
+
+With GATE (a directory with the FIFOs ``held`` and ``release``, made by the spec) the first
+task that meets a body ``event-N`` with N >= AT tells the spec through ``held`` and waits until
+the spec opens and closes ``release``: its micro-batch is then known to be between its read
+and its commit while the spec crashes something - no polling of the checkpoint for a window.
 """
 
 from __future__ import annotations
@@ -14,14 +19,42 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 PER_BATCH = 100  # 4 micro-batches of the spec's 400 messages
+HOLD_SECONDS = 300.0  # a held task goes on by itself after this (the spec failed or left)
 
 
-def main(url: str, source: str, sink: str, out: str, checkpoint: str, tmp: str) -> None:
+def gate_at(gate: str | None, at: int) -> Callable[[str], str]:
+    """The identity on bodies, holding the first task that meets ``event-N``, N >= ``at``
+    (module doc; no ``gate``: holds none). Runs in Spark's Python workers: stdlib only,
+    pickled by value."""
+    def body(text: str) -> str:
+        import os
+        import select
+
+        if gate is None or int(text.rpartition("-")[2]) < at:
+            return text
+        try:  # the first such task holds; the others pass (one held task holds the batch)
+            os.close(os.open(os.path.join(gate, "taken"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return text
+        release = os.open(os.path.join(gate, "release"), os.O_RDONLY | os.O_NONBLOCK)
+        held = os.open(os.path.join(gate, "held"), os.O_WRONLY | os.O_NONBLOCK)
+        os.write(held, b"held\n")
+        os.close(held)
+        select.select([release], [], [], HOLD_SECONDS)  # the spec's open + close wakes us
+        os.close(release)
+        return text
+    return body
+
+
+def main(url: str, source: str, sink: str, out: str, checkpoint: str, tmp: str,
+         gate: str | None = None, at: str = "0") -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from pyspark.sql import SparkSession
+    from pyspark.sql.functions import col, udf
     from spark_settings import spark_conf
 
     from sluicemq.spark import SluiceDataSource
@@ -36,6 +69,8 @@ def main(url: str, source: str, sink: str, out: str, checkpoint: str, tmp: str) 
     rows = (spark.readStream.format("sluice").option("url", url).option("destination", source)
             .option("maxMessagesPerTrigger", str(PER_BATCH)).load()
             .selectExpr("message_id", "cast(body as string) as body"))
+    held = udf(gate_at(gate, int(at)), "string", useArrow=False)  # a restart: the same plan
+    rows = rows.withColumn("body", held(col("body")))
     if sink == "files":
         writer = rows.writeStream.format("json").option("path", out)
     else:
@@ -52,4 +87,4 @@ def main(url: str, source: str, sink: str, out: str, checkpoint: str, tmp: str) 
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:7])
+    main(*sys.argv[1:9])

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from test_spark_exactly_once import TOTAL, start_driver, wait_mid_batch
+from test_spark_exactly_once import TOTAL, Gate, start_driver, wait_mid_batch
 
 from ha_helpers import Cluster, failover_url, first_listening
 from sluice_testing import stored
@@ -32,9 +32,11 @@ def test_a_streaming_query_across_a_takeover_writes_every_message_once(tmp_path:
             for r in [c.send_async("/queue/source", b) for b in source]:
                 r.result(10)
         both = SimpleNamespace(url=failover_url(master, standby))
-        driver = start_driver(both, "sluice", "/queue/sink", tmp_path)
-        wait_mid_batch(driver, tmp_path / "checkpoint", after=1)
+        gate = Gate(tmp_path, batch=1)
+        driver = start_driver(both, "sluice", "/queue/sink", tmp_path, gate)
+        wait_mid_batch(driver, tmp_path / "checkpoint", gate)
         master.kill()  # while a micro-batch is in flight
+        gate.release()
         assert first_listening(standby) is standby
         out, _ = driver.communicate(timeout=300)
         if "driver: done" not in out:  # the query failed over the cut: restart it, as a user would
