@@ -180,11 +180,13 @@ class BrokerServer:
 
     async def _tick(self) -> None:
         """The broker's once-a-second housekeeping (stream timeouts, consumer waits)."""
+        broker, checkpointer = self.broker, self.checkpointer
+        assert broker is not None and checkpointer is not None  # started after both exist
         while True:
             await asyncio.sleep(1.0)
             try:
-                self.broker.tick()  # type: ignore[union-attr]
-                self.checkpointer.tick()  # type: ignore[union-attr]
+                broker.tick()
+                checkpointer.tick()
             except Exception:
                 log.exception("broker tick failed")
 

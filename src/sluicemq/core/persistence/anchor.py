@@ -56,14 +56,14 @@ class Anchor:
     def tick(self, empty: bool) -> None:
         """Once a second: drop the anchor of an empty table; move one that holds the oldest
         segment to the head of the log."""
-        loc = self.loc
-        if loc is None:  # never written, or its write failed (disk full): write it again
-            self.ticket = None
+        ticket = self.ticket
+        if ticket is None or ticket.loc is None:
+            self.ticket = None  # never written, or its write failed (disk full): write again
             if not empty:
                 self.write()
             return
         if empty:
-            self.store.let_go([self.ticket])  # type: ignore[list-item]
+            self.store.let_go([ticket])
             self.ticket = None
             return
         self.move_if_oldest()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import TypeVar
@@ -14,25 +15,15 @@ P = TypeVar("P", tuple[str, str], tuple[str, str, bool])  # a parsed composite p
 _NAME_RE = re.compile(r"[A-Za-z0-9_\-.:@#$]{1,200}")
 
 
-_VALID: dict[str, tuple[str, str]] = {}  # destinations already checked (bounded below)
-_VALID_MAX = 10_000
-
-
+@functools.lru_cache(maxsize=10_000)
 def parse_destination(destination: str | None) -> tuple[str, str]:
     """Split a STOMP destination into (kind, name) or raise a non-fatal ProtocolError.
 
     Names are 1-200 characters of letters, digits and ``_-.:@#$``: no wildcards, spaces or
     slashes, so they are safe as journal keys, file names and metric labels. Every SEND asks,
-    for a handful of names: the answer is remembered.
+    for a handful of names: the answer is remembered (a refusal is not).
     """
-    known = _VALID.get(destination) if destination else None
-    if known is not None:
-        return known
-    parsed = _parse(destination)
-    if len(_VALID) >= _VALID_MAX:
-        _VALID.clear()
-    _VALID[destination] = parsed  # type: ignore[index]
-    return parsed
+    return _parse(destination)
 
 
 def _parse(destination: str | None) -> tuple[str, str]:

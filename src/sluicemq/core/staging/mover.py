@@ -52,11 +52,10 @@ class PartMover:
 
     def _copy(self, part: ParkedPart) -> None:
         olds = part.tickets
-        if any(t.loc is None for t in olds):
+        locs = [t.loc for t in olds if t.loc is not None]
+        if len(locs) < len(olds):
             return
-        news = []
-        for t in olds:
-            news.append(self.store.keep(STAGE, self.store.read(t.loc)))  # type: ignore[arg-type]
+        news = [self.store.keep(STAGE, self.store.read(loc)) for loc in locs]
         self._moves.append((part, olds, news))
 
     def _switch(self) -> None:
