@@ -62,6 +62,44 @@ def test_send_subscribe_roundtrip_with_binary_body(raw) -> None:
     assert "ack" in msg.headers
 
 
+@pytest.mark.parametrize("version", ["1.2", "1.1"])
+def test_a_message_carries_the_brokers_headers_and_the_producers_win_where_both_set_one(
+        raw, version: str) -> None:
+    """priority, expires, timestamp and persistent come from the broker unless the producer
+    set them (then as the producer wrote them); names with ':', '\\' or a newline
+    round-trip escaped; a redelivery says so and counts."""
+    c = raw()
+    c.connect(version=version)
+    sub = "s:1\\x\ny"
+    c.send("SUBSCRIBE", {"destination": "/queue/hd:1", "id": sub, "ack": "client-individual",
+                         "receipt": "r1"})
+    assert c.recv().headers["receipt-id"] == "r1"
+    c.send("SEND", {"destination": "/queue/hd:1", "priority": "07", "timestamp": "123",
+                    "x-a": "1:2", "receipt": "r2"}, b"one")
+    c.send("SEND", {"destination": "/queue/hd:1", "persistent": "true", "expires": "0"}, b"two")
+    frames = [c.recv(), c.recv(), c.recv()]
+    first, second = (f for f in frames if f.command == "MESSAGE")
+    h = first.headers
+    assert h["destination"] == "/queue/hd:1" and h["subscription"] == sub
+    assert h["message-id"] == f"ID:sluice-{h['sluice-seq']}"
+    assert (h["priority"], h["timestamp"], h["x-a"]) == ("07", "123", "1:2")
+    assert (h["expires"], h["persistent"]) == ("0", "false")
+    assert "redelivered" not in h and h["content-length"] == "3"
+    h2 = second.headers
+    assert (h2["priority"], h2["persistent"], h2["expires"]) == ("4", "true", "0")
+    assert int(h2["timestamp"]) > 1_700_000_000_000
+    if version == "1.2":
+        assert h["ack"].endswith(f"-{h['sluice-seq']}")
+        c.send("NACK", {"id": h["ack"]})
+    else:
+        c.send("NACK", {"message-id": h["message-id"], "subscription": sub})
+    again = c.recv()
+    assert again.command == "MESSAGE" and again.body == b"one"
+    assert again.headers["redelivered"] == "true"
+    assert again.headers["sluice-delivery-count"] == "2"
+    assert again.headers["priority"] == "07"
+
+
 def test_frames_split_byte_by_byte_and_coalesced(raw) -> None:
     c = raw()
     c.connect()

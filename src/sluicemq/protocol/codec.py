@@ -376,14 +376,9 @@ def encode_head(frame: Frame, version: str = "1.2", body_length: int | None = No
     parts = [command]
     append = parts.append
     if version == "1.2" and command not in UNESCAPED_COMMANDS:
-        for key, value in frame.headers.items():
-            if key != "content-length":
-                wire_key = _WIRE_KEYS_12.get(key)
-                if wire_key is None:
-                    wire_key = _wire_key_12(key)
-                if "\\" in value or ":" in value or "\n" in value or "\r" in value:
-                    value = escape(value, "1.2")
-                append(f"{wire_key}:{value}")
+        lines = header_lines_12(frame.headers)
+        if lines:
+            append(lines)
     elif version == "1.1" and command not in UNESCAPED_COMMANDS:
         for key, value in frame.headers.items():
             if key != "content-length":
@@ -405,6 +400,27 @@ def encode_head(frame: Frame, version: str = "1.2", body_length: int | None = No
     if "\0" in head:
         raise ValueError("a NUL in a header would end the frame early for NUL-delimited readers")
     return head.encode()
+
+
+def header_lines_12(headers: dict[str, str]) -> str:
+    """The ``key:value`` lines of ``headers`` as STOMP 1.2 sends them (escaped, joined by
+    newlines, without content-length, which belongs to the body): for a sender that writes
+    the rest of a head itself, with values it knows need no escaping. ValueError for a NUL,
+    which no escape can carry."""
+    out: list[str] = []
+    append = out.append
+    for key, value in headers.items():
+        if key != "content-length":
+            wire_key = _WIRE_KEYS_12.get(key)
+            if wire_key is None:
+                wire_key = _wire_key_12(key)
+            if "\\" in value or ":" in value or "\n" in value or "\r" in value:
+                value = escape(value, "1.2")
+            append(f"{wire_key}:{value}")
+    lines = "\n".join(out)
+    if "\0" in lines:
+        raise ValueError("a NUL in a header would end the frame early for NUL-delimited readers")
+    return lines
 
 
 _WIRE_KEYS_12: dict[str, str] = {}

@@ -20,7 +20,7 @@ from array import array
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterator
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING
 
 from sluicemq.core.paging import cuts
@@ -32,6 +32,7 @@ from sluicemq.storage import slotpack
 from sluicemq.storage.slotpack import Fields
 
 _mid_of = attrgetter("mid")
+_first = itemgetter(0)
 
 if TYPE_CHECKING:
     from sluicemq.core.paging.flow import MemoryAccount
@@ -56,14 +57,15 @@ class PendingList:
     ``memory`` an estimate of the RAM the in-memory messages cost (what the limits measure).
     """
 
-    __slots__ = ("_in_head", "_lanes", "_size", "account", "aside", "bytes", "destination",
-                 "memory", "pager", "stored_bytes", "window")
+    __slots__ = ("_in_head", "_lanes", "_order", "_size", "account", "aside", "bytes",
+                 "destination", "memory", "pager", "stored_bytes", "window")
 
     def __init__(self, pager: Pager | None = None, *, destination: str = "",
                  window: int = 2000, account: MemoryAccount | None = None) -> None:
         # A lane is made for a priority when a message first has it: an idle destination
         # costs two objects, not seventy (the cyclic GC walks every one of them).
         self._lanes: list[_Lane | None] = [None] * (MAX_PRIORITY + 1)
+        self._order: list[tuple[int, _Lane]] = []  # (priority, lane) made so far, highest first
         self._size = 0
         self._in_head = 0
         self.bytes = 0
@@ -121,6 +123,7 @@ class PendingList:
         lane = self._lanes[priority]
         if lane is None:
             lane = self._lanes[priority] = _Lane()
+            self._order = sorted(self._present(), key=_first, reverse=True)
         return lane
 
     def _present(self) -> Iterator[tuple[int, _Lane]]:
@@ -194,10 +197,7 @@ class PendingList:
     # -- consumers -----------------------------------------------------------------------------
     def pop(self) -> Message | None:
         spilled = self._in_head < self._size  # else no lane has a tail worth looking at
-        for prio in range(MAX_PRIORITY, -1, -1):
-            lane = self._lanes[prio]
-            if lane is None:
-                continue
+        for prio, lane in self._order:  # pop runs per delivery: only lanes that exist
             if spilled and not lane.head and lane.tail:
                 self._refill(lane, prio)
             if lane.head:

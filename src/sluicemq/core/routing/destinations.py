@@ -66,12 +66,12 @@ class DestinationBudget:
     def count(self) -> int:
         return len(self.broker.queues) + len(self.broker.topics)
 
-    def _exists(self, kind: str, name: str) -> bool:
+    def exists(self, kind: str, name: str) -> bool:
         return name in (self.broker.queues if kind == QUEUE else self.broker.topics)
 
     def admit(self, kind: str, name: str, owner: str) -> None:
         """Allow ``owner`` to use ``kind/name``, creating it; ProtocolError names the limit."""
-        if self._exists(kind, name) or (kind, name) in self.owners:
+        if self.exists(kind, name) or (kind, name) in self.owners:
             return
         limits = self.broker.config.limits
         held = self.per_owner.get(owner, 0)
@@ -126,7 +126,7 @@ class DestinationBudget:
                     break
             key = self._round.pop()
             looked += 1
-            if not self._exists(*key):
+            if not self.exists(*key):
                 self._idle_since.pop(key, None)
                 continue
             if not self._idle(key, busy_keys):
@@ -151,7 +151,7 @@ class DestinationBudget:
         self._round = [(TOPIC, n) for n in broker.topics]
         self._round += [(QUEUE, n) for n in broker.queues]
         for key, owner in list(self.owners.items()):
-            if not self._exists(*key):
+            if not self.exists(*key):
                 del self.owners[key]
                 self._uncount(owner)
 

@@ -14,6 +14,7 @@ ORIGINAL_ID = "sluice-original-id"  # on a moved message: the id it was first se
 TYPICAL_HEADER_CHARS = 512  # header text the flat per-message estimate already covers
 TYPICAL_HEADERS = 8
 HEADER_ENTRY_COST = 128  # two str objects and a dict slot, beyond their characters
+MESSAGE_ID_PREFIX = "ID:sluice-"  # + the message's mid: its STOMP message-id
 
 
 class Message:
@@ -64,7 +65,7 @@ class Message:
 
     @property
     def message_id(self) -> str:
-        return f"ID:sluice-{self.mid}"
+        return f"{MESSAGE_ID_PREFIX}{self.mid}"
 
     @property
     def loaded_body(self) -> bytes:
@@ -116,7 +117,7 @@ def header_cost(headers: dict[str, str]) -> int:
     Why: memory limits would otherwise see a message with a thousand 8 KB headers as a small
     one, and a few hundred of them would take gigabytes under a 256 MiB limit.
     """
-    chars = sum(len(k) + len(v) for k, v in headers.items())
+    chars = sum(map(len, headers)) + sum(map(len, headers.values()))
     entries = max(0, len(headers) - TYPICAL_HEADERS)
     return max(0, chars - TYPICAL_HEADER_CHARS) + HEADER_ENTRY_COST * entries
 

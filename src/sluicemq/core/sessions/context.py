@@ -10,6 +10,7 @@ and can close; nothing here touches a socket or a clock of its own.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -20,7 +21,7 @@ from typing import Protocol
 from sluicemq.core.paging.flow import parse_size
 from sluicemq.core.routing import keys
 from sluicemq.core.routing.destinations import owner_of
-from sluicemq.core.routing.message import Message
+from sluicemq.core.routing.message import MESSAGE_ID_PREFIX, Message
 from sluicemq.core.routing.names import destination_of
 from sluicemq.core.routing.queue import AUTO, Consumer
 from sluicemq.core.routing.temporary import is_temporary
@@ -30,8 +31,9 @@ from sluicemq.core.sessions.services import Services
 from sluicemq.core.sessions.spool import TxSpool
 from sluicemq.core.streams.chunks import RESUMED, STREAM_ID
 from sluicemq.errors import ProtocolError
-from sluicemq.protocol.codec import FrameParser, encode_frame, encode_head
+from sluicemq.protocol.codec import FrameParser, encode_frame, encode_head, header_lines_12
 from sluicemq.protocol.frames import Frame
+from sluicemq.protocol.headers import escape
 
 log = logging.getLogger("sluicemq.session")
 
@@ -94,30 +96,17 @@ class SessionContext:
         return self.out.writable and not self.closed
 
     def deliver(self, consumer: Consumer, msg: Message) -> None:
-        # What ActiveMQ puts on every MESSAGE (clients read priority, expiry and persistence
-        # from here); the producer's own headers, stored with the message, come last.
-        h = {"destination": msg.destination, "message-id": msg.message_id,
-             "subscription": consumer.sub_id, "sluice-seq": str(msg.mid),
-             "priority": str(msg.priority), "expires": str(msg.expires),
-             "timestamp": str(msg.timestamp),
-             "persistent": "true" if msg.persistent else "false"}
-        if self.version == "1.2":
-            h["ack"] = f"{consumer.index}-{msg.mid}"
-        if msg.deliveries > 1:
-            h["redelivered"] = "true"
-            h["sluice-delivery-count"] = str(msg.deliveries)
-        if consumer.resumed and msg.group in consumer.resumed:
-            consumer.resumed.discard(msg.group)
-            h[RESUMED] = "true"
-        h.update(msg.headers)  # stored headers never use the keys above (filtered at SEND)
         self.delivered += 1
         body = msg.body if msg.body is not None else self.broker.body_of(msg)
-        frame = Frame("MESSAGE", h, body)
-        try:
-            head = encode_head(frame, self.version)
-        except ValueError:  # a header this (older) protocol version cannot carry
-            frame.headers = {k: v for k, v in h.items() if _representable(k, v, self.version)}
-            head = encode_head(frame, self.version)
+        resumed = bool(consumer.resumed) and msg.group in consumer.resumed
+        if resumed:
+            consumer.resumed.discard(msg.group)
+        head = None
+        if self.version == "1.2":
+            with contextlib.suppress(ValueError):  # a NUL: the general path drops that header
+                head = _message_head_12(consumer, msg, len(body), resumed)
+        if head is None:
+            head = self._message_head(consumer, msg, body, resumed)
         if msg.group is not None and STREAM_ID in msg.headers:
             self.broker.large_streams.delivered(msg)
         if len(body) < 65536:
@@ -134,6 +123,31 @@ class SessionContext:
                 acked = getattr(self.out, "bytes_acked", _unknown)
                 end = getattr(self.out, "bytes_out", 0)
                 self.broker.later.sent(msg, consumer, (acked, end))
+
+    def _message_head(self, consumer: Consumer, msg: Message, body: bytes | memoryview,
+                      resumed: bool) -> bytes:
+        """A MESSAGE head for any version, leaving out a header the version cannot carry."""
+        # What ActiveMQ puts on every MESSAGE (clients read priority, expiry and persistence
+        # from here); the producer's own headers, stored with the message, come last.
+        h = {"destination": msg.destination, "message-id": msg.message_id,
+             "subscription": consumer.sub_id, "sluice-seq": str(msg.mid),
+             "priority": str(msg.priority), "expires": str(msg.expires),
+             "timestamp": str(msg.timestamp),
+             "persistent": "true" if msg.persistent else "false"}
+        if self.version == "1.2":
+            h["ack"] = f"{consumer.index}-{msg.mid}"
+        if msg.deliveries > 1:
+            h["redelivered"] = "true"
+            h["sluice-delivery-count"] = str(msg.deliveries)
+        if resumed:
+            h[RESUMED] = "true"
+        h.update(msg.headers)  # stored headers never use the keys above (filtered at SEND)
+        frame = Frame("MESSAGE", h, body)
+        try:
+            return encode_head(frame, self.version)
+        except ValueError:  # a header this (older) protocol version cannot carry
+            frame.headers = {k: v for k, v in h.items() if _representable(k, v, self.version)}
+            return encode_head(frame, self.version)
 
     def when_writable(self, resume: Callable[[], None]) -> None:
         """Call ``resume`` once the transport has drained (paced writers: range reads)."""
@@ -356,8 +370,10 @@ class SessionContext:
 
     def admit_destination(self, kind: str, name: str) -> None:
         """A destination this frame would create must fit the destination caps."""
-        self.broker.destinations.admit(kind, name,
-                                       owner_of(self.user.name if self.user else None, self.peer))
+        destinations = self.broker.destinations
+        if not destinations.exists(kind, name):  # per SEND: the owner only when it is new
+            destinations.admit(kind, name,
+                               owner_of(self.user.name if self.user else None, self.peer))
 
     def resolve_temporary(self, frame: Frame) -> None:
         """``/temp-queue/NAME`` and friends become this connection's own destinations, and a
@@ -415,6 +431,46 @@ class SessionContext:
         if keys.is_session(queue.key):
             self.broker.drop_topic_subscription(queue.destination.split("/", 2)[2], queue.key)
             queue.discard()  # else its backlog stayed counted against memory_limit for good
+
+
+_WIRE_ID_PREFIX = escape(MESSAGE_ID_PREFIX, "1.2")
+
+
+def _message_head_12(consumer: Consumer, msg: Message, size: int, resumed: bool) -> bytes:
+    """``_message_head`` for a 1.2 peer, written straight into one string: the broker's own
+    headers are digits or names escaped here, and only the producer's go through the
+    general escaping (``header_lines_12``) - a third of the cost of building a dict and
+    encoding it (~2.5 vs ~6.8 us a 1 KiB message). A producer's ``priority``, ``expires``,
+    ``timestamp`` or ``persistent`` replaces the broker's, as in ``_message_head``.
+    ValueError for a NUL in a header."""
+    stored = msg.headers
+    mid = msg.mid
+    dest, sub = msg.destination, consumer.sub_id
+    if "\\" in dest or ":" in dest or "\n" in dest or "\r" in dest:
+        dest = escape(dest, "1.2")
+    if "\\" in sub or ":" in sub or "\n" in sub or "\r" in sub:
+        sub = escape(sub, "1.2")
+    head = (f"MESSAGE\ndestination:{dest}\nmessage-id:{_WIRE_ID_PREFIX}{mid}"
+            f"\nsubscription:{sub}\nsluice-seq:{mid}\nack:{consumer.index}-{mid}")
+    if "priority" not in stored:
+        head += f"\npriority:{msg.priority}"
+    if "expires" not in stored:
+        head += f"\nexpires:{msg.expires}"
+    if "timestamp" not in stored:
+        head += f"\ntimestamp:{msg.timestamp}"
+    if "persistent" not in stored:
+        head += "\npersistent:true" if msg.persistent else "\npersistent:false"
+    if msg.deliveries > 1:
+        head += f"\nredelivered:true\nsluice-delivery-count:{msg.deliveries}"
+    if resumed and RESUMED not in stored:
+        head += f"\n{RESUMED}:true"
+    if stored:
+        head += "\n" + header_lines_12(stored)
+    if size:
+        head += f"\ncontent-length:{size}"
+    if "\0" in head:
+        raise ValueError("a NUL in a header")
+    return (head + "\n\n").encode()
 
 
 def _representable(key: str, value: str, version: str) -> bool:
