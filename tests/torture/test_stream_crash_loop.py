@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +59,11 @@ def test_a_saved_file_survives_a_crash_that_ate_its_final_ack(
 
         def freeze_at_the_end(done: int, total: int | None) -> None:
             if done == len(data):
-                time.sleep(0.3)  # the earlier chunks' ACKs reach the journal
-                os.kill(broker.pid, signal.SIGSTOP)  # the final ACK will not
+                # The earlier chunks' ACKs went out on this connection before this SEND, so
+                # its receipt comes once they are journaled (a receipt waits for everything
+                # appended before it); the final ACK will not be.
+                c.send("/queue/lost-ack.barrier", persistent=False)
+                os.kill(broker.pid, signal.SIGSTOP)
 
         stream = next(c.streams("/queue/lost-ack", timeout=60))
         saved = save_stream(stream, inbox, progress=freeze_at_the_end)
