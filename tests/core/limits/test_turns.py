@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sluicemq.core.limits.turns import BUDGET, HALF_LIFE, LIGHT, LIGHT_CAP, Spender, Turns
+from sluicemq.core.limits.turns import (
+    BUDGET,
+    DELIVERY,
+    HALF_LIFE,
+    LIGHT,
+    LIGHT_CAP,
+    Spender,
+    Turns,
+)
 
 
 class Clock:
@@ -134,3 +142,18 @@ def test_an_address_use_is_forgotten_with_its_last_connection() -> None:
     spend(turns, clock, use, 1.0)
     del use
     assert turns.recent(turns.use_of("10.0.0.9")) == 0.0
+
+
+def test_deliveries_a_fan_out_owes_are_charged_with_the_input_that_caused_them() -> None:
+    turns, clock, ready = make()
+    publisher = Conn("publisher")
+    turns.dispatched(0.001, 10)  # dispatch measured 100 us a delivery
+    assert DELIVERY < turns.delivery < 100e-6  # it moves towards what it measures
+    turns.delivery = 100e-6
+    turns.fan_out(199)  # one SEND to 200 ready subscribers
+    spend(turns, clock, publisher, 0.001)
+    assert abs(turns.recent(publisher) - (0.001 + 0.0199)) < 1e-9
+    assert turns.owed == 0 and turns.spent > LIGHT_CAP * BUDGET
+    turns.fan_out(10)
+    next_turn(ready)
+    assert turns.owed == 0.0  # what nobody's input caused is not carried into a new turn

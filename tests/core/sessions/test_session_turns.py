@@ -106,3 +106,35 @@ def test_a_storm_of_connections_from_one_address_is_one_client(node: InProcessBr
     assert len(node.broker.queues["mine"].pending) == 1  # handled in this very turn
     node.loop.run()
     assert len(node.broker.queues["flood"].pending) == 1000
+
+
+def topic_sends(count: int) -> bytes:
+    return b"".join(encode_frame(Frame("SEND", {"destination": "/topic/fan"}, b"%d" % i), "1.2")
+                    for i in range(count))
+
+
+def test_a_send_to_many_ready_subscribers_pays_for_its_deliveries_in_the_turn(
+        node: InProcessBroker) -> None:
+    """Dispatch runs after the input that caused it: a SEND to a topic with forty ready
+    subscribers is forty deliveries later in the turn. They count against the publisher's
+    share of it now, so its next SENDs wait for a later turn; none is lost or reordered."""
+    subscribers = [node.connect(peer=f"sub{i}:1") for i in range(40)]
+    for i, sub in enumerate(subscribers):
+        sub.request("SUBSCRIBE", {"destination": "/topic/fan", "id": str(i)})
+    node.broker.turns.delivery = TICK  # what a delivery takes, as dispatch measured it
+    publisher = node.connect(peer="publisher:1")
+    publisher.session.feed(topic_sends(20))
+    assert node.broker.topics["fan"].published == 1  # 39 deliveries owed: the turn is spent
+    assert publisher.out.paused
+    node.loop.run()
+    for sub in subscribers:
+        assert [m.body for m in sub.messages(20)] == [b"%d" % i for i in range(20)]
+
+
+def test_a_send_to_one_subscriber_owes_nothing_beyond_itself(node: InProcessBroker) -> None:
+    sub = node.connect(peer="sub:1")
+    sub.request("SUBSCRIBE", {"destination": "/topic/fan", "id": "0"})
+    node.broker.turns.delivery = TICK
+    publisher = node.connect(peer="publisher:1")
+    publisher.session.feed(topic_sends(20))
+    assert node.broker.topics["fan"].published > 1

@@ -238,6 +238,8 @@ class Broker:
         topic = self.topic(name)
         topic.published += 1
         targets = self.topic_targets(topic, msg)
+        if len(targets) > 1:  # the publisher's input pays for the deliveries beyond its own
+            self.turns.fan_out(sum(1 for q in targets if any(c.ready() for c in q.consumers)) - 1)
         ticket = None
         durable = [q for q in targets if q.durable]
         if msg.persistent and durable:
@@ -335,12 +337,16 @@ class Broker:
         self._dispatch_scheduled = False
         now = self.now_ms()
         again: list[Queue] = []
+        started, delivered = self.turns.clock(), 0
         while self._dirty:
             batch = list(self._dirty.values())
             self._dirty.clear()
             for q in batch:
-                if dispatch(q, now, max_deliveries=DISPATCH_BUDGET) >= DISPATCH_BUDGET:
+                n = dispatch(q, now, max_deliveries=DISPATCH_BUDGET)
+                delivered += n
+                if n >= DISPATCH_BUDGET:
                     again.append(q)
+        self.turns.dispatched(self.turns.clock() - started, delivered)
         for q in again:
             self.schedule_dispatch(q)
         self.flow.poll()

@@ -223,6 +223,7 @@ class SessionContext:
         turns = self.turns
         started = turns.clock()
         deadline = started + turns.allowance(self.use)
+        turns.owed = 0.0  # what these frames' fan-out will cost (Turns.fan_out)
         try:
             for _ in range(FRAMES_PER_TURN):
                 if not frames or self.closed:
@@ -230,7 +231,7 @@ class SessionContext:
                 if self._waiting is not None:  # a SEND waits for room: the rest waits behind
                     self._waiting.extend(frames)
                     return
-                if turns.clock() >= deadline:
+                if turns.clock() + turns.owed >= deadline:
                     break
                 self.handle(frames.popleft())
         finally:
