@@ -47,6 +47,32 @@ def test_commit_upto_removes_what_is_below_and_moves_the_ledger(broker) -> None:
         assert again.committed == seqs[3] and again.count == 0
 
 
+def test_a_commit_sent_and_left_is_carried_out_after_the_connection_ends(broker) -> None:
+    """``send_commit`` does not wait, and the client may go at once: the broker carries out
+    a commit it received - the removal and the ledger move - without anyone to answer."""
+    with Client(broker.url) as c:
+        seqs = fill(c, "/queue/left", 2000)
+    with Client(broker.url) as c:
+        c.send_commit("/queue/left", seqs[1500], ledger="job")
+    with Client(broker.url) as c:
+        eventually(lambda: c.head("/queue/left", ledger="job").committed == seqs[1500],
+                   "the ledger moved to the commit's position")
+        h = c.head("/queue/left", ledger="job")
+        assert (h.count, h.first) == (501, seqs[1500])
+
+
+def test_a_pending_commit_answers_like_commit_upto_and_raises_its_error(broker) -> None:
+    with Client(broker.url) as c:
+        seqs = fill(c, "/queue/pend", 5)
+        pending = c.send_commit("/queue/pend", seqs[2], ledger="spark")
+        done = pending.result()
+        assert pending.done() and (done.committed, done.count) == (seqs[2], 2)
+        beyond = c.send_commit("/queue/pend", seqs[-1] + 100, ledger="spark")
+        with pytest.raises(ClientError, match="above the head"):
+            beyond.result()
+        assert c.head("/queue/pend", ledger="spark").committed == seqs[2]  # carries on
+
+
 def test_a_commit_survives_kill_9_and_so_does_its_ledger(broker) -> None:
     with Client(broker.url) as c:
         seqs = fill(c, "/queue/k", 10)

@@ -26,6 +26,7 @@ from sluicemq.protocol import columns
 if TYPE_CHECKING:
     from sluicemq.client.machine import ClientMachine
     from sluicemq.client.sync_conn import Connection
+    from sluicemq.client.sync_handles import Receipt
 
 MAX_ITEMS = 1000
 MAX_BYTES = 16 << 20
@@ -249,6 +250,14 @@ def _unsubscribe(machine: ClientMachine, sub_id: str) -> Outgoing:
 
 def open_range(client: Connection, destination: str, headers: dict[str, str]) -> RangeRead:
     """Send the SUBSCRIBE, wait for its RECEIPT (an ERROR raises), return the reader."""
+    reader, receipt = send_range(client, destination, headers)
+    _confirmed(client, reader, receipt)
+    return reader
+
+
+def send_range(client: Connection, destination: str,
+               headers: dict[str, str]) -> tuple[RangeRead, Receipt]:
+    """Send the SUBSCRIBE without waiting: the reader and the RECEIPT's handle."""
     holder: list[RangeRead] = []
 
     def build(m: ClientMachine) -> Outgoing:
@@ -260,11 +269,48 @@ def open_range(client: Connection, destination: str, headers: dict[str, str]) ->
         return out
 
     try:
-        client._call(build)
+        _out, receipt = client._submit(build)
     except ClientError:
         if holder:
-            client._forget(holder[0].id)
-            with client._state:
-                client._machine.subscriptions.pop(holder[0].id, None)
+            _forget(client, holder[0])
         raise
-    return holder[0]
+    return holder[0], receipt
+
+
+def _confirmed(client: Connection, reader: RangeRead, receipt: Receipt) -> None:
+    try:
+        receipt.result()
+    except ClientError:
+        _forget(client, reader)
+        raise
+
+
+def _forget(client: Connection, reader: RangeRead) -> None:
+    client._forget(reader.id)
+    with client._state:
+        client._machine.subscriptions.pop(reader.id, None)
+
+
+class PendingCommit:
+    """A ledger commit on its way: sent, not waited for.
+
+    Why a commit may be left unwaited: the broker finishes a commit it has received even if
+    the connection ends, and one that never arrived is harmless to the ledger's user - it
+    commits the same position again (a streaming source does so when it plans its next
+    batch). ``result()`` waits for the commit and raises its error.
+    """
+
+    def __init__(self, client: Connection, reader: RangeRead, receipt: Receipt) -> None:
+        self._client = client
+        self._reader = reader
+        self._receipt = receipt
+
+    def done(self) -> bool:
+        """The broker answered (the end frame comes before the RECEIPT of a commit)."""
+        return self._receipt.done()
+
+    def result(self) -> RangeHead:
+        """The commit's end frame, once the removal and the ledger move are durable."""
+        _confirmed(self._client, self._reader, self._receipt)
+        with self._reader:
+            return self._reader.result()

@@ -9,7 +9,14 @@ from pathlib import Path
 
 from sluicemq.client import files
 from sluicemq.client.files import Progress
-from sluicemq.client.ranges import RangeHead, RangeRead, open_range, range_headers
+from sluicemq.client.ranges import (
+    PendingCommit,
+    RangeHead,
+    RangeRead,
+    open_range,
+    range_headers,
+    send_range,
+)
 from sluicemq.client.staging import PublishResult, StagedPart, abort_stage, publish_stage
 from sluicemq.client.streams import (
     DEFAULT_CHUNK_SIZE,
@@ -89,11 +96,18 @@ class Client(Connection):
         """Remove every retained message below ``upto`` (only ``[start, upto)`` with
         ``start``, and then the ledger stays) as if consumed, and move the ledger to
         ``upto``; returns once both are durable."""
+        return self.send_commit(destination, upto, ledger, subscription, client_id, start,
+                                streams).result()
+
+    def send_commit(self, destination: str, upto: int, ledger: str,
+                    subscription: str | None = None, client_id: str | None = None,
+                    start: int | None = None, streams: bool = False) -> PendingCommit:
+        """``commit_upto`` without waiting for it: the broker carries out a commit it
+        received even if this connection ends; ``.result()`` waits (and raises its error)."""
         headers = range_headers(start=start, ledger=ledger, commit_upto=upto,
                                 subscription=subscription, client_id=client_id,
                                 streams=streams)
-        with open_range(self, destination, headers) as reader:
-            return reader.result()
+        return PendingCommit(self, *send_range(self, destination, headers))
 
     def stream_writer(self, destination: str, name: str = "", *,
                       chunk_size: int = DEFAULT_CHUNK_SIZE, window: int = DEFAULT_WINDOW,

@@ -11,6 +11,13 @@ before a stop, so `latestOffset(start)` commits `start` too: in micro-batch mode
 a new batch only once every batch ending at `start` is in its commit log (a batch planned but
 not committed before a crash is re-run from the offset log first, without `latestOffset`).
 
+A commit is sent, not waited for (removing a million messages takes the broker a quarter of a
+second, which would hold up the next batch or the end of an availableNow query): the broker
+carries out a commit it received even if this process dies, and one that never arrived is
+sent again by the next `latestOffset(start)`. At most one is in flight; its error fails the
+query at the next planning call. So the messages of the last batch leave the queue shortly
+after an availableNow query returns, not before.
+
 Planning methods run in a long-lived Python worker on the driver; it keeps one connection.
 `read` runs pickled on executors and opens its own.
 """
@@ -29,6 +36,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from sluicemq.client import Client
+from sluicemq.client.ranges import PendingCommit
 from sluicemq.spark.options import SourceOptions
 from sluicemq.spark.ranges import RangePartition, connect, slices, target
 from sluicemq.spark.rows import remove_committed
@@ -41,11 +49,13 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._client: Client | None = None
         self._until: int | None = None  # Trigger.AvailableNow: the head when it started
         self._committed = -1  # the ledger position we last moved the broker to
+        self._pending: PendingCommit | None = None  # that move, if not yet answered
         self._watch = DestinationWatch(opts.destination)  # logs a missing queue
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_client"] = None  # executors open their own connections
+        state["_pending"] = None
         return state
 
     def _broker(self) -> Client:
@@ -83,6 +93,7 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         opts = self.opts
         first = int(start["seq"])
+        self._settle(wait=False)
         if first > self._committed:
             self._commit(first)
         most = limit.max_rows if isinstance(limit, ReadMaxRows) else None
@@ -108,11 +119,21 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._commit(upto)
 
     def _commit(self, upto: int) -> None:
+        """Send the commit of everything below ``upto`` (see the module doc)."""
+        self._settle(wait=True)
         opts = self.opts
-        self._broker().commit_upto(opts.destination, upto, ledger=opts.ledger, **target(opts))
+        self._pending = self._broker().send_commit(opts.destination, upto, ledger=opts.ledger,
+                                                   **target(opts))
         self._committed = upto
         if opts.delete_committed and opts.path:  # landed files of committed batches go too
             remove_committed(opts.path, upto)
+
+    def _settle(self, *, wait: bool) -> None:
+        """Raise the error of the commit in flight once it is answered (``wait``: now)."""
+        pending = self._pending
+        if pending is not None and (wait or pending.done()):
+            self._pending = None
+            pending.result()
 
     def stop(self) -> None:
         if self._client is not None:
