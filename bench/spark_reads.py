@@ -13,6 +13,11 @@ repeated, medians reported:
 * trivial-stream-arrow: the same RecordBatches from a Python *streaming* source, one
   Trigger.AvailableNow query (2 partitions, noop sink): Spark's own ceiling for a streaming
   query, including its fixed cost per query (a planner process, offset and commit logs).
+* stream-p2-steady / trivial-stream-steady: what a *running* query sustains - a streaming query
+  (default trigger, 2 partitions, noop sink) over the same backlog in micro-batches of a
+  quarter of it (maxMessagesPerTrigger for ours, the same step for the trivial source): rows
+  divided by the time the micro-batches took (Spark's triggerExecution), so without the
+  once-per-query start of Spark's planning process that the availableNow figures include.
 * read-text: spark.read.text of the same bodies (hex, one per line) from a local file.
 """
 
@@ -67,13 +72,17 @@ def _trivial_sources(n: int, size: int) -> tuple[type, type]:
                            "redelivered", "offset"])
 
     class _StreamReader(DataSourceStreamReader):
-        """Offsets 0 → n: a fresh checkpoint reads all n rows in one micro-batch."""
+        """Offsets 0 → n: a fresh checkpoint reads all n rows in one micro-batch, or in
+        micro-batches of ``step`` rows (option ``step``)."""
+
+        def __init__(self, step: int) -> None:
+            self.step = step
 
         def initialOffset(self) -> dict:
             return {"seq": 0}
 
-        def latestOffset(self) -> dict:
-            return {"seq": n}
+        def latestOffset(self, start: dict, limit: Any) -> dict:
+            return {"seq": min(n, start["seq"] + self.step)}
 
         def partitions(self, start: dict, end: dict) -> list[InputPartition]:
             a, b = start["seq"], end["seq"]
@@ -100,7 +109,7 @@ def _trivial_sources(n: int, size: int) -> tuple[type, type]:
             return _Reader(True)
 
         def streamReader(self, schema: Any) -> DataSourceStreamReader:
-            return _StreamReader()
+            return _StreamReader(int(self.options.get("step", n)))
 
     class TrivialTuples(TrivialArrow):
         @classmethod
@@ -144,6 +153,34 @@ def bench_reads(spark: Any, url: str, tmp: Path, count: int, repeat: int,
         query.awaitTermination()
         return sum(p["numInputRows"] for p in query.recentProgress)
 
+    def steady(frame: Any, checkpoint: str) -> tuple[int, float]:
+        """Rows and seconds of micro-batches of a running query, once it read the backlog."""
+        query = (frame.writeStream.format("noop")
+                 .option("checkpointLocation", str(tmp / checkpoint)).start())
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+        batches = [p for p in query.recentProgress if p["numInputRows"]]
+        return (sum(p["numInputRows"] for p in batches),
+                sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000)
+
+    def stream_steady() -> Callable[[], tuple[int, float]]:
+        nonlocal runs
+        runs += 1
+        queue = f"/queue/bench.steady-{runs}"
+        fill(url, queue, count, 1024)
+        frame = (spark.readStream.format("sluice").option("url", url)
+                 .option("destination", queue).option("partitions", "2")
+                 .option("maxMessagesPerTrigger", str(-(-count // 4))).load())
+        return lambda: steady(frame, f"ck-{queue[7:]}")
+
+    def trivial_steady() -> tuple[int, float]:
+        nonlocal runs
+        runs += 1
+        return steady(spark.readStream.format("trivial_arrow")
+                      .option("step", str(-(-count // 4))).load(), f"ck-trivial-{runs}")
+
     def _stream(queue: str, partitions: int, bulk: str) -> int:
         return available_now(spark.readStream.format("sluice").option("url", url)
                              .option("destination", queue)
@@ -178,13 +215,16 @@ def bench_reads(spark: Any, url: str, tmp: Path, count: int, repeat: int,
         "trivial-arrow": lambda: of("trivial_arrow"),
         "trivial-tuples": lambda: of("trivial_tuples"),
         "trivial-stream-arrow": trivial_stream,
+        "stream-p2-steady": lambda: stream_steady()(),
+        "trivial-stream-steady": trivial_steady,
         "read-text": read_text,
     }
     if only:
         unknown = only - set(scenarios)
         if unknown:
             raise SystemExit(f"unknown read scenarios {sorted(unknown)}: {sorted(scenarios)}")
-        always = {"trivial-arrow"} | ({"trivial-stream-arrow"} if only & set(streams) else set())
+        always = ({"trivial-arrow"} | ({"trivial-stream-arrow"} if only & set(streams) else set())
+                  | ({"trivial-stream-steady"} if "stream-p2-steady" in only else set()))
         scenarios = {k: v for k, v in scenarios.items() if k in only | always}
     for run in scenarios.values():  # warm-up: Python workers start once, outside the figures
         run()
@@ -193,9 +233,13 @@ def bench_reads(spark: Any, url: str, tmp: Path, count: int, repeat: int,
         for name, run in scenarios.items():
             if name in streams:  # fill outside the timing
                 run = stream(*streams[name])
+            elif name == "stream-p2-steady":
+                run = stream_steady()
             started = time.perf_counter()
             rows = run()
             elapsed = time.perf_counter() - started
+            if isinstance(rows, tuple):  # a steady-state run times its micro-batches itself
+                rows, elapsed = rows
             assert rows == count, f"{name}: {rows} rows, expected {count}"
             rates[name].append(rows / elapsed)
     out = []
@@ -205,8 +249,11 @@ def bench_reads(spark: Any, url: str, tmp: Path, count: int, repeat: int,
     for name, values in rates.items():
         med = statistics.median(values)
         versus = {}
-        if stream_rate and name.startswith("stream-"):
+        if stream_rate and name.startswith("stream-") and name != "stream-p2-steady":
             versus["vs_trivial_stream_arrow"] = round(med / stream_rate, 3)
+        if name == "stream-p2-steady" and "trivial-stream-steady" in rates:
+            versus["vs_trivial_stream_steady"] = round(
+                med / statistics.median(rates["trivial-stream-steady"]), 3)
         out.append({"scenario": f"spark-read-{name}", "messages": count, "size": 1024,
                     "msgs_per_s": round(med), "runs": [round(v) for v in values],
                     "vs_trivial_arrow": round(med / arrow_rate, 3),
@@ -214,6 +261,6 @@ def bench_reads(spark: Any, url: str, tmp: Path, count: int, repeat: int,
         print(f"read {name:17s} {med:>12,.0f} msgs/s  (median of {len(values)}: "
               f"{', '.join(f'{v:,.0f}' for v in values)}; {med / arrow_rate:.2f}x trivial "
               f"Arrow source"
-              + (f", {versus['vs_trivial_stream_arrow']:.2f}x trivial streaming one" if versus
-                 else "") + ")", flush=True)
+              + "".join(f", {v:.2f}x {k[3:].replace('_', ' ')}" for k, v in versus.items())
+              + ")", flush=True)
     return out
