@@ -23,26 +23,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sluicemq.protocol.codec import FrameParser, encode_frame
+from sluicemq.protocol.codec import encode_frame
 from sluicemq.protocol.frames import Frame
 from streams import start_broker
-
-
-async def open_conn(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    r, w = await asyncio.open_connection("127.0.0.1", port, limit=1 << 24)
-    w.write(encode_frame(Frame("CONNECT", {"accept-version": "1.2", "host": "h"})))
-    await r.readuntil(b"\0")
-    return r, w
-
-
-async def drain(r: asyncio.StreamReader, want: list[int], done: asyncio.Event) -> None:
-    parser = FrameParser()
-    while data := await r.read(1 << 20):
-        for f in parser.feed(data):
-            if f.command == "MESSAGE":
-                want[0] -= 1
-                if want[0] == 0:
-                    done.set()
+from wildcards import drain, open_conn
 
 
 def cpu_seconds(pid: int) -> float:
