@@ -63,6 +63,19 @@ def until_used(b: Any, limit: str, count: int) -> None:
         assert time.monotonic() < deadline, f"{limit} stayed at {overview(b)['limits'][limit]}"
 
 
+def stuck_subscribers(b: Any, topic: str, n: int) -> list[RawStomp]:
+    """``n`` subscribers of ``topic`` (from another address, tiny receive buffers) that read
+    nothing once their SUBSCRIBE is confirmed."""
+    stuck = []
+    for i in range(n):
+        s = RawStomp(b.host, b.port, source="127.0.0.3", rcvbuf=4096)
+        s.connect()
+        s.send("SUBSCRIBE", {"destination": topic, "id": str(i), "receipt": "r"})
+        assert s.recv().command == "RECEIPT"
+        stuck.append(s)
+    return stuck
+
+
 def bystander_works(b: Any, queue: str = "/queue/bystander") -> None:
     """Another client connects, sends and receives as if nothing happened."""
     with Client(b.url, timeout=10) as c:
@@ -399,13 +412,7 @@ def test_subscribers_that_stop_reading_hold_only_their_share_of_the_output_budge
     RAM with their frames (at 4 MiB a connection, 200 of them held ~900 MiB)."""
     b = broker_factory(config_text='[limits]\noutput-buffer-bytes = "1 MiB"\n'
                                    '[defaults]\nmax_consumer_lag = 0\n')  # publish unpaced
-    stuck = []
-    for i in range(4):
-        s = RawStomp(b.host, b.port, source="127.0.0.3", rcvbuf=4096)
-        s.connect()
-        s.send("SUBSCRIBE", {"destination": "/topic/stuck", "id": str(i), "receipt": "r"})
-        assert s.recv().command == "RECEIPT"
-        stuck.append(s)  # and from now on it reads nothing
+    stuck = stuck_subscribers(b, "/topic/stuck", 4)
     publisher = Raw(b)
     assert publisher.connect().command == "CONNECTED"
     body = b"s" * (16 << 10)
@@ -444,13 +451,7 @@ def test_a_topic_message_paged_out_for_many_stuck_subscribers_is_stored_once(
     reader, seen = stomp_connect(b)
     reader.subscribe("/topic/fan", id="r", headers={"receipt": "sub-r"})
     assert seen.receipts.get(timeout=10) == "sub-r"
-    stuck = []
-    for i in range(10):
-        s = RawStomp(b.host, b.port, source="127.0.0.3", rcvbuf=4096)
-        s.connect()
-        s.send("SUBSCRIBE", {"destination": "/topic/fan", "id": str(i), "receipt": "r"})
-        assert s.recv().command == "RECEIPT"
-        stuck.append(s)  # and from now on it reads nothing
+    stuck = stuck_subscribers(b, "/topic/fan", 10)
     publisher = Raw(b)
     assert publisher.connect().command == "CONNECTED"
     bodies = [b"%04d" % i * (4 << 10) for i in range(300)]  # 16 KiB each, 4.9 MB in all
