@@ -100,20 +100,7 @@ def _echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2))
 
 
-@click.group()
-@click.option("--console-url", envvar="SLUICE_CONSOLE_URL", default=DEFAULT_CONSOLE_URL,
-              show_default=True, help="Web console address (env SLUICE_CONSOLE_URL).")
-@click.option("--user", envvar="SLUICE_USER", default=None,
-              help="Admin login when the broker has users (env SLUICE_USER).")
-@click.option("--password", envvar="SLUICE_PASSWORD", default=None,
-              help="Its password (env SLUICE_PASSWORD).")
-@click.pass_context
-def admin(ctx: click.Context, console_url: str, user: str | None, password: str | None) -> None:
-    """Inspect and manage a running broker through its console's admin API."""
-    ctx.obj = Console(console_url, user, password)
-
-
-@admin.command("list")
+@click.command("list")
 @click.option("--filter", "pattern", default="", help="Only names containing this text.")
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")
 @click.pass_obj
@@ -133,7 +120,7 @@ def list_(console: Console, pattern: str, as_json: bool) -> None:
             "DLQ", "MEMORY"])
 
 
-@admin.command()
+@click.command()
 @click.argument("destination")
 @click.option("--offset", default=0, show_default=True, help="Skip this many messages.")
 @click.option("--limit", default=20, show_default=True, help="Show at most this many.")
@@ -158,7 +145,7 @@ def browse(console: Console, destination: str, offset: int, limit: int, as_json:
                    f"{'…' if m['truncated'] or len(m['body_preview']) > 200 else ''}")
 
 
-@admin.command()
+@click.command()
 @click.argument("destination")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_obj
@@ -170,7 +157,7 @@ def purge(console: Console, destination: str, yes: bool) -> None:
     click.echo(f"purged {result['removed']} message(s) from {destination}")
 
 
-@admin.command()
+@click.command()
 @click.argument("source")
 @click.argument("target")
 @click.option("--copy", "copy_", is_flag=True, help="Copy instead of move.")
@@ -188,7 +175,7 @@ def move(console: Console, source: str, target: str, copy_: bool,
     click.echo(f"{'copied' if copy_ else 'moved'} {count} message(s) from {source} to {target}")
 
 
-@admin.command()
+@click.command()
 @click.argument("dlq")
 @click.option("--id", "ids", multiple=True, help="Only this message id (repeatable).")
 @click.pass_obj
@@ -200,7 +187,7 @@ def retry(console: Console, dlq: str, ids: tuple[str, ...]) -> None:
     click.echo(f"retried {result['retried']} message(s): {origins}")
 
 
-@admin.command()
+@click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")
 @click.pass_obj
 def stats(console: Console, as_json: bool) -> None:
@@ -233,7 +220,7 @@ def stats(console: Console, as_json: bool) -> None:
         click.echo(f"{key.ljust(width)}  {value}")
 
 
-@admin.command()
+@click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")
 @click.pass_obj
 def status(console: Console, as_json: bool) -> None:
@@ -248,3 +235,16 @@ def status(console: Console, as_json: bool) -> None:
     holder = (f"pid {lock['pid']} on {lock['host']}" if lock.get("pid") is not None
               else "unknown")
     click.echo(f"role       {h['role']}\nsince      {when}\nlock held  {holder}")
+
+
+@click.group(commands=[list_, browse, purge, move, retry, stats, status])
+@click.option("--console-url", envvar="SLUICE_CONSOLE_URL", default=DEFAULT_CONSOLE_URL,
+              show_default=True, help="Web console address (env SLUICE_CONSOLE_URL).")
+@click.option("--user", envvar="SLUICE_USER", default=None,
+              help="Admin login when the broker has users (env SLUICE_USER).")
+@click.option("--password", envvar="SLUICE_PASSWORD", default=None,
+              help="Its password (env SLUICE_PASSWORD).")
+@click.pass_context
+def admin(ctx: click.Context, console_url: str, user: str | None, password: str | None) -> None:
+    """Inspect and manage a running broker through its console's admin API."""
+    ctx.obj = Console(console_url, user, password)

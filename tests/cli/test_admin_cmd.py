@@ -7,11 +7,12 @@ import json
 from click.testing import CliRunner
 
 from sluice_testing import reserve_port
-from sluicemq.cli.main import cli
+from sluicemq.cli.main import build_cli
 
 
 def admin(console_url: str, *args: str, input: str | None = None):
-    return CliRunner().invoke(cli, ["admin", "--console-url", console_url, *args], input=input)
+    return CliRunner().invoke(build_cli(), ["admin", "--console-url", console_url, *args],
+                              input=input)
 
 
 def fill(raw_conn, destination: str, bodies: list[str]) -> None:
@@ -76,6 +77,6 @@ def test_errors_are_one_line(broker) -> None:
 
 
 def test_the_console_url_comes_from_the_environment(broker) -> None:
-    result = CliRunner().invoke(cli, ["admin", "list"],
+    result = CliRunner().invoke(build_cli(), ["admin", "list"],
                                 env={"SLUICE_CONSOLE_URL": broker.console_url})
     assert result.exit_code == 0 and result.output.strip() == "no destinations"
