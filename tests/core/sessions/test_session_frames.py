@@ -5,6 +5,7 @@ subprocess, no sleep. The wire-level specs in tests/e2e cover the same commands 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,46 @@ def test_disconnect_with_receipt_closes_after_answering(node: InProcessBroker) -
     answer = conn.request("DISCONNECT")
     assert answer.command == "RECEIPT"
     assert conn.out.closed
+
+
+def test_a_queue_reclaimed_after_a_send_is_admitted_again_under_the_destination_cap(
+        tmp_path: Path) -> None:
+    """A session remembers the queues it sent to (routed, authorized), never that they exist:
+    once reclaimed, the next SEND re-creates one only where the cap leaves room."""
+    config = config_for(tmp_path / "data")
+    node = InProcessBroker(replace(config, limits=replace(config.limits, max_destinations=1)))
+    destinations = node.broker.destinations
+    try:
+        producer, other = node.connect(), node.connect(peer="spec:2")
+        assert producer.request("SEND", {"destination": "/queue/a"}, b"1").command == "RECEIPT"
+        other.request("SUBSCRIBE", {"destination": "/queue/a", "id": "a"})
+        assert [m.body for m in other.messages(1)] == [b"1"]
+        other.request("UNSUBSCRIBE", {"id": "a"})
+        assert destinations.sweep(node.clock.now, force=True) == 1  # /queue/a, idle
+        other.request("SUBSCRIBE", {"destination": "/queue/b", "id": "b"})  # the one allowed
+        refused = producer.request("SEND", {"destination": "/queue/a"}, b"2")
+        assert refused.command == "ERROR"
+        assert "max_destinations" in refused.headers["message"]
+        assert "a" not in node.broker.queues
+        other.request("UNSUBSCRIBE", {"id": "b"})
+        assert destinations.sweep(node.clock.now, force=True) == 1  # /queue/b
+        assert producer.request("SEND", {"destination": "/queue/a"}, b"3").command == "RECEIPT"
+        assert [m.body for m in node.broker.queues["a"].pending] == [b"3"]
+    finally:
+        node.close()
+
+
+def test_a_plain_send_does_not_take_later_numbered_or_transactional_sends_off_their_steps(
+        node: InProcessBroker) -> None:
+    producer, consumer = node.connect(), node.connect(peer="spec:2")
+    numbered = {"destination": "/queue/mixed", "sluice-producer-id": "p1",
+                "sluice-producer-seq": "1"}
+    assert producer.request("SEND", {"destination": "/queue/mixed"}, b"plain").command == "RECEIPT"
+    assert "sluice-duplicate" not in producer.request("SEND", numbered, b"n1").headers
+    assert producer.request("SEND", numbered, b"n1").headers["sluice-duplicate"] == "true"
+    producer.request("BEGIN", {"transaction": "t"})
+    producer.request("SEND", {"destination": "/queue/mixed", "transaction": "t"}, b"tx")
+    assert len(node.broker.queues["mixed"].pending) == 2  # the transactional one waits
+    producer.request("COMMIT", {"transaction": "t"})
+    consumer.request("SUBSCRIBE", {"destination": "/queue/mixed", "id": "s"})
+    assert [m.body for m in consumer.messages(3)] == [b"plain", b"n1", b"tx"]

@@ -159,12 +159,14 @@ class Broker:
                  policy: Policy | None = None) -> str | None:
         """Why ``kind/name`` cannot take a message now (producer flow control), or None."""
         policy = policy or self.policy(kind, name)
-        if kind == QUEUE:
+        if kind == QUEUE:  # consumer_lag, inlined: once per SEND
             q = self.queues.get(name)
-            used = q.pending.memory if q is not None else 0
-        else:
-            t = self.topics.get(name)
-            used = sum(q.pending.memory for q in t.subscribers.values()) if t else 0
+            if q is None:
+                return self.flow.full(policy, persistent, 0, None)
+            return self.flow.full(policy, persistent, q.pending.memory,
+                                  q.lag() if q.consumers else None)
+        t = self.topics.get(name)
+        used = sum(q.pending.memory for q in t.subscribers.values()) if t else 0
         return self.flow.full(policy, persistent, used, self.consumer_lag(kind, name))
 
     def consumer_lag(self, kind: str, name: str) -> int | None:

@@ -82,6 +82,7 @@ class SessionContext:
                                   max_header_bytes=limits.max_header_bytes, version="1.0")
         self.on_version: Callable[[str], None] = lambda v: None
         self.received = 0
+        self.send_targets: dict[str, tuple[str, str]] = {}  # send.remember: plain queues
         self.delivered = 0
         self._output_waiters: list[Callable[[], None]] = []
         self.turns = broker.turns

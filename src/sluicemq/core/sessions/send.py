@@ -2,6 +2,9 @@
 
     route -> authorize -> flow -> query -> dedup -> stream -> transaction -> publish
 
+A SEND with none of the headers that need the middle steps (``_SPECIAL``) goes from flow
+straight to publish; a queue it was routed and authorized to once is not asked again.
+
 ``route`` resolves temporaries and sends composite destinations and virtual topics down the
 fan-out path (a copy per destination, one journal transaction); every other SEND names one
 destination and goes through ``PIPELINE`` in order. A step returns True once it has answered
@@ -19,6 +22,7 @@ from sluicemq.core.dedup import producers as dedup
 from sluicemq.core.limits import txlimits
 from sluicemq.core.paging.flow import Pacing
 from sluicemq.core.routing.message import (
+    DEFAULT_PRIORITY,
     TRANSPORT_HEADERS,
     Message,
     parse_expires,
@@ -60,14 +64,49 @@ class Send:
     producer: tuple[str, int] | None = None  # (producer id, sequence) when numbered
 
 
+# Headers that take a SEND off the plain path: a stream query, a numbered (deduplicated)
+# producer, a stream chunk, a transaction, a staged column batch.
+_SPECIAL = frozenset({QUERY, dedup.PRODUCER_ID, dedup.PRODUCER_SEQ, STREAM_ID, "transaction",
+                      stage_frames.FORMAT})
+MAX_KNOWN_TARGETS = 64  # destinations a session remembers as routed and authorized
+
+
 def send(session: SessionContext, frame: Frame) -> None:
-    target = route(session, frame)
+    h = frame.headers
+    known = session.send_targets
+    target = known.get(h.get("destination", "")) if "reply-to" not in h else None
     if target is None:
+        target = route(session, frame)
+        if target is None:
+            return
+        authorize_target(session, *target)
+        remember(known, h["destination"], *target)
+    else:  # routed and authorized before: only the destination may have gone meanwhile
+        session.admit_destination(*target)
+    if h.keys().isdisjoint(_SPECIAL):  # the plain path: what most SENDs are
+        kind, name = target
+        if no_room(session, frame, kind, name):
+            return
+        session.received += 1
+        _publish(session, kind, name, frame, None)
         return
-    s = Send(frame, *target, frame.headers.get("transaction"))
+    s = Send(frame, *target, h.get("transaction"))
     for step in PIPELINE:
         if step(session, s):
             return
+
+
+def remember(known: dict[str, tuple[str, str]], destination: str, kind: str,
+             name: str) -> None:
+    """Keep a plain queue a session sends to, routed and authorized: whether it may write
+    there and where the name leads do not change during a session (a temporary or a topic,
+    whose virtual queues come and go, is routed every time). Bounded: a client naming
+    thousands of queues only costs itself the routing."""
+    if kind != QUEUE or name.startswith(TEMP_PREFIX) or destination != f"/queue/{name}":
+        return
+    if len(known) >= MAX_KNOWN_TARGETS:
+        known.clear()
+    known[destination] = (kind, name)
 
 
 def route(session: SessionContext, frame: Frame) -> tuple[str, str] | None:
@@ -91,11 +130,10 @@ def route(session: SessionContext, frame: Frame) -> tuple[str, str] | None:
     return kind, name
 
 
-def authorize(session: SessionContext, s: Send) -> bool:
-    session.authorize(WRITE, s.kind, s.name)
-    session.admit_destination(s.kind, s.name)
-    session.broker.advisories.producer(session.id, s.kind, s.name)
-    return False
+def authorize_target(session: SessionContext, kind: str, name: str) -> None:
+    session.authorize(WRITE, kind, name)
+    session.admit_destination(kind, name)
+    session.broker.advisories.producer(session.id, kind, name)
 
 
 def flow(session: SessionContext, s: Send) -> bool:
@@ -188,20 +226,25 @@ def transaction(session: SessionContext, s: Send) -> bool:
 
 
 def publish(session: SessionContext, s: Send) -> bool:
-    """Route the message now (or hand it to the scheduler when it asks for a delay)."""
-    h = s.frame.headers
-    stage_frames.refuse_batch(h)
-    msg = message(session, s.kind, s.name, h, s.frame.body)
-    if not (session.scheduler.wants(h) and session.scheduler.schedule(s.kind, s.name, msg)):
-        session.broker.publish(s.kind, s.name, msg)
-    if s.producer is not None:
-        session.broker.producers.accepted(*s.producer, msg.timestamp, msg.ticket)
-    session.receipt(s.frame)
+    stage_frames.refuse_batch(s.frame.headers)
+    _publish(session, s.kind, s.name, s.frame, s.producer)
     return True
 
 
+def _publish(session: SessionContext, kind: str, name: str, frame: Frame,
+             producer: tuple[str, int] | None) -> None:
+    """Route the message now (or hand it to the scheduler when it asks for a delay)."""
+    h = frame.headers
+    msg = message(session, kind, name, h, frame.body)
+    if not (session.scheduler.wants(h) and session.scheduler.schedule(kind, name, msg)):
+        session.broker.publish(kind, name, msg)
+    if producer is not None:
+        session.broker.producers.accepted(*producer, msg.timestamp, msg.ticket)
+    session.receipt(frame)
+
+
 PIPELINE: tuple[Callable[[SessionContext, Send], bool], ...] = (
-    authorize, flow, query, dedup_step, stream, transaction, publish)
+    flow, query, dedup_step, stream, transaction, publish)
 
 
 def send_composite(session: SessionContext, frame: Frame, targets: list[tuple[str, str]], *,
@@ -290,13 +333,16 @@ def no_room(session: SessionContext, frame: Frame, kind: str, name: str) -> bool
 def message(session: SessionContext, kind: str, name: str, h: dict[str, str],
             body: bytes | memoryview) -> Message:
     headers = {k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}
-    now = session.broker.now_ms()
+    broker = session.broker
+    now = broker.now_ms()
     if "timestamp" not in headers:
         headers["timestamp"] = str(now)  # as ActiveMQ: when the broker got it
-    return Message(session.broker.allocate_mid(), f"/{kind}/{name}", headers, bytes(body),
+    priority = h.get("priority")
+    expires = h.get("expires")
+    return Message(broker.allocate_mid(), f"/{kind}/{name}", headers, bytes(body),
                    persistent=h.get("persistent") == "true",
-                   priority=parse_priority(h.get("priority")),
-                   expires=parse_expires(h.get("expires")),
+                   priority=DEFAULT_PRIORITY if priority is None else parse_priority(priority),
+                   expires=0 if expires is None else parse_expires(expires),
                    timestamp=now)
 
 
