@@ -475,7 +475,8 @@ class Broker:
     def when_durable(self, callback: Waiter) -> None:
         """Call back once everything appended so far is on disk (receipts wait on this) and
         every message deferred so far is on disk or acknowledged by its consumer."""
-        if not self.later.wait(lambda exc: self.durable_waits.add(callback)):
+        later = self.later
+        if not later.entries or not later.wait(lambda exc: self.durable_waits.add(callback)):
             self.durable_waits.add(callback)
 
     def _on_durable(self, seq: int) -> None:

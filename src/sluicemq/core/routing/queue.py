@@ -49,7 +49,7 @@ class Consumer:
     __slots__ = (
         "ack_mode", "delivery", "destination", "exclusive", "index", "inflight", "max_streams",
         "open_streams", "prefetch", "priority", "queue", "resumed", "selector", "stream_acked",
-        "sub_id",
+        "sub_id", "wire",
     )
 
     def __init__(
@@ -82,6 +82,9 @@ class Consumer:
         self.open_streams: set[str] = set()  # streams given to us whose final chunk is unacked
         self.resumed: set[str] = set()  # streams taken over mid-way: mark the next chunk
         self.stream_acked: dict[str, list[Message]] = {}  # `restart` policy: acks held back
+        # What its MESSAGE heads start with, for the destination it was last written for
+        # (the delivering session's, to a 1.2 peer: sessions/context.py)
+        self.wire: tuple[str, str, str, str] | None = None
 
     def ready(self) -> bool:
         """Room for one more message: the socket drains and the prefetch window is open."""

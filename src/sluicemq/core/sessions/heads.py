@@ -1,0 +1,63 @@
+"""MESSAGE heads for STOMP 1.2 peers, written straight into one string (the common case of
+``SessionContext.deliver``; other versions, and a NUL, take ``SessionContext._message_head``)."""
+
+from __future__ import annotations
+
+from sluicemq.core.routing.message import MESSAGE_ID_PREFIX, Message
+from sluicemq.core.routing.queue import Consumer
+from sluicemq.core.streams.chunks import RESUMED
+from sluicemq.protocol.codec import header_lines_12
+from sluicemq.protocol.headers import escape
+
+_WIRE_ID_PREFIX = escape(MESSAGE_ID_PREFIX, "1.2")
+
+
+def message_head_12(consumer: Consumer, msg: Message, size: int, resumed: bool) -> bytes:
+    """``_message_head`` for a 1.2 peer, written straight into one string: the broker's own
+    headers are digits or names escaped once per consumer (``Consumer.wire``), and only the
+    producer's go through the general escaping (``header_lines_12``) - a fifth of the cost of
+    building a dict and encoding it. A producer's ``priority``, ``expires``, ``timestamp``
+    or ``persistent`` replaces the broker's, as in ``_message_head``. ValueError for a NUL
+    in a header."""
+    stored = msg.headers
+    mid = msg.mid
+    wire = consumer.wire
+    if wire is None or wire[0] != msg.destination:
+        wire = consumer.wire = _wire_start(consumer, msg.destination)
+    _, start, sub, ack = wire
+    if ("timestamp" in stored and msg.deliveries <= 1 and not resumed and "priority" not in stored
+            and "expires" not in stored and "persistent" not in stored):
+        # a first delivery of a message with the broker's timestamp: nearly every MESSAGE
+        persistent = "true" if msg.persistent else "false"
+        lines = header_lines_12(stored)
+        length = f"\ncontent-length:{size}" if size else ""
+        return (f"{start}{mid}{sub}{mid}{ack}{mid}\npriority:{msg.priority}\nexpires:"
+                f"{msg.expires}\npersistent:{persistent}\n{lines}{length}\n\n").encode()
+    head = f"{start}{mid}{sub}{mid}{ack}{mid}"
+    if "priority" not in stored:
+        head += f"\npriority:{msg.priority}"
+    if "expires" not in stored:
+        head += f"\nexpires:{msg.expires}"
+    if "timestamp" not in stored:
+        head += f"\ntimestamp:{msg.timestamp}"
+    if "persistent" not in stored:
+        head += "\npersistent:true" if msg.persistent else "\npersistent:false"
+    if msg.deliveries > 1:
+        head += f"\nredelivered:true\nsluice-delivery-count:{msg.deliveries}"
+    if resumed and RESUMED not in stored:
+        head += f"\n{RESUMED}:true"
+    if stored:
+        head += "\n" + header_lines_12(stored)
+    if size:
+        head += f"\ncontent-length:{size}"
+    return (head + "\n\n").encode()
+
+
+def _wire_start(consumer: Consumer, destination: str) -> tuple[str, str, str, str]:
+    """The fixed parts of ``consumer``'s MESSAGE heads from ``destination``, escaped for 1.2:
+    what comes before the message-id's number, before sluice-seq's and before ack's."""
+    dest, sub = escape(destination, "1.2"), escape(consumer.sub_id, "1.2")
+    if "\0" in dest or "\0" in sub:
+        raise ValueError("a NUL in a header")
+    return (destination, f"MESSAGE\ndestination:{dest}\nmessage-id:{_WIRE_ID_PREFIX}",
+            f"\nsubscription:{sub}\nsluice-seq:", f"\nack:{consumer.index}-")
