@@ -186,3 +186,23 @@ def test_a_plain_send_does_not_take_later_numbered_or_transactional_sends_off_th
     producer.request("COMMIT", {"transaction": "t"})
     consumer.request("SUBSCRIBE", {"destination": "/queue/mixed", "id": "s"})
     assert [m.body for m in consumer.messages(3)] == [b"plain", b"n1", b"tx"]
+
+
+def test_one_subscription_over_several_topics_names_each_message_s_own_destination(
+        node: InProcessBroker) -> None:
+    subscriber, producer = node.connect(), node.connect(peer="spec:2")
+    subscriber.request("SUBSCRIBE", {"destination": "/topic/prices.>", "id": "p:1"})
+    for name in ("prices.a", "prices.b", "prices.a"):
+        producer.request("SEND", {"destination": f"/topic/{name}"}, name.encode())
+    messages = subscriber.messages(3)
+    assert [m.headers["destination"] for m in messages] == [
+        "/topic/prices.a", "/topic/prices.b", "/topic/prices.a"]
+    assert {m.headers["subscription"] for m in messages} == {"p:1"}  # escaped on the wire
+
+
+def test_a_receipt_id_that_needs_escaping_comes_back_as_sent(node: InProcessBroker) -> None:
+    conn = node.connect()
+    conn.send_frame("SEND", {"destination": "/queue/r", "receipt": "a:b\\c"}, b"x")
+    node.loop.run_until(lambda: any(f.command == "RECEIPT" for f in conn.frames()))
+    [receipt] = conn.take("RECEIPT")
+    assert receipt.headers == {"receipt-id": "a:b\\c"}

@@ -284,7 +284,13 @@ class SessionContext:
         if self._waiting is not None:  # reading is paused: only what was already parsed
             self._waiting.append(frame)
             return
-        self.guarded(self.dispatch, frame)
+        try:  # ``guarded``, inlined: once per frame
+            self.dispatch(frame)
+        except ProtocolError as exc:
+            self.error(str(exc), frame, fatal=exc.fatal)
+        except Exception:
+            log.exception("internal error handling %s from %s", frame.command, self.peer)
+            self.error("internal broker error", frame, fatal=True)
 
     def dispatch(self, frame: Frame) -> None:
         """Hand ``frame`` to its handler (``Session`` knows the handlers)."""

@@ -73,40 +73,43 @@ MAX_KNOWN_TARGETS = 64  # destinations a session remembers as routed and authori
 
 def send(session: SessionContext, frame: Frame) -> None:
     h = frame.headers
-    known = session.send_targets
-    target = known.get(h.get("destination", "")) if "reply-to" not in h else None
-    if target is None:
+    known = session.send_targets.get(h.get("destination", "")) if "reply-to" not in h else None
+    if known is None:
         target = route(session, frame)
         if target is None:
             return
-        authorize_target(session, *target)
-        remember(known, h["destination"], *target)
-    else:  # routed and authorized before: only the destination may have gone meanwhile
-        session.admit_destination(*target)
-    if h.keys().isdisjoint(_SPECIAL):  # the plain path: what most SENDs are
         kind, name = target
+        authorize_target(session, kind, name)
+        destination = remember(session.send_targets, h["destination"], kind, name)
+    else:  # routed and authorized before: only the queue may have gone meanwhile
+        kind, (name, destination) = QUEUE, known
+        if name not in session.broker.queues:
+            session.admit_destination(kind, name)
+    if h.keys().isdisjoint(_SPECIAL):  # the plain path: what most SENDs are
         if no_room(session, frame, kind, name):
             return
         session.received += 1
-        _publish(session, kind, name, frame, None)
+        _publish(session, kind, name, frame, None, destination)
         return
-    s = Send(frame, *target, h.get("transaction"))
+    s = Send(frame, kind, name, h.get("transaction"))
     for step in PIPELINE:
         if step(session, s):
             return
 
 
 def remember(known: dict[str, tuple[str, str]], destination: str, kind: str,
-             name: str) -> None:
+             name: str) -> str | None:
     """Keep a plain queue a session sends to, routed and authorized: whether it may write
     there and where the name leads do not change during a session (a temporary or a topic,
     whose virtual queues come and go, is routed every time). Bounded: a client naming
-    thousands of queues only costs itself the routing."""
+    thousands of queues only costs itself the routing. Returns the destination's name for
+    its messages (one string shared by all of them), None when not kept."""
     if kind != QUEUE or name.startswith(TEMP_PREFIX) or destination != f"/queue/{name}":
-        return
+        return None
     if len(known) >= MAX_KNOWN_TARGETS:
         known.clear()
-    known[destination] = (kind, name)
+    known[destination] = (name, destination)
+    return destination
 
 
 def route(session: SessionContext, frame: Frame) -> tuple[str, str] | None:
@@ -232,10 +235,10 @@ def publish(session: SessionContext, s: Send) -> bool:
 
 
 def _publish(session: SessionContext, kind: str, name: str, frame: Frame,
-             producer: tuple[str, int] | None) -> None:
+             producer: tuple[str, int] | None, destination: str | None = None) -> None:
     """Route the message now (or hand it to the scheduler when it asks for a delay)."""
     h = frame.headers
-    msg = message(session, kind, name, h, frame.body)
+    msg = message(session, kind, name, h, frame.body, destination)
     if not (session.scheduler.wants(h) and session.scheduler.schedule(kind, name, msg)):
         session.broker.publish(kind, name, msg)
     if producer is not None:
@@ -331,7 +334,7 @@ def no_room(session: SessionContext, frame: Frame, kind: str, name: str) -> bool
 
 
 def message(session: SessionContext, kind: str, name: str, h: dict[str, str],
-            body: bytes | memoryview) -> Message:
+            body: bytes | memoryview, destination: str | None = None) -> Message:
     headers = {k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}
     broker = session.broker
     now = broker.now_ms()
@@ -339,7 +342,7 @@ def message(session: SessionContext, kind: str, name: str, h: dict[str, str],
         headers["timestamp"] = str(now)  # as ActiveMQ: when the broker got it
     priority = h.get("priority")
     expires = h.get("expires")
-    return Message(broker.allocate_mid(), f"/{kind}/{name}", headers, bytes(body),
+    return Message(broker.allocate_mid(), destination or f"/{kind}/{name}", headers, bytes(body),
                    persistent=h.get("persistent") == "true",
                    priority=DEFAULT_PRIORITY if priority is None else parse_priority(priority),
                    expires=0 if expires is None else parse_expires(expires),
