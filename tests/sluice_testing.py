@@ -91,19 +91,24 @@ def eventually(check: Callable[[], object], what: str | Callable[[], str],
         pace.wait(0.02)  # nothing to wake us: this only paces the re-check
 
 
+def held(c: Any, destination: str, timeout: float = 30.0) -> list[bytes]:
+    """The bodies of every message queue ``destination`` holds, read (auto ack) by client
+    ``c`` (a ``sluicemq.Client``): the broker says how many it holds (a head query) and each
+    is awaited in turn, so a slow delivery on a busy machine cannot end the reading early (as
+    "quiet for N s" would) and nothing is waited for that will not come."""
+    count = c.head(destination).count
+    with c.subscribe(destination) as sub:
+        got = [sub.get(timeout=timeout) for _ in range(count)]
+    assert all(m is not None for m in got), f"{destination}: fewer than {count} delivered"
+    return [bytes(m.body) for m in got if m is not None]
+
+
 def stored(url: str, destination: str, timeout: float = 30.0) -> list[str]:
-    """The bodies of every message the broker holds for queue ``destination``, read by a plain
-    consumer: the broker says how many it holds (a head query) and each is awaited in turn, so
-    a slow delivery on a busy machine cannot end the reading early (as "quiet for N s" would).
-    """
+    """``held`` as text, read by a client of its own on ``url``."""
     from sluicemq.client import Client
 
     with Client(url) as c:
-        count = c.head(destination).count
-        with c.subscribe(destination) as sub:
-            got = [sub.get(timeout=timeout) for _ in range(count)]
-    assert all(m is not None for m in got), f"{destination}: fewer than {count} delivered"
-    return [m.text() for m in got if m is not None]
+        return [body.decode() for body in held(c, destination, timeout)]
 
 
 class BrokerProcess:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from sluice_testing import BrokerProcess, RawStomp, eventually, restart_cycle
+from sluice_testing import BrokerProcess, RawStomp, eventually, restart_cycle, stored
+from sluicemq import Client
 
 SNAPSHOT = Path("journal") / "index.snapshot"
 CONFIG = """
@@ -36,17 +37,18 @@ def send(c: RawStomp, dest: str, bodies: list[str], **headers: str) -> None:
         assert frame.command == "RECEIPT", frame
 
 
-def drain(c: RawStomp, dest: str, *, quiet: float = 0.5, **headers: str) -> list[str]:
-    """Everything the destination delivers (auto ack) until it goes quiet."""
-    c.send("SUBSCRIBE", {"destination": dest, "id": dest, "ack": "auto", **headers})
-    out = []
-    while True:
-        try:
-            frame = c.recv(timeout=quiet)
-        except TimeoutError:
-            return out
-        assert frame.command == "MESSAGE", frame
-        out.append(frame.body.decode())
+def durable_held(b: BrokerProcess, name: str, **headers: str) -> list[str]:
+    """Everything durable subscription ``name`` of /topic/ledger (client-id ``svc-<name>``)
+    holds, read by re-attaching to it (auto ack): the broker says how many (a head query)
+    and each is awaited, so a slow delivery cannot end the reading early."""
+    with Client(b.url) as q:
+        count = q.head("/topic/ledger", subscription=name, client_id=f"svc-{name}").count
+    d = client(b, client_id=f"svc-{name}")
+    d.send("SUBSCRIBE", {"destination": "/topic/ledger", "id": name, "ack": "auto",
+                         "activemq.subscriptionName": name, **headers})
+    frames = [d.recv(timeout=30) for _ in range(count)]
+    assert all(f.command == "MESSAGE" for f in frames), frames
+    return [f.body.decode() for f in frames]
 
 
 def log_since(b: BrokerProcess, mark: int) -> str:
@@ -62,7 +64,7 @@ def test_clean_stop_writes_a_snapshot_that_the_next_start_uses(broker) -> None:
     assert "index snapshot used: 300 messages" in cycle
     assert "then 0 journal records replayed" in cycle
     assert (broker.data_dir / SNAPSHOT).exists(), "a snapshot stays valid while the journal grows"
-    assert drain(client(broker), "/queue/fast") == [f"m{i}" for i in range(300)]
+    assert stored(broker.url, "/queue/fast") == [f"m{i}" for i in range(300)]
 
 
 def test_kill_9_after_a_snapshot_start_replays_the_records_after_it(broker) -> None:
@@ -72,7 +74,7 @@ def test_kill_9_after_a_snapshot_start_replays_the_records_after_it(broker) -> N
     send(client(broker), "/queue/k", ["c"])
     cycle = restart_cycle(broker, kill=True)
     assert "index snapshot used: 2 messages" in cycle and "then 1 journal records" in cycle
-    assert drain(client(broker), "/queue/k") == ["a", "b", "c"]
+    assert stored(broker.url, "/queue/k") == ["a", "b", "c"]
 
 
 def test_an_older_snapshot_plus_the_journal_after_it_is_exact(broker) -> None:
@@ -92,7 +94,7 @@ def test_an_older_snapshot_plus_the_journal_after_it_is_exact(broker) -> None:
     mark = len(broker.output)
     broker.restart()
     assert "index snapshot used: 3 messages" in log_since(broker, mark)
-    assert drain(client(broker), "/queue/s") == ["b", "c", "d"]
+    assert stored(broker.url, "/queue/s") == ["b", "c", "d"]
 
 
 def test_a_snapshot_whose_anchor_is_gone_is_ignored(broker_factory) -> None:
@@ -103,7 +105,7 @@ def test_a_snapshot_whose_anchor_is_gone_is_ignored(broker_factory) -> None:
     b.restart()
     c = client(b)
     send(c, "/queue/g", ["x" * 1000 for _ in range(200)])  # four more segments
-    assert len(drain(c, "/queue/g")) == 201  # consumed: the old segments are reclaimed
+    assert len(stored(b.url, "/queue/g")) == 201  # consumed: the old segments are reclaimed
     journal = b.data_dir / "journal"
     eventually(lambda: not (journal / "00000000000000000001.log").exists(),
                "the first segment reclaimed")
@@ -115,7 +117,7 @@ def test_a_snapshot_whose_anchor_is_gone_is_ignored(broker_factory) -> None:
     assert "index snapshot ignored (segment 1 is gone): scanning the whole journal" in cycle
     assert not (b.data_dir / SNAPSHOT).exists(), "an unusable snapshot is deleted"
     send(client(b), "/queue/g", ["after"])
-    assert drain(client(b), "/queue/g") == ["after"]
+    assert stored(b.url, "/queue/g") == ["after"]
 
 
 def test_a_damaged_snapshot_is_ignored(broker) -> None:
@@ -129,7 +131,7 @@ def test_a_damaged_snapshot_is_ignored(broker) -> None:
     broker.restart()
     assert "index snapshot ignored (checksum mismatch): scanning the whole journal" in log_since(
         broker, mark)
-    assert drain(client(broker), "/queue/d") == ["a", "b"]
+    assert stored(broker.url, "/queue/d") == ["a", "b"]
 
 
 def durable_subscribe(b: BrokerProcess, name: str, selector: str | None = None) -> None:
@@ -192,13 +194,9 @@ def observe(b: BrokerProcess) -> dict[str, object]:
                     "sluice-stream-name": "held.bin", "receipt": "f"}, b"held2")
     assert c.recv().command == "RECEIPT"
     for dest in ("/queue/prio", "/queue/work", "/queue/files", "/queue/held.files"):
-        seen[dest] = drain(c, dest)
-    for name, selector in (("books", "n > 2"), ("all", None)):
-        d = client(b, client_id=f"svc-{name}")
-        headers = {"activemq.subscriptionName": name}
-        if selector:
-            headers["selector"] = selector
-        seen[name] = drain(d, "/topic/ledger", **headers)
+        seen[dest] = stored(b.url, dest)
+    seen["books"] = durable_held(b, "books", selector="n > 2")
+    seen["all"] = durable_held(b, "all")
     return seen
 
 
@@ -245,7 +243,7 @@ def test_after_a_snapshot_start_segments_are_freed_and_a_crash_loses_nothing(
     eventually(lambda: len(list(journal.glob("*.log"))) <= before - 2,
                "consumed segments reclaimed")
     assert "index snapshot used: 600 messages" in restart_cycle(b, kill=True)
-    assert [m[:4] for m in drain(client(b), "/queue/bulk")] == [f"{i:04d}" for i in
+    assert [m[:4] for m in stored(b.url, "/queue/bulk")] == [f"{i:04d}" for i in
                                                                 range(550, 600)]
 
 

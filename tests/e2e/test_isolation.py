@@ -20,6 +20,7 @@ import aiohttp
 import pytest
 from accounts import Accounts
 
+from sluice_testing import held
 from sluicemq import Client, ClientError
 from sluicemq.core.streams.chunks import FINAL, NAME, OFFSET, QUERY, SEQ, SIZE, STREAM_ID
 from sluicemq.protocol.codec import FrameParser, encode_frame
@@ -113,12 +114,9 @@ def refused(frame: Frame, why: str) -> None:
     assert why in frame.headers["message"], frame.headers["message"]
 
 
-def drain(c: Client, dest: str, idle: float = 0.5) -> list[bytes]:
-    out = []
-    with c.subscribe(dest) as sub:
-        while (m := sub.get(timeout=idle)) is not None:
-            out.append(m.body)
-    return out
+def drain(c: Client, dest: str) -> list[bytes]:
+    """Everything the queue holds, each message awaited (the broker says how many)."""
+    return held(c, dest)
 
 
 def stage(c: Client, batch: str, part: str, bodies: list[str], dest: str,
