@@ -16,7 +16,7 @@ import gc
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -300,10 +300,13 @@ def quiet_gc() -> None:
 def run(config: BrokerConfig) -> None:
     """Run the broker until SIGTERM/SIGINT (uvloop when installed)."""
     return_large_frees_to_the_os()
+    run_loop: Callable[[Coroutine[Any, Any, None]], None] = asyncio.run
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a default dependency on Linux
-        uvloop = None  # type: ignore[assignment]  # an optional module: None when absent
+        pass
+    else:
+        run_loop = uvloop.run
 
     async def main() -> None:
         stopped = asyncio.Event()
@@ -323,7 +326,4 @@ def run(config: BrokerConfig) -> None:
         finally:
             ha.lock.release()  # after the journal closed: a standby takes over at once
 
-    if uvloop is not None:
-        uvloop.run(main())
-    else:
-        asyncio.run(main())
+    run_loop(main())

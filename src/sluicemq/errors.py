@@ -40,3 +40,6 @@ class ClientError(SluiceError):
         super().__init__(message)
         self.headers = headers or {}
         self.body = body
+        # A SEND that failed where it may have reached the broker: the number it went out
+        # with (its producer_seq), to resend it under.
+        self.producer_seq: int | None = None

@@ -20,7 +20,7 @@ from typing import Self
 from sluicemq.client.aio_failover import READ_CHUNK, AsyncFailover, connect_first
 from sluicemq.client.aio_handles import AsyncSubscription, AsyncTransaction
 from sluicemq.client.failover import FailoverCallback, PendingSend, resolve
-from sluicemq.client.inbox import Ended
+from sluicemq.client.inbox import AsyncReceiver, Ended
 from sluicemq.client.machine import (
     ClientMachine,
     Connected,
@@ -60,7 +60,7 @@ class AsyncConnection(AsyncFailover):
         self.producer = producer
         self.on_failover = on_failover
         self._ssl_context = ssl_context
-        self._subscriptions: dict[str, AsyncSubscription] = {}
+        self._subscriptions: dict[str, AsyncReceiver] = {}
         self._up = asyncio.Event()  # cleared while failing over: new frames wait
         self._up.set()
         self._failure: ClientError | None = None
@@ -166,8 +166,7 @@ class AsyncConnection(AsyncFailover):
             await self._writer.drain()
         except OSError as exc:
             if not self._track.failover:
-                self._fail(ClientError(f"connection lost while sending: {exc}"))
-                raise self._failure from exc  # type: ignore[misc]
+                raise self._fail(ClientError(f"connection lost while sending: {exc}")) from exc
 
     async def subscribe(self, destination: str, *, ack: str = "auto",
                         prefetch: int | None = None, selector: str | None = None,
@@ -364,14 +363,15 @@ class AsyncConnection(AsyncFailover):
                 for sub in self._subscriptions.values():
                     sub._queue.put_nowait(event.error)
 
-    def _fail(self, error: ClientError) -> None:
-        """The connection is over: every waiter and every subscription learns why."""
+    def _fail(self, error: ClientError) -> ClientError:
+        """The connection is over: every waiter and every subscription learns why. Returns
+        the reason that stands (the first one given)."""
         if self._failure is not None:
-            return
+            return self._failure
         clean = self._closing
-        self._failure = ClientError("client disconnected") if clean else error
+        failure = self._failure = ClientError("client disconnected") if clean else error
         for future in self._track.fail():  # unconfirmed SENDs kept for a failover fail too
-            resolve(future, self._failure)
+            resolve(future, failure)
         self._up.set()  # callers waiting for a failover see the failure
         for sub in self._subscriptions.values():
             sub.active = False
@@ -382,3 +382,4 @@ class AsyncConnection(AsyncFailover):
         for task in self._tasks:
             if task is not current:
                 task.cancel()
+        return failure

@@ -137,7 +137,7 @@ async def open_range(client: AsyncConnection, destination: str,
     out, future = client._submit(lambda m: m.subscribe(destination, headers=headers))
     assert out.ident is not None
     reader = AsyncRangeRead(client, out.ident, destination)
-    client._subscriptions[out.ident] = reader  # type: ignore[assignment]
+    client._subscriptions[out.ident] = reader
     try:
         await client._settle(future)
     except ClientError:

@@ -7,8 +7,9 @@ end of the subscription (sticky, so every later read sees it again).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from sluicemq.errors import ClientError
 
@@ -22,6 +23,25 @@ class Ended:
 
     def __init__(self, error: ClientError | None = None) -> None:
         self.error = error
+
+
+class Receiver(Protocol):
+    """What the blocking client's reader thread hands a subscription's news to: a
+    ``Subscription`` or a ``RangeRead``."""
+
+    active: bool
+
+    def _deliver(self, item: object) -> None: ...
+
+
+class AsyncReceiver(Protocol):
+    """What the asyncio client's reader puts a subscription's news into: an
+    ``AsyncSubscription`` or an ``AsyncRangeRead``."""
+
+    active: bool
+
+    @property
+    def _queue(self) -> asyncio.Queue[object]: ...
 
 
 def take(item: object, requeue: Callable[[object], None], kind: type[M]) -> M | None:

@@ -8,6 +8,7 @@ ERROR frames map onto the calls that caused them.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from collections.abc import Callable, Mapping
@@ -122,9 +123,9 @@ class ClientMachine:
         if min(heartbeat) < 0:
             raise ValueError("heart-beat intervals must be >= 0")
         limits = limits or Limits()
-        self._settings = {"host": host, "login": login, "passcode": passcode,
-                          "client_id": client_id, "heartbeat": heartbeat, "version": version,
-                          "limits": limits, "clock": clock}
+        self._successor = functools.partial(
+            ClientMachine, host=host, login=login, passcode=passcode, client_id=client_id,
+            heartbeat=heartbeat, version=version, limits=limits, clock=clock)
         self.host = host
         self.login = login
         self.passcode = passcode
@@ -230,7 +231,7 @@ class ClientMachine:
     def successor(self) -> ClientMachine:
         """A fresh machine for a new connection after a failover: same settings, and receipt
         ids that continue ours so an id is never reused within one client."""
-        machine = ClientMachine(**self._settings)  # type: ignore[arg-type]
+        machine = self._successor()
         machine._ids = self._ids
         return machine
 

@@ -264,7 +264,7 @@ def send_range(client: Connection, destination: str,
         out = m.subscribe(destination, headers=headers)
         assert out.ident is not None
         reader = RangeRead(client, out.ident, destination)
-        client._subscriptions[out.ident] = reader  # type: ignore[assignment]
+        client._subscriptions[out.ident] = reader
         holder.append(reader)
         return out
 

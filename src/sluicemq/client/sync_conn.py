@@ -24,7 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from sluicemq.client.failover import FailoverCallback, PendingSend, resolve
-from sluicemq.client.inbox import Ended
+from sluicemq.client.inbox import Ended, Receiver
 from sluicemq.client.machine import (
     ClientMachine,
     ErrorReceived,
@@ -94,7 +94,7 @@ class Connection(SyncFailover):
         self._state = threading.Lock()
         self._write = threading.Lock()
         self._receipt_waiters = ReceiptWaiters(self._wake_ranges)
-        self._subscriptions: dict[str, Subscription] = {}
+        self._subscriptions: dict[str, Receiver] = {}
         self._failure: ClientError | None = None
         self._closing = False
         self._up = threading.Event()  # cleared while failing over: new frames wait
@@ -261,8 +261,8 @@ class Connection(SyncFailover):
                         sock.sendall(out.data)
                     except OSError as exc:
                         if not self._track.failover:
-                            self._fail(ClientError(f"connection lost while sending: {exc}"))
-                            raise self._failure from exc  # type: ignore[misc]
+                            raise self._fail(ClientError(
+                                f"connection lost while sending: {exc}")) from exc
                         # The reader fails over; a tracked SEND is re-sent, others fail there.
             return out, Receipt(future, self.timeout, self._receipt_waiters)
 
@@ -439,19 +439,21 @@ class Connection(SyncFailover):
             return tell_subscribers
         return _nothing  # CONNECTED is read by dial() before this thread starts
 
-    def _fail(self, error: ClientError) -> None:
-        """The connection is over: every waiter and every subscription learns why."""
+    def _fail(self, error: ClientError) -> ClientError:
+        """The connection is over: every waiter and every subscription learns why. Returns
+        the reason that stands (the first one given)."""
         with self._state:
             if self._failure is not None:
-                return
+                return self._failure
             clean = self._closing
-            self._failure = error if not clean else ClientError("client disconnected")
+            failure = self._failure = error if not clean else ClientError("client disconnected")
             waiters = self._track.fail()  # unconfirmed SENDs kept for a failover fail too
             self._up.set()  # wake callers waiting for a failover: they see the failure
         for future in waiters:
-            resolve(future, self._failure)
+            resolve(future, failure)
         self._end_subscriptions(Ended(None if clean else error))
         self._close_socket()
+        return failure
 
     def _end_subscriptions(self, item: Ended) -> None:
         with self._state:

@@ -199,6 +199,6 @@ def _nothing() -> None:
 def _numbered(exc: ClientError, producer_seq: int) -> ClientError:
     """A copy of ``exc`` that tells which number the failed SEND had (to resend under it)."""
     failed = ClientError(str(exc), exc.headers, exc.body)
-    failed.producer_seq = producer_seq  # type: ignore[attr-defined]
+    failed.producer_seq = producer_seq
     return failed
 

@@ -8,6 +8,7 @@ import os
 import random
 import ssl
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 DEFAULT_PORT = 61613
@@ -111,7 +112,7 @@ def parse_brokers(url: str) -> BrokerList:
 def _failover_options(query: str, url: str) -> FailoverOptions:
     known = {name: type(getattr(FailoverOptions(), name))
              for name in FailoverOptions.__dataclass_fields__}
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}  # each of its field's type: converted by that type below
     for key, raw in parse_qsl(query, keep_blank_values=True, strict_parsing=False):
         kind = known.get(key)
         if kind is None:
@@ -126,7 +127,7 @@ def _failover_options(query: str, url: str) -> FailoverOptions:
                 values[key] = kind(raw)
         except ValueError:
             raise ValueError(f"bad value {raw!r} for failover option {key!r} in {url!r}") from None
-    options = FailoverOptions(**values)  # type: ignore[arg-type]
+    options = FailoverOptions(**values)
     if options.initialReconnectDelay < 0 or options.maxReconnectDelay < 0 \
             or options.backOffMultiplier < 1:
         raise ValueError(f"reconnect delays must be >= 0 and backOffMultiplier >= 1 in {url!r}")

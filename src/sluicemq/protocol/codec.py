@@ -154,7 +154,8 @@ class FrameParser:
         while True:
             if p < n and b[p] in _EOL:
                 # Heart-beats and the optional EOLs after a NUL (the pattern always matches).
-                p = _EOLS.match(b, p).end()  # type: ignore[union-attr]
+                eols = _EOLS.match(b, p)
+                p = eols.end() if eols else p
             if p == n or len(frames) >= max_frames:
                 return p
             start = p + self._scan

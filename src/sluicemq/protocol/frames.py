@@ -41,4 +41,3 @@ class Frame:
             and bytes(self.body) == bytes(other.body)
         )
 
-    __hash__ = None  # type: ignore[assignment]

@@ -60,6 +60,7 @@ class Buffer(Protocol):
     def __len__(self) -> int: ...
     def __getitem__(self, key: slice, /) -> bytes: ...
     def find(self, sub: bytes, start: int = ..., /) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
 
 
 def segment_name(segment: int) -> str:
@@ -190,7 +191,7 @@ def scan(
     unpack, crc, position = HEADER.unpack_from, crc32, _POSITION.pack
     while pos < size:
         if size - pos >= HEADER_SIZE:  # fast path: an intact record (what check_record does)
-            magic, rtype, _flags, length, pcrc, hcrc = unpack(buf, pos)  # type: ignore[arg-type]
+            magic, rtype, _flags, length, pcrc, hcrc = unpack(buf, pos)
             start = pos + HEADER_SIZE
             if (magic == MAGIC and rtype and start + length <= size
                     and crc(buf[pos:pos + 12], crc(position(segment, pos))) == hcrc):

@@ -25,7 +25,8 @@ Fields = tuple[array, array, array, array, array, array, array]
 
 
 def empty() -> Fields:
-    return tuple(array(code) for code in FIELD_CODES)  # type: ignore[return-value]
+    mid, src, seg, off, length, inner, size = (array(code) for code in FIELD_CODES)
+    return mid, src, seg, off, length, inner, size
 
 
 def pack(fields: Fields) -> bytes:

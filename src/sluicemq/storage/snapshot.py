@@ -110,11 +110,11 @@ class PackedRun:
             raise ValueError("a packed run is shorter than it says")
         return fields
 
-    def columns(self) -> tuple[array, ...]:
+    def columns(self) -> LaneColumns:
         """mid, seg, off, length, inner, size of the run's slots."""
-        mid, _src, *rest = self.whole()
+        mid, _src, seg, off, length, inner, size = self.whole()
         a, b = self.skip, self.skip + self.count
-        return tuple(col[a:b] for col in (mid, *rest))
+        return mid[a:b], seg[a:b], off[a:b], length[a:b], inner[a:b], size[a:b]
 
     def ids(self) -> array:
         return self.columns()[0]
@@ -139,7 +139,7 @@ class Lane:
     size: array
     packed: list[PackedRun] = field(default_factory=list)
 
-    def columns(self) -> tuple[array, ...]:
+    def columns(self) -> LaneColumns:
         return (self.mid, self.seg, self.off, self.length, self.inner, self.size)
 
     def __len__(self) -> int:
@@ -154,25 +154,27 @@ class Lane:
         if not self.packed:
             return self
         out = make_lane(self.key, self.priority)
-        for cols, run in self.pieces():
-            if run is not None and keep(run):
-                out.packed.append(PackedRun(len(out.mid), run.packed, run.skip, run.count))
-                continue
-            for dst, col in zip(out.columns(), cols or run.columns(), strict=True):  # type: ignore[union-attr]
+        for piece in self.pieces():
+            if isinstance(piece, PackedRun):
+                if keep(piece):
+                    out.packed.append(PackedRun(len(out.mid), piece.packed, piece.skip,
+                                                piece.count))
+                    continue
+                piece = piece.columns()
+            for dst, col in zip(out.columns(), piece, strict=True):
                 dst.extend(col)
         return out
 
-    def pieces(self) -> Iterator[tuple[LaneColumns | None, PackedRun | None]]:
-        """In order: ``(columns, None)`` for a stretch of column slots, ``(None, run)`` for a
-        packed run."""
+    def pieces(self) -> Iterator[LaneColumns | PackedRun]:
+        """In order: the columns of each stretch of column slots, each packed run as it is."""
         prev = 0
         for run in [*self.packed, None]:
             at = len(self.mid) if run is None else run.at
             if prev < at:
                 mid, seg, off, length, inner, size = (col[prev:at] for col in self.columns())
-                yield (mid, seg, off, length, inner, size), None
+                yield mid, seg, off, length, inner, size
             if run is not None:
-                yield None, run
+                yield run
             prev = at
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from sluicemq.core.persistence.capture import count_runs
 from sluicemq.core.persistence.live import BaseLanes, LiveSlots
 from sluicemq.storage import slotpack
-from sluicemq.storage.snapshot import Lane, make_lane
+from sluicemq.storage.snapshot import Lane, PackedRun, make_lane
 
 
 def entry(mid: int, prio: int = 4, seg: int = 1) -> tuple[int, int, int, int, int, int]:
@@ -135,8 +135,8 @@ def packed_block(mids: list[int]) -> bytes:
 
 def dispatch_order(lane: Lane) -> list[int]:
     out: list[int] = []
-    for cols, run in lane.pieces():
-        out.extend(cols[0] if cols is not None else run.ids())  # type: ignore[union-attr]
+    for piece in lane.pieces():
+        out.extend(piece.ids() if isinstance(piece, PackedRun) else piece[0])
     return out
 
 

@@ -118,10 +118,10 @@ class SpillFifo:
             if last.n < BLOCK and last.packed is None and last.fields is not None:
                 return last.fields
             self._remember(last)
-        block = Block(slotpack.empty())
-        blocks.append(block)
+        fields = slotpack.empty()
+        blocks.append(Block(fields))
         self._starts.append(self._end)
-        return block.fields  # type: ignore[return-value]
+        return fields
 
     def _remember(self, block: Block) -> None:
         """A block stops being the last one: it joins the opened ones and may get sealed."""

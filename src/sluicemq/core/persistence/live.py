@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from itertools import compress
 from typing import Any
@@ -91,7 +91,9 @@ class LiveSlots:
         prio = self.prio
         if self.alive.count(0):
             keep = self.alive
-            cols = tuple(array(c.typecode, compress(c, keep)) for c in cols)  # type: ignore[assignment]
+            mid, seg, off, length, inner, size = (array(c.typecode, compress(c, keep))
+                                                  for c in cols)
+            cols = (mid, seg, off, length, inner, size)
             prio = array("B", compress(prio, keep))
         if not prio:
             return
@@ -109,17 +111,18 @@ class LiveSlots:
         return out
 
 
-def _split(rows: object) -> Iterator[tuple[int, Columns]]:
+def _split(rows: Iterable[tuple[int, int, int, int, int, int, int]]
+           ) -> Iterator[tuple[int, Columns]]:
     """Rows of (mid, seg, off, length, inner, size, priority) into columns per priority."""
     by_prio: dict[int, Lane] = {}
-    for mid, seg, off, length, inner, size, prio in rows:  # type: ignore[attr-defined]
+    for mid, seg, off, length, inner, size, prio in rows:
         lane = by_prio.get(prio)
         if lane is None:
             lane = by_prio[prio] = make_lane("", prio)
         for col, v in zip(lane.columns(), (mid, seg, off, length, inner, size), strict=True):
             col.append(v)
     for prio in sorted(by_prio):
-        yield prio, by_prio[prio].columns()  # type: ignore[misc]
+        yield prio, by_prio[prio].columns()
 
 
 class BaseLanes:

@@ -323,11 +323,11 @@ class Replay:
             base = self.base.get(key)
             if base is not None:
                 for lane in base.lanes:
-                    for cols, run in lane.pieces():
-                        if cols is not None:
-                            queue.pending.adopt_lane(lane.priority, *cols)
-                        elif run is not None:
-                            queue.pending.adopt_packed(lane.priority, run)
+                    for piece in lane.pieces():
+                        if isinstance(piece, snapshot.PackedRun):
+                            queue.pending.adopt_packed(lane.priority, piece)
+                        else:
+                            queue.pending.adopt_lane(lane.priority, *piece)
                     restored += len(lane)
                 restored += self._install_held(queue, base.held)
             live = self.live.get(key)

@@ -179,7 +179,7 @@ class RangeService:
         seq = found.tail.id_at(found.index)
         known = self.facts.get(seq)
         if known is not False:
-            return known  # type: ignore[return-value]
+            return known
         facts = facts_of(fetcher.headers(found))
         self.facts.remember(seq, facts)
         return facts

@@ -14,6 +14,7 @@ it yields the whole streams whose final chunk is below a bound.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from sluicemq.core.streams.chunks import FINAL, SEQ, STREAM_ID
 
@@ -48,7 +49,7 @@ class ChunkFacts:
         self.limit = limit
         self._known: dict[int, Facts] = {}
 
-    def get(self, seq: int) -> Facts | bool:
+    def get(self, seq: int) -> Facts | Literal[False]:
         """The facts, or False when not known yet."""
         return self._known.get(seq, False)
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from sluicemq.core.routing import keys
 from sluicemq.errors import ProtocolError
+from sluicemq.storage.segment import Location
 from sluicemq.storage.store import TicketLike
 
 STAGE = "sluice-stage"  # BEGIN: sink/batch/part
@@ -85,6 +86,15 @@ class StagedRecord:
         self.prio = array("B")
         self.inner = array("I")
         self.size = array("I")
+
+    @property
+    def loc(self) -> Location:
+        """Where the record is in the journal (known from its append on; a record whose write
+        failed has none, and its part cannot be published)."""
+        loc = self.ticket.loc
+        if loc is None:
+            raise RuntimeError("a parked part's record has no journal location")
+        return loc
 
     def add(self, key: str, priority: int, inner: int, size: int) -> None:
         try:

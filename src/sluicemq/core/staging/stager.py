@@ -182,7 +182,7 @@ class Stager:
         base = self.broker.allocate_mids(count)
         now = self.broker.now_ms()
         pub = Publication(sink, batch, base, count, now,
-                          [(p.part, [(r.ticket.loc, len(r)) for r in p.records])  # type: ignore[misc]
+                          [(p.part, [(r.loc, len(r)) for r in p.records])
                            for p in chosen], token, owner)
         payload = encode_publish(pub)
         every = self.book.take_batch(key)
