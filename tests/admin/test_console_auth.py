@@ -7,7 +7,7 @@ import base64
 from click.testing import CliRunner
 from console_client import ConsoleClient
 
-from sluicemq.cli.main import cli
+from sluicemq.cli.main import build_cli
 from sluicemq.core.security.policy import hash_password
 
 CONFIG = f'''
@@ -48,8 +48,9 @@ def test_console_requires_an_admin_login(broker_factory) -> None:
     status, body = console.request("GET", "/api/overview", headers=basic("ops", "ops-secret"))
     assert status == 200 and body["connections"] == 0
 
-    cli_run = CliRunner().invoke(cli, ["admin", "--console-url", b.console_url, "--user", "ops",
-                                       "--password", "ops-secret", "list"])
+    cli_run = CliRunner().invoke(build_cli(), ["admin", "--console-url", b.console_url,
+                                               "--user", "ops", "--password", "ops-secret",
+                                               "list"])
     assert cli_run.exit_code == 0 and cli_run.output.strip() == "no destinations"
-    refused = CliRunner().invoke(cli, ["admin", "--console-url", b.console_url, "list"])
+    refused = CliRunner().invoke(build_cli(), ["admin", "--console-url", b.console_url, "list"])
     assert refused.exit_code == 1 and "(HTTP 401)" in refused.output
