@@ -65,6 +65,8 @@ def dispatch(queue: Queue, now_ms: int, scan_limit: int = DEFAULT_SCAN_LIMIT,
     scanned = 0
     # Readiness only changes within a pass by our own deliveries, so count it, don't poll it.
     n_ready = sum(1 for c in candidates if c.ready())
+    # One candidate (the usual queue): while n_ready it is ready, so only its selector asks
+    only = candidates[0] if len(candidates) == 1 else None
     while n_ready and scanned < scan_limit and delivered < max_deliveries:
         msg = pending.pop()
         if msg is None:
@@ -87,6 +89,10 @@ def dispatch(queue: Queue, now_ms: int, scan_limit: int = DEFAULT_SCAN_LIMIT,
                         if msg.headers.get(SEQ, "0") != "0":
                             consumer.resumed.add(msg.group)
                         queue.owner.stream_assigned(queue, msg.group, consumer)
+        elif only is not None:
+            selector = only.selector
+            consumer = only if selector is None or selector.matches(msg.headers) else None
+            queue.rr = 0  # as _pick leaves it with one candidate
         else:
             consumer = _pick(queue, levels, msg)
         if consumer is None:
