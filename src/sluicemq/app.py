@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluicemq.config import BrokerConfig
 from sluicemq.core.dedup.recovery import ProducersPart
-from sluicemq.core.paging.trim import malloc_trim
+from sluicemq.core.paging.trim import heap_free, malloc_trim
 from sluicemq.core.persistence.capture import save_snapshot
 from sluicemq.core.persistence.checkpoint import Checkpointer
 from sluicemq.core.persistence.parts import check_parts
@@ -75,6 +75,7 @@ class Core:
 
 def build_core(config: BrokerConfig, loop: Loop, *, clock: Callable[[], float] = time.time,
                trim_heap: Callable[[], object] | None = None,
+               free_heap: Callable[[], int] | None = None,
                fence: Callable[[], None] | None = None) -> Core:
     """config -> journal -> store -> broker (services passed in) -> recovery -> started store.
 
@@ -88,7 +89,7 @@ def build_core(config: BrokerConfig, loop: Loop, *, clock: Callable[[], float] =
     journal.fence = fence
     store = Store(journal, loop.call_soon)
     broker = Broker(config, store, loop.call_soon, clock=clock, trim_heap=trim_heap,
-                    call_later=loop.call_later)
+                    free_heap=free_heap, call_later=loop.call_later)
     scheduler = Scheduler(broker, loop.call_later, enabled=config.scheduler.enabled,
                           horizon_ms=int(config.scheduler.horizon_seconds * 1000))
     broker.redelivery = scheduler.redeliver
@@ -126,7 +127,7 @@ class BrokerServer:
         t0 = time.monotonic()
         core = build_core(self.config, Loop(loop.call_soon, loop.call_later,
                                             loop.call_soon_threadsafe),
-                          trim_heap=malloc_trim(), fence=fence)
+                          trim_heap=malloc_trim(), free_heap=heap_free(), fence=fence)
         self.store, self.broker, self.services = core.store, core.broker, core.services
         services, counts, js = core.services, core.counts, self.config.journal
         if core.waiting:

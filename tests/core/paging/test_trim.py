@@ -6,7 +6,7 @@ and never while the broker still holds most of what it held.
 
 from __future__ import annotations
 
-from sluicemq.core.paging.trim import HeapTrimmer, malloc_trim
+from sluicemq.core.paging.trim import HeapTrimmer, heap_free, malloc_trim
 
 MIB = 1 << 20
 
@@ -87,3 +87,49 @@ def test_the_heap_is_trimmed_once_after_a_storm_of_connections_went() -> None:
     for count in (10, 200, 10, 10, 10, 10):
         assert not t.observe_connections(count)  # a small wave is not worth it
     assert calls.n == 1
+
+
+class Heap:
+    """The heap's free bytes as a spec sets them (mallinfo2's fordblks)."""
+
+    def __init__(self) -> None:
+        self.free = 0
+
+    def __call__(self) -> int:
+        return self.free
+
+
+def test_freed_heap_is_trimmed_once_it_stopped_growing() -> None:
+    """Frames a stuck subscriber's transport held are neither queued bytes nor a storm of
+    connections: the heap's own free bytes tell that they went."""
+    calls, heap = Calls(), Heap()
+    t = HeapTrimmer(calls, free=heap)
+    for free in (5 * MIB, 5 * MIB, 40 * MIB, 70 * MIB):
+        heap.free = free
+        assert not t.observe_heap()  # little free, or still growing: the frees go on
+    assert t.observe_heap()  # held still, 65 MiB above the least seen
+    assert calls.n == 1
+    for _ in range(3):
+        assert not t.observe_heap()  # what lies free was given back: nothing new
+    assert calls.n == 1
+
+
+def test_heap_reused_and_freed_again_is_trimmed_again() -> None:
+    calls, heap = Calls(), Heap()
+    t = HeapTrimmer(calls, free=heap)
+    for free in (0, 70 * MIB, 70 * MIB, 10 * MIB, 70 * MIB, 70 * MIB):
+        heap.free = free
+        t.observe_heap()
+    assert calls.n == 2  # the second burst made 60 MiB resident again, then freed it
+    for free in (60 * MIB, 70 * MIB, 70 * MIB):
+        heap.free = free
+        assert not t.observe_heap()  # 10 MiB reused and freed: not worth a walk
+    assert calls.n == 2
+
+
+def test_without_mallinfo2_the_free_heap_is_not_watched() -> None:
+    calls = Calls()
+    t = HeapTrimmer(calls)
+    assert not t.observe_heap()
+    assert heap_free() is not None  # glibc >= 2.33, the broker's platform
+    assert heap_free()() >= 0  # type: ignore[misc]

@@ -5,6 +5,12 @@ of 100k 1 KiB messages drained, the broker stayed at ~170 MiB resident (49 MiB i
 ``malloc_trim(0)`` hands the free pages back, but it walks the whole heap (milliseconds), so
 it runs only when the bytes the broker holds for queued messages fell far below their peak
 since the last trim and stopped falling (the drain is over) - once per burst, not once a tick.
+
+Queued bytes are not all a burst leaves behind: 200 subscribers that stopped reading held
+~70 MiB of frames in their transports' buffers, freed when they were dropped, and that stayed
+resident too (no queued bytes and too few connections went for either rule). So the heap's
+own free bytes are watched as well (glibc's ``mallinfo2``): a trim once at least ``min_drop``
+more lies free than the least seen since the last trim and it stopped growing.
 """
 
 from __future__ import annotations
@@ -27,8 +33,9 @@ class HeapTrimmer:
     """Decides when to trim: ``observe`` the broker's queued bytes once a tick."""
 
     def __init__(self, trim: Callable[[], object] | None, *, min_drop: int = MIN_DROP,
-                 fraction: float = FRACTION) -> None:
+                 fraction: float = FRACTION, free: Callable[[], int] | None = None) -> None:
         self._trim = trim
+        self._free = free  # the heap's free bytes (mallinfo2), None where unknown
         self.min_drop = min_drop
         self.fraction = fraction
         self.peak = 0
@@ -38,6 +45,8 @@ class HeapTrimmer:
         self._conns_peak = 0  # the most connections since the last trim
         self._conns_last = 0
         self._conns_still = 0
+        self._free_low = -1  # the least free heap seen since the last trim (-1: none yet)
+        self._free_last = 0
 
     @property
     def available(self) -> bool:
@@ -59,10 +68,29 @@ class HeapTrimmer:
         dropped, self.peak = self.peak - used, used
         if self._trim is None:
             return False
-        self._trim()
-        self.trims += 1
+        self._trimmed()
         log.info("heap trimmed after %d MiB of queued messages were released", dropped >> 20)
         return True
+
+    def observe_heap(self) -> bool:
+        """Once a tick: trim (and say so) when the heap's free bytes rose at least
+        ``min_drop`` above the least seen since the last trim and stopped rising."""
+        if self._free is None or self._trim is None:
+            return False
+        free = self._free()
+        low = free if self._free_low < 0 else min(self._free_low, free)
+        rising, self._free_last, self._free_low = free > self._free_last, free, low
+        if rising or free - low < self.min_drop:
+            return False
+        self._trimmed()
+        log.info("heap trimmed: %d MiB freed since the last trim", (free - low) >> 20)
+        return True
+
+    def _trimmed(self) -> None:
+        assert self._trim is not None
+        self._trim()
+        self.trims += 1
+        self._free_low = -1  # what lies free now was given back (as far as it can be)
 
 
     def observe_connections(self, count: int) -> bool:
@@ -85,10 +113,30 @@ class HeapTrimmer:
         self._conns_peak = count
         gc.collect()
         if self._trim is not None:
-            self._trim()
-        self.trims += 1
+            self._trimmed()
+        else:
+            self.trims += 1
         log.info("heap trimmed after %d connections closed", peak - count)
         return True
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def heap_free() -> Callable[[], int] | None:
+    """glibc's free heap bytes (``mallinfo2().fordblks``: freed, kept for reuse), or None
+    where the C library has no ``mallinfo2`` (glibc < 2.33, musl, macOS)."""
+    name = ctypes.util.find_library("c")
+    try:
+        fn = ctypes.CDLL(name or "libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = []
+    fn.restype = _MallInfo2
+    return lambda: int(fn().fordblks)
 
 
 def malloc_trim() -> Callable[[], object] | None:

@@ -67,6 +67,7 @@ class Broker:
                  schedule: Callable[[Callable[[], None]], Any],
                  clock: Callable[[], float] = time.time,
                  trim_heap: Callable[[], object] | None = None,
+                 free_heap: Callable[[], int] | None = None,
                  call_later: Callable[[float, Callable[[], None]], Any] | None = None) -> None:
         self.config = config
         self.store = store
@@ -110,7 +111,8 @@ class Broker:
         self.temp = TempStore(config.data_dir / "tmp")
         self.pager = Pager(store, self.temp, config.journal.spill_bytes)
         self.flow = FlowControl(self.limits, self.memory, store.disk_estimate,
-                                lambda: self.temp.bytes_used, HeapTrimmer(trim_heap),
+                                lambda: self.temp.bytes_used,
+                                HeapTrimmer(trim_heap, free=free_heap),
                                 lambda: store.journal.unwritten_bytes)
         self.compactor = Compactor(store, self._compaction_holders, self._compaction_relocate,
                                    self._schedule)
@@ -307,6 +309,7 @@ class Broker:
         self.destinations.sweep(now)
         self.flow.tick()
         self.flow.trimmer.observe_connections(self.admission.total)
+        self.flow.trimmer.observe_heap()
         if self.advisories.enabled:
             self.advisories.check_slow(now, self._subscription_queues())
         self.large_streams.tick(now)
