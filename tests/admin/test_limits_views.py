@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from console_client import ConsoleClient
 from test_metrics import scrape, value
 
 from sluice_testing import RawStomp
+from sluicemq.config import Limits
 
 CONFIG = """
 [limits]
@@ -71,6 +74,22 @@ def test_connection_and_destination_caps_are_shown_with_their_use(broker_factory
     assert value(families["sluice_limit_used"], limit="max_connections") >= 3
     for c in conns:
         c.close()
+
+
+def test_every_limits_setting_is_shown_by_its_name(broker_factory) -> None:
+    """Each [limits] key an ERROR names can be looked up in the console and in /metrics,
+    sizes in bytes (the broker-wide ones as resolved, never 0 for "derived")."""
+    broker = broker_factory(config_text=CONFIG)
+    configured = ConsoleClient(broker.console_url).get("/api/overview")["limits"]["configured"]
+    families = scrape(broker.console_url)
+    names = [f.name for f in dataclasses.fields(Limits)]
+    assert sorted(configured) == sorted(names)
+    for name in names:
+        assert value(families["sluice_limit"], limit=name) == configured[name], name
+    assert configured["memory_limit"] == 256 << 20
+    assert configured["output_buffer_bytes"] == 3 << 20
+    assert configured["connect_timeout"] == 4.5
+    assert configured["store_limit"] > 0 and configured["temp_limit"] > 0
 
 
 def test_metrics_keep_per_destination_series_bounded(broker_factory) -> None:

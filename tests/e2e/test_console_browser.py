@@ -82,6 +82,10 @@ def test_destinations_page_follows_depth_then_browse_and_purge(broker, raw, page
     for path in ("/", "/streams", "/connections"):
         page.goto(f"{broker.console_url}{path}")
         expect(page.locator("#status")).to_contain_text("updated")
+        if path == "/":  # every [limits] setting, by the name an ERROR gives it
+            limits = page.locator("#card-configured-limits")
+            expect(limits).to_contain_text("connect_timeout 10")
+            expect(limits).to_contain_text("max_frame_bytes 64.0 MiB")
 
 
 def test_streams_page_shows_progress_of_a_stream(broker, raw, page) -> None:

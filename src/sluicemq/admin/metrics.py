@@ -20,6 +20,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from sluicemq.admin.process import broker_memory_limit, rss_bytes
+from sluicemq.admin.snapshot import configured_limits
 
 if TYPE_CHECKING:
     from sluicemq.admin.context import AdminContext
@@ -109,11 +110,8 @@ class BrokerCollector(Collector):
                    ("max_destinations", limits.max_destinations, budget.count),
                    ("max_destinations_per_user", limits.max_destinations_per_user,
                     max(budget.per_owner.values(), default=0)))
-        per_frame = (("max_frame_bytes", limits.max_frame_bytes),
-                     ("max_header_bytes", limits.max_header_bytes),
-                     ("output_buffer_bytes", admission.output_bytes))
-        yield _by_label("sluice_limit", "Configured [limits] caps (counts, frame bytes)",
-                        "limit", [*((name, cap) for name, cap, _ in counted), *per_frame])
+        yield _by_label("sluice_limit", "Every [limits] setting (counts, bytes, seconds)",
+                        "limit", configured_limits(broker).items())
         yield _by_label("sluice_limit_used", "What is used of each [limits] cap now", "limit",
                         ((name, now) for name, _, now in counted))
         yield GaugeMetricFamily("sluice_consumer_waits",

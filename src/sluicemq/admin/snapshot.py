@@ -6,6 +6,7 @@ consistent (nothing changes while it is built) and costs nothing between request
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections.abc import Iterable
@@ -276,7 +277,21 @@ def limits_view(broker: Broker) -> dict[str, Any]:
         "refused": {"connections": admission.refused_total,
                     "destinations": budget.refused_total},
         "reclaimed_destinations": budget.reclaimed_total,
+        "configured": configured_limits(broker),
     }
+
+
+def configured_limits(broker: Broker) -> dict[str, float]:
+    """Every [limits] setting by its name, sizes in bytes; the broker-wide sizes as the
+    broker resolved them (0 in the file: derived from the machine, see core/paging/flow.py)."""
+    limits, rl = broker.config.limits, broker.limits
+    resolved = {"memory_limit": rl.memory, "store_limit": rl.store, "temp_limit": rl.temp,
+                "max_message_bytes": rl.max_message, "journal_backlog": rl.journal_backlog}
+    out: dict[str, float] = {}
+    for f in dataclasses.fields(limits):
+        value = resolved.get(f.name, getattr(limits, f.name))
+        out[f.name] = parse_size(value) if isinstance(value, str) else value
+    return out
 
 
 def flow_view(broker: Broker) -> dict[str, Any]:

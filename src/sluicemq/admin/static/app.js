@@ -154,6 +154,13 @@ function limitsCard(l) {
               `refused ${num(l.refused.connections)} connections, ${num(l.refused.destinations)} destinations`,
               "card-limits");
 }
+function configuredCard(c) {
+  const shown = (k, v) => (k.endsWith("_bytes") || k.endsWith("_limit") || k === "journal_backlog")
+    ? bytes(v) : num(v);
+  return card("[limits]", `${Object.keys(c).length} settings`,
+              Object.entries(c).map(([k, v]) => `${k} ${shown(k, v)}`).join(" · "),
+              "card-configured-limits");
+}
 function overviewPage() {
   poll(async () => {
     const [o, r] = await Promise.all([api("GET", "/api/overview"), api("GET", "/api/rates?seconds=300")]);
@@ -171,6 +178,7 @@ function overviewPage() {
       card("Flow control", num(o.flow.producers_waiting), `producers held now · ${num(o.flow.blocked_total)} sends held at a limit, ${num(o.flow.paced_total || 0)} paced to consumers, since start`, "card-flow"),
       card("Paged out", num(o.flow.paged), `messages on disk only · store ${bytes(o.flow.limits.store.used)} of ${bytes(o.flow.limits.store.limit)}`, "card-paged"),
       limitsCard(o.limits),
+      configuredCard(o.limits.configured),
     );
     const bar = $("#membar > div");
     if (mem.limit_bytes) bar.style.width = `${Math.min(100, 100 * mem.rss_bytes / mem.limit_bytes)}%`;
