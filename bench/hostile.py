@@ -7,10 +7,14 @@ Starts a broker with ``memory_limit = 256 MiB`` and otherwise default ``[limits]
 process on another address (127.0.0.1; attackers use 127.0.0.2) that sends a non-persistent
 message to itself every 20 ms and times send → receive. Each attack then runs at the issue's
 size times ``--scale``; for each one the table gives the broker's RSS before, at its peak and
-after (its connections closed), the probe's p99 during it, and the first ERROR it was given;
-``--out`` appends them as JSON lines. Beyond the issue's list: ``slow-consumers`` (subscribers
-that stop reading while a topic is published to) and ``connection-storm`` (connections that
-come and go by the thousand).
+after (its connections closed and RSS held still for ``SETTLE_STILL`` s, so that what the
+broker does after an attack - trims, collections - falls in that attack's window), the bytes
+counted against memory_limit before -> after, what the attack left resident beyond that count
+("held"), the probe's p99 during it, and the first ERROR it was given; ``--out`` appends them
+as JSON lines. The attacks run one after another on one broker: what one leaves queued (the
+1 MB-header messages stay counted) is there for the next. Beyond the issue's list:
+``slow-consumers`` (subscribers that stop reading while a topic is published to) and
+``connection-storm`` (connections that come and go by the thousand).
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ MiB = 1 << 20
 LIMIT = 256 * MiB
 SLACK = 64 * MiB  # what the broker may hold beyond memory_limit: interpreter, code, buffers
 CONNECT = {"accept-version": "1.2", "host": "h", "heart-beat": "0,0"}
+SETTLE_STILL = 3.0  # seconds RSS must hold (within 1 MiB) after an attack before "after"
+SETTLE_MOST = 12.0  # ... waiting at most this long (the trimmer needs ~3 ticks of 1 s)
 
 
 # -- broker and measurements ------------------------------------------------------------------
@@ -79,6 +85,18 @@ class Broker:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
         return 0
+
+    def settle(self) -> None:
+        """Wait until RSS held still for SETTLE_STILL s (the broker may still trim)."""
+        start = still_since = time.monotonic()
+        last = self.rss()
+        while time.monotonic() - start < SETTLE_MOST:
+            time.sleep(0.25)
+            now = self.rss()
+            if abs(now - last) > MiB:
+                last, still_since = now, time.monotonic()
+            elif time.monotonic() - still_since >= SETTLE_STILL:
+                return
 
     def accounted(self) -> int:
         """Bytes of queued messages the broker counts against memory_limit now."""
@@ -447,6 +465,25 @@ async def oversized(port: int) -> Outcome:
 
 
 # -- driver -----------------------------------------------------------------------------------
+@dataclass
+class Row:
+    name: str
+    before: int  # RSS, bytes
+    peak: int
+    after: int
+    counted: int  # bytes counted against memory_limit before the attack
+    counted_after: int
+    start: float
+    end: float
+    scrape: float  # seconds one /metrics scrape took after the attack
+    outcome: Outcome
+
+    @property
+    def held(self) -> int:
+        """What the attack left resident beyond what the broker counts for it."""
+        return (self.after - self.before) - (self.counted_after - self.counted)
+
+
 async def within(attack: Awaitable[Outcome], seconds: float) -> Outcome:
     return await asyncio.wait_for(attack, seconds)
 
@@ -497,13 +534,14 @@ def main() -> None:
         prober = mp.Process(target=probe, args=(b.port, there, stop), daemon=True)
         prober.start()
         time.sleep(2)
-        rows = []
+        idle = b.rss()
+        rows: list[Row] = []
         try:
             for index, (name, run) in enumerate(attacks(b, args.scale).items()):
                 if args.only and name not in args.only:
                     continue
                 Stomp.source = f"127.0.0.{10 + index}"  # each attack is another client
-                before = b.rss()
+                before, counted = b.rss(), b.accounted()
                 start = time.time()
                 phase(f"{name} starts")
                 with RssPeak(b) as peak:
@@ -511,11 +549,11 @@ def main() -> None:
                         outcome = asyncio.run(within(run(), args.attack_timeout))
                     except Exception as exc:  # report it and run the next attack
                         outcome = Outcome(note=f"attack failed: {exc!r}")
-                    time.sleep(2)
+                    b.settle()
                 end = time.time()
                 scrape = b.scrape_seconds()
-                outcome.note += f"; {b.accounted() / MiB:.0f} MiB counted against the limit"
-                rows.append((name, before, peak.peak, b.rss(), start, end, scrape, outcome))
+                rows.append(Row(name, before, peak.peak, b.rss(), counted, b.accounted(),
+                                start, end, scrape, outcome))
                 print(f"{name}: done in {end - start:.1f} s", flush=True)
         finally:
             stop.set()
@@ -526,32 +564,41 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, cwd=Path(__file__).parent, check=False).stdout.strip()
     print(f"\nmemory_limit {LIMIT // MiB} MiB, allowed RSS {(LIMIT + SLACK) // MiB} MiB "
-          f"(+{SLACK // MiB} MiB slack), scale {args.scale}")
-    print("| attack | RSS before | peak | after | within | probe p99 (n) | /metrics | ERROR "
-          "| note |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          f"(+{SLACK // MiB} MiB slack; the idle broker was {idle / MiB:.0f} MiB), "
+          f"scale {args.scale}, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("| attack | RSS before | peak | after | within | counted before -> after | held "
+          "| probe p99 (n) | /metrics | ERROR | note |\n"
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     if args.slow_ms:
         slow = [(t, f"probe {lat * 1000:.1f} ms") for t, lat in samples
                 if lat * 1000 >= args.slow_ms]
         began = PHASES[0][0] if PHASES else 0.0
         for t, what in sorted(PHASES + slow):
             print(f"  {t - began:8.3f} s  {what}")
-    for name, before, top, after, start, end, scrape, outcome in rows:
-        lat, count = p99(samples, start, end)
-        first = outcome.errors[0] if outcome.errors else "-"
-        print(f"| {name} | {before / MiB:.0f} MiB | {top / MiB:.0f} MiB | {after / MiB:.0f} MiB "
-              f"| {'yes' if top <= LIMIT + SLACK else 'NO'} | {lat:.1f} ms ({count}) "
-              f"| {scrape:.2f} s | {first} | {outcome.note} |")
+    for r in rows:
+        lat, count = p99(samples, r.start, r.end)
+        first = r.outcome.errors[0] if r.outcome.errors else "-"
+        print(f"| {r.name} | {r.before / MiB:.0f} MiB | {r.peak / MiB:.0f} MiB "
+              f"| {r.after / MiB:.0f} MiB | {'yes' if r.peak <= LIMIT + SLACK else 'NO'} "
+              f"| {r.counted / MiB:.0f} -> {r.counted_after / MiB:.0f} MiB "
+              f"| {r.held / MiB:+.0f} MiB | {lat:.1f} ms ({count}) | {r.scrape:.2f} s "
+              f"| {first} | {r.outcome.note} |")
         if args.out:
             with args.out.open("a") as f:
                 f.write(json.dumps({
-                    "bench": "hostile", "attack": name, "scale": args.scale,
-                    "when": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)),
-                    "seconds": round(end - start, 1), "limit_mib": LIMIT // MiB,
-                    "slack_mib": SLACK // MiB, "rss_before_mib": round(before / MiB, 1),
-                    "rss_peak_mib": round(top / MiB, 1), "rss_after_mib": round(after / MiB, 1),
+                    "bench": "hostile", "attack": r.name, "scale": args.scale,
+                    "when": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(r.start)),
+                    "seconds": round(r.end - r.start, 1), "limit_mib": LIMIT // MiB,
+                    "slack_mib": SLACK // MiB, "rss_idle_mib": round(idle / MiB, 1),
+                    "rss_before_mib": round(r.before / MiB, 1),
+                    "rss_peak_mib": round(r.peak / MiB, 1),
+                    "rss_after_mib": round(r.after / MiB, 1),
+                    "counted_before_mib": round(r.counted / MiB, 1),
+                    "counted_after_mib": round(r.counted_after / MiB, 1),
+                    "held_mib": round(r.held / MiB, 1),
                     "probe_p99_ms": round(lat, 1), "probe_samples": count,
-                    "metrics_scrape_s": round(scrape, 3), "first_error": first,
-                    "errors": len(outcome.errors), "note": outcome.note,
+                    "metrics_scrape_s": round(r.scrape, 3), "first_error": first,
+                    "errors": len(r.outcome.errors), "note": r.outcome.note,
                     "extra_limits": args.extra_limits, "extra_config": args.extra_config,
                     "load": os.getloadavg(),
                     "commit": commit, "label": args.label}) + "\n")
