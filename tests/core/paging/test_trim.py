@@ -120,6 +120,9 @@ def test_heap_reused_and_freed_again_is_trimmed_again() -> None:
     for free in (0, 70 * MIB, 70 * MIB, 10 * MIB, 70 * MIB, 70 * MIB):
         heap.free = free
         t.observe_heap()
+    assert calls.n == 1  # trimmed at most once in HEAP_LOOKS looks: churn is not walked
+    assert not t.observe_heap()
+    assert t.observe_heap()  # the fifth look since the trim
     assert calls.n == 2  # the second burst made 60 MiB resident again, then freed it
     for free in (60 * MIB, 70 * MIB, 70 * MIB):
         heap.free = free

@@ -27,6 +27,7 @@ MIN_DROP = 32 << 20  # a smaller drop is not worth walking the heap for
 MIN_CONNECTIONS_DROP = 256  # connections gone since their peak, for a trim after a storm
 FRACTION = 0.25  # trim once what is held fell to a quarter of the peak
 STILL = 2  # ... and held still for two looks: frames written out are freed after the account
+HEAP_LOOKS = 5  # looks between two trims for freed heap: a churning broker is not walked often
 
 
 class HeapTrimmer:
@@ -47,6 +48,7 @@ class HeapTrimmer:
         self._conns_still = 0
         self._free_low = -1  # the least free heap seen since the last trim (-1: none yet)
         self._free_last = 0
+        self._looks = HEAP_LOOKS  # looks at the free heap since the last trim
 
     @property
     def available(self) -> bool:
@@ -74,13 +76,15 @@ class HeapTrimmer:
 
     def observe_heap(self) -> bool:
         """Once a tick: trim (and say so) when the heap's free bytes rose at least
-        ``min_drop`` above the least seen since the last trim and stopped rising."""
+        ``min_drop`` above the least seen since the last trim and stopped rising, at most
+        once in ``HEAP_LOOKS`` looks."""
         if self._free is None or self._trim is None:
             return False
         free = self._free()
         low = free if self._free_low < 0 else min(self._free_low, free)
         rising, self._free_last, self._free_low = free > self._free_last, free, low
-        if rising or free - low < self.min_drop:
+        self._looks += 1
+        if rising or free - low < self.min_drop or self._looks < HEAP_LOOKS:
             return False
         self._trimmed()
         log.info("heap trimmed: %d MiB freed since the last trim", (free - low) >> 20)
@@ -91,6 +95,7 @@ class HeapTrimmer:
         self._trim()
         self.trims += 1
         self._free_low = -1  # what lies free now was given back (as far as it can be)
+        self._looks = 0
 
 
     def observe_connections(self, count: int) -> bool:
