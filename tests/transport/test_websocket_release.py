@@ -16,6 +16,7 @@ import io
 import re
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -36,10 +37,10 @@ async def _frame(ws: aiohttp.ClientWebSocketResponse, parser: FrameParser) -> Fr
     return frames[0]
 
 
-async def _until(check: object, what: str) -> None:
+async def _until(check: Callable[[], bool], what: str) -> None:
     """Let the broker's loop run (this loop) until ``check()`` holds."""
     deadline = time.monotonic() + SECONDS
-    while not check():  # type: ignore[operator]
+    while not check():
         assert time.monotonic() < deadline, what
         await asyncio.sleep(0.01)
 
