@@ -20,7 +20,7 @@ PACKAGE = "sluicemq"
 
 # Lower layers never import upper ones: a module of a layer may import its own layer and the
 # layers listed for it (plus config, errors and the package root, which every layer may use).
-COMMON = {"config", "errors", "tls", ""}
+COMMON = {"buffers", "config", "errors", "tls", ""}
 LAYERS: dict[str, set[str]] = {
     "protocol": set(),
     "streaming": {"protocol"},

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from sluicemq.buffers import BufferPool
 from sluicemq.errors import ProtocolError
 from sluicemq.protocol.codec import (
     MAX_COMMAND_LINE,
@@ -470,6 +471,58 @@ def test_a_large_body_cut_anywhere_arrives_whole_and_the_next_frame_follows(piec
         assert frames[0].body == body and type(frames[0].body) is bytes
         assert frames[1].body == b"hi"
         assert parser.buffered == 0
+
+
+@pytest.mark.parametrize("piece", [997, 65536, 200_000])
+def test_with_body_buffers_a_large_body_is_gathered_in_place_into_a_kept_buffer(
+        piece: int) -> None:
+    """A parser given ``body_buffers`` copies a large body straight into the buffer it is
+    offered and hands out a view of it: same bytes, no join, no fresh multi-MiB allocation."""
+    body, stream = _large_frames(300_001)
+    offered: list[bytearray] = []
+
+    def kept(size: int) -> bytearray:
+        offered.append(bytearray(size + 1000))  # larger than asked, as a pool's may be
+        return offered[-1]
+
+    parser = FrameParser(body_buffers=kept)
+    frames: list[Frame] = []
+    for i in range(0, len(stream), piece):
+        frames += parser.feed(memoryview(stream[i : i + piece]))
+    assert [f.body for f in frames] == [body, b"hi"]
+    assert isinstance(frames[0].body, memoryview) and frames[0].body.obj is offered[0]
+    assert len(offered) == 1 and parser.buffered == 0
+
+
+def test_a_kept_buffer_is_viewed_while_it_is_filled_so_a_pool_cannot_hand_it_out_twice(
+        ) -> None:
+    body, stream = _large_frames(300_001)
+    pool = BufferPool(keep=1, largest=1 << 20)
+    parser = FrameParser(body_buffers=pool.take)
+
+    def in_two_reads() -> Frame:
+        parser.feed(stream[:100_000])
+        big, _small = parser.feed(stream[100_000:])
+        return big
+
+    parser.feed(stream[:100_000])
+    assert pool.take(10) is None  # the only kept buffer is being filled
+    [first, _small] = parser.feed(stream[100_000:])
+    assert isinstance(first.body, memoryview) and pool.take(10) is None  # first's body now
+    second = in_two_reads()
+    assert type(second.body) is bytes and second.body == body == first.body  # joined afresh
+    kept = first.body.obj
+    del first
+    third = in_two_reads()
+    assert isinstance(third.body, memoryview) and third.body.obj is kept  # reused
+    assert third.body == body
+
+
+def test_without_a_kept_buffer_on_offer_the_body_is_joined_as_before() -> None:
+    body, stream = _large_frames(300_001)
+    parser = FrameParser(body_buffers=lambda size: None)
+    [big, small] = parser.feed(stream)
+    assert big.body == body and type(big.body) is bytes and small.body == b"hi"
 
 
 def test_a_large_body_split_exactly_before_its_nul_waits_for_the_nul() -> None:

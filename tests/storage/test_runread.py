@@ -128,7 +128,7 @@ def test_when_every_kept_buffer_is_held_a_read_gets_a_fresh_one_of_its_own_size(
         open_journal) -> None:
     """At most a few buffers are kept, each sized to the reads that used it (a MiB here, not
     the largest extent a read may cover): memory stays small however many readers lag."""
-    from sluicemq.storage.journal_reads import EXTENT_ROUND, EXTENTS_KEPT
+    from sluicemq.storage.journal_reads import EXTENTS_KEPT
 
     opened = open_journal()
     ticket = opened.journal.append(records.MSG, message(1, b"m1"))
@@ -138,7 +138,7 @@ def test_when_every_kept_buffer_is_held_a_read_gets_a_fresh_one_of_its_own_size(
     held = [opened.journal.read_extent(loc.segment, loc.offset, end)
             for _ in range(EXTENTS_KEPT + 2)]
     kept = [view.obj for view in held[:EXTENTS_KEPT]]
-    assert all(isinstance(b, bytearray) and len(b) == EXTENT_ROUND for b in kept)
+    assert all(isinstance(b, bytearray) and len(b) == 1 << 20 for b in kept)
     assert all(isinstance(view.obj, bytes) for view in held[EXTENTS_KEPT:])
     assert len({id(b) for b in kept}) == EXTENTS_KEPT
     assert all(bytes(view) == bytes(held[0]) for view in held)

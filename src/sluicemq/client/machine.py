@@ -104,6 +104,8 @@ class ClientMachine:
     """Protocol state of one client connection; never touches a socket or a timer.
 
     `clock` is injectable so heart-beat behaviour is testable with a fake time source.
+    `body_buffers` (see ``FrameParser``): where large MESSAGE bodies are gathered, for a
+    connection whose bodies are read as views (column batches) and may reuse kept buffers.
     """
 
     def __init__(
@@ -117,6 +119,7 @@ class ClientMachine:
         version: str = "1.2",
         limits: Limits | None = None,
         clock: Callable[[], float] = time.monotonic,
+        body_buffers: Callable[[int], bytearray | None] | None = None,
     ) -> None:
         if version not in VERSIONS:
             raise ValueError(f"unsupported STOMP version {version!r} (choose from {VERSIONS})")
@@ -125,7 +128,8 @@ class ClientMachine:
         limits = limits or Limits()
         self._successor = functools.partial(
             ClientMachine, host=host, login=login, passcode=passcode, client_id=client_id,
-            heartbeat=heartbeat, version=version, limits=limits, clock=clock)
+            heartbeat=heartbeat, version=version, limits=limits, clock=clock,
+            body_buffers=body_buffers)
         self.host = host
         self.login = login
         self.passcode = passcode
@@ -145,6 +149,7 @@ class ClientMachine:
             max_frame_bytes=limits.max_frame_bytes,
             max_headers=limits.max_headers,
             max_header_line=limits.max_header_line,
+            body_buffers=body_buffers,
         )
         self._clock = clock
         self._ids = itertools.count(1)
@@ -298,7 +303,7 @@ class ClientMachine:
 
     # ---------------------------------------------------------------- incoming bytes
 
-    def receive_data(self, data: bytes) -> list[Event]:
+    def receive_data(self, data: bytes | memoryview) -> list[Event]:
         """Feed bytes read from the socket; returns what they meant, in order.
 
         Raises ProtocolError on malformed input (or a bad heart-beat header) and ClientError

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 
+from sluicemq.buffers import BufferPool
 from sluicemq.client.failover import FailoverCallback, PendingSend, resolve
 from sluicemq.client.inbox import Ended, Receiver
 from sluicemq.client.machine import (
@@ -50,6 +51,7 @@ from sluicemq.config import DEFAULT_URL
 from sluicemq.errors import ClientError, SluiceError
 
 READ_CHUNK = 1 << 20
+BODIES_KEPT = 8  # a range read's queue (ranges.MAX_BYTES) of 4 MiB batches, and the reader's
 Waiter = Future[dict[str, str]]
 
 
@@ -73,6 +75,7 @@ class Connection(SyncFailover):
         producer_id: str | None = None,
         producer_seq: int | None = None,
         on_failover: FailoverCallback | None = None,
+        reuse_buffers: bool = False,
     ) -> None:
         self._brokers = parse_brokers(url)
         failover = self._brokers.failover is not None
@@ -87,8 +90,15 @@ class Connection(SyncFailover):
         self.on_failover = on_failover
         self._ssl_context = ssl_context
         first = self._brokers.addresses[0]
+        # reuse_buffers: the socket is read into one kept buffer and large bodies (>= 64 KiB)
+        # arrive as memoryviews of a few kept buffers, each written again only once nothing
+        # views it (sluicemq/buffers.py) - no page faults per multi-MiB frame. For readers of
+        # column batches (sluicemq.spark); other callers get bytes bodies.
+        self._inbuf = memoryview(bytearray(READ_CHUNK)) if reuse_buffers else None
+        pool = BufferPool(keep=BODIES_KEPT, largest=64 << 20) if reuse_buffers else None
         machine = ClientMachine(host=host or first[1], login=login, passcode=passcode,
-                                client_id=client_id, heartbeat=heartbeat, version=version)
+                                client_id=client_id, heartbeat=heartbeat, version=version,
+                                body_buffers=pool.take if pool else None)
         self._track: Tracker[Waiter] = Tracker(machine, failover)
         self._host_given = host is not None
         self._state = threading.Lock()
@@ -363,7 +373,11 @@ class Connection(SyncFailover):
             buffered = isinstance(sock, ssl.SSLSocket) and sock.pending()
             if not buffered and not poller.poll(timeout_ms):  # TLS may hold decrypted bytes
                 continue
-            data = sock.recv(READ_CHUNK)
+            inbuf = self._inbuf
+            if inbuf is None:
+                data: bytes | memoryview = sock.recv(READ_CHUNK)
+            else:  # fed to the parser, which copies what it keeps before the next read
+                data = inbuf[:sock.recv_into(inbuf)]
             if not data:
                 raise self._track.machine.closed_by_peer()
             with self._state:

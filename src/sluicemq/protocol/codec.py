@@ -10,7 +10,7 @@ stopped, and a body announced by content-length is only length-checked until it 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import NoReturn
 
 from sluicemq.errors import ProtocolError
@@ -36,7 +36,8 @@ class _PendingBody:
     the frame is pending, so headers are parsed once however many reads the body takes.
     """
 
-    __slots__ = ("body_end", "body_start", "command", "got", "headers", "need", "parts", "scan")
+    __slots__ = ("body_end", "body_start", "command", "got", "headers", "need", "parts", "scan",
+                 "target")
 
     def __init__(
         self, command: str, headers: dict[str, str], body_start: int, body_end: int, scan: int
@@ -46,8 +47,10 @@ class _PendingBody:
         self.body_start = body_start
         self.body_end = body_end  # -1: no content-length, the body ends at the first NUL
         self.scan = scan  # where the search for that NUL resumes
-        # Gathering a large body: the pieces so far, body bytes still missing, bytes held.
+        # Gathering a large body: the pieces so far (or a kept buffer filled in place, see
+        # FrameParser's body_buffers), body bytes still missing, bytes held.
         self.parts: list[bytes | memoryview] | None = None
+        self.target: memoryview | None = None
         self.need = 0
         self.got = 0
 
@@ -73,6 +76,7 @@ class FrameParser:
         max_headers: int = 1000,
         max_header_line: int = 8192,
         max_header_bytes: int = 1 << 20,
+        body_buffers: Callable[[int], bytearray | None] | None = None,
     ) -> None:
         self.version = version
         self.max_frame_bytes = max_frame_bytes
@@ -83,6 +87,10 @@ class FrameParser:
         # strings in one piece, so megabytes of them cost the event loop and RAM far more than
         # a body of that size; refusing them as they arrive costs nothing.
         self.max_header_bytes = max_header_bytes
+        # Where a large body is gathered: a buffer of at least the asked size (None: join the
+        # pieces into fresh bytes). The frame's body is then a memoryview of that buffer,
+        # which the caller's pool may hand out again once nothing views it (``buffers.py``).
+        self._body_buffers = body_buffers
         self._buf = bytearray()
         self._scan = 0  # where the search for the end of the headers resumes (frame-relative)
         self._pending: _PendingBody | None = None
@@ -204,8 +212,15 @@ class FrameParser:
                     self._pending = pend
                     if body_end - body_start < _GATHER_BODY:
                         return p
+                    size = body_end - body_start
+                    kept = self._body_buffers(size) if self._body_buffers else None
                     with memoryview(b) as view:  # b may be our buffer: copy what is here
-                        pend.parts = [view[body_start:n].tobytes()]
+                        if kept is None:
+                            pend.parts = [view[body_start:n].tobytes()]
+                        else:
+                            pend.parts = []
+                            pend.target = memoryview(kept)[:size]  # held: kept is in use
+                            pend.target[:n - body_start] = view[body_start:n]
                     pend.got = n - body_start
                     pend.need = body_end - n
                     return n
@@ -218,22 +233,32 @@ class FrameParser:
     def _gather(self, pend: _PendingBody, data: bytes | bytearray | memoryview,
                 frames: list[Frame]) -> memoryview | None:
         """Add ``data`` to a large body being gathered; once it is whole, emit its frame and
-        return what followed its NUL (None while more is needed). Immutable reads are kept as
-        they are, so each body byte is copied once, by the final join."""
+        return what followed its NUL (None while more is needed). Each body byte is copied
+        once: into the kept buffer, or by the final join (immutable reads are kept as they
+        are until then)."""
         need = pend.need
         n = len(data)
         parts = pend.parts
+        target = pend.target
         assert parts is not None
         if n <= need:
-            parts.append(data if type(data) is bytes else bytes(data))
+            if target is not None:
+                target[pend.got:pend.got + n] = data
+            else:
+                parts.append(data if type(data) is bytes else bytes(data))
             pend.need = need - n
             pend.got += n
             return None
         if data[need]:
             raise ProtocolError("frame body not followed by NUL where content-length ends")
         view = memoryview(data)
-        parts.append(view[:need])
-        frames.append(Frame(pend.command, pend.headers, b"".join(parts)))
+        if target is not None:
+            target[pend.got:] = view[:need]
+            body: bytes | memoryview = target
+        else:
+            parts.append(view[:need])
+            body = b"".join(parts)
+        frames.append(Frame(pend.command, pend.headers, body))
         self._pending = None
         return view[need + 1:]
 

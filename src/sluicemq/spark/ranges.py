@@ -32,9 +32,10 @@ class RangePartition(InputPartition):
         return f"RangePartition({self.start}, {self.end})"
 
 
-def connect(conn: Connection, *, client_id: str | None = None) -> Client:
+def connect(conn: Connection, *, client_id: str | None = None,
+            reuse_buffers: bool = False) -> Client:
     return Client(conn.url, login=conn.login, passcode=conn.passcode, client_id=client_id,
-                  timeout=conn.timeout)
+                  timeout=conn.timeout, reuse_buffers=reuse_buffers)
 
 
 def target(opts: SourceOptions) -> dict[str, Any]:

@@ -42,8 +42,9 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from sluicemq.buffers import BufferPool
 from sluicemq.errors import StorageError
-from sluicemq.storage.journal_reads import JournalReads
+from sluicemq.storage.journal_reads import EXTENT_BYTES, EXTENTS_KEPT, JournalReads
 from sluicemq.storage.journal_writer import Entry, JournalStats, JournalWriter, Ticket
 from sluicemq.storage.recovery import Recovery, RecoveryReport
 from sluicemq.storage.segment import (
@@ -89,7 +90,7 @@ class Journal(JournalReads, JournalWriter):
         self._state = "new"
         self._pending: list[Entry] = []
         self._unwritten: dict[Location, bytes] = {}
-        self._extents: list[bytearray] = []  # read_extent's buffers, reused once unreferenced
+        self._extents = BufferPool(keep=EXTENTS_KEPT, largest=EXTENT_BYTES)  # read_extent's
         self.unwritten_bytes = 0  # appended, not yet written: flow control bounds it
         self._writer_idle = False
         self._closing = False

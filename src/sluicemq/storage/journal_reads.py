@@ -12,12 +12,12 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from sluicemq.buffers import BufferPool
 from sluicemq.errors import StorageError
 from sluicemq.storage.segment import HEADER_SIZE, Location, intact_at, verify_record
 
 EXTENT_BYTES = 16 << 20  # runread.SPAN: one read covers at most this
 EXTENTS_KEPT = 4
-EXTENT_ROUND = 1 << 20
 
 
 class JournalReads:
@@ -28,7 +28,7 @@ class JournalReads:
     _segs: dict[int, int]
     _state: str
     _fds: dict[int, int]
-    _extents: list[bytearray]
+    _extents: BufferPool  # read extents, reused once a transport wrote them
 
     def segment_path(self, segment: int) -> Path:
         raise NotImplementedError
@@ -143,7 +143,7 @@ class JournalReads:
                 fd = os.dup(self._fd(segment))
             except OSError as exc:
                 raise StorageError(f"cannot open segment {segment}: {exc}") from exc
-        spare = self._spare(size)
+        spare = self._extents.take(size)
         try:
             if spare is None:  # every kept buffer is still referenced: a fresh one, exact size
                 data: bytes | memoryview = os.pread(fd, size, start)
@@ -159,26 +159,6 @@ class JournalReads:
             raise StorageError(f"segment {segment} ends before {end} (read {got} bytes "
                                f"from {start})")
         return memoryview(data)
-
-    def _spare(self, size: int) -> bytearray | None:
-        """A kept buffer of at least ``size`` bytes that nobody refers to any more (a transport
-        may hold views of the others until it wrote them), grown or added while fewer than
-        ``EXTENTS_KEPT`` are kept; None: read into a fresh buffer instead. Kept buffers are
-        sized to the reads that used them (rounded up to a MiB), not to the largest possible."""
-        if size > EXTENT_BYTES:
-            return None
-        free = [k for k, buf in enumerate(self._extents) if not _exported(buf)]
-        for k in free:
-            if len(self._extents[k]) >= size:
-                return self._extents[k]
-        buf = bytearray(-(-size // EXTENT_ROUND) * EXTENT_ROUND)
-        if free:
-            self._extents[free[0]] = buf  # too small: replaced by one that fits
-        elif len(self._extents) < EXTENTS_KEPT:
-            self._extents.append(buf)
-        else:
-            return None
-        return buf
 
     def peek(self, loc: Location, start: int, length: int) -> bytes:
         """Up to ``length`` bytes of loc's payload from ``start``, NOT checksum-verified: a
@@ -209,14 +189,3 @@ class JournalReads:
             fd = os.open(self.segment_path(seg), os.O_RDWR)
             self._fds[seg] = fd
         return fd
-
-
-def _exported(buf: bytearray) -> bool:
-    """Does anything still hold a view of ``buf``? (A bytearray with exported buffers refuses
-    to change size; growing it by one byte and back is the check.)"""
-    try:
-        buf.append(0)
-    except BufferError:
-        return True
-    del buf[-1]
-    return False

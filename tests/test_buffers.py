@@ -1,0 +1,42 @@
+"""Spec: a BufferPool hands a kept buffer out again only once nothing views it, keeps at most
+``keep`` of them, each sized to the requests that made it, and declines what is too large."""
+
+from __future__ import annotations
+
+from sluicemq.buffers import BufferPool, exported
+
+
+def test_a_buffer_is_handed_out_again_only_once_no_view_of_it_is_alive() -> None:
+    pool = BufferPool(keep=2, largest=8 << 20)
+    first = pool.take(3 << 20)
+    assert first is not None and len(first) == 3 << 20  # rounded up to a MiB
+    view = memoryview(first)[:10]
+    second = pool.take(1000)
+    assert second is not None and second is not first
+    del view
+    assert pool.take(2 << 20) is first  # nothing views it any more, and it is large enough
+
+
+def test_at_most_keep_buffers_are_kept_and_a_too_small_free_one_is_replaced() -> None:
+    pool = BufferPool(keep=1, largest=8 << 20, round_to=1024)
+    small = pool.take(100)
+    assert small is not None and len(small) == 1024
+    held = memoryview(small)
+    assert pool.take(100) is None  # the one kept buffer is in use: the caller allocates
+    held.release()
+    bigger = pool.take(5000)
+    assert bigger is not None and len(bigger) == 5120 and bigger is not small
+    assert pool.take(5000) is bigger
+
+
+def test_a_request_above_largest_is_declined() -> None:
+    pool = BufferPool(keep=4, largest=1 << 20)
+    assert pool.take((1 << 20) + 1) is None
+
+
+def test_exported_tells_whether_a_view_is_alive_and_leaves_the_buffer_as_it_was() -> None:
+    buf = bytearray(b"abc")
+    assert not exported(buf) and buf == b"abc"
+    with memoryview(buf):
+        assert exported(buf)
+    assert not exported(buf) and buf == b"abc"
