@@ -177,6 +177,44 @@ def test_append_copies_mutable_buffers(open_journal) -> None:
     assert opened.journal.read(b.loc) == b"viewed"
 
 
+def test_a_record_appended_with_a_tail_is_one_payload_pending_written_and_recovered(
+        open_journal) -> None:
+    opened = open_journal(start=False, segment_bytes=1 << 20)
+    gate = threading.Event()
+    opened.journal.start(lambda seq: gate.wait(10), opened.watch.on_failed)
+    first = opened.journal.append(1, b"first")  # the writer blocks in on_durable after this
+    wait_until(lambda: opened.journal.durable_seq == first.seq)
+    head, body = b"head:", bytearray(os.urandom(70_000))
+    split = opened.journal.append(3, head, body)
+    whole = bytes(head + body)
+    body[:4] = b"XXXX"  # a mutable tail is copied like a mutable payload
+    after = opened.journal.append(1, b"after")
+    assert split.loc.length == len(whole)
+    assert after.loc.offset == split.loc.offset + HEADER_SIZE + len(whole)
+    assert opened.journal.peek(split.loc, 0, 5) == head  # still in memory
+    assert opened.journal.read_many([(split.loc.segment, split.loc.offset, split.loc.length)]
+                                    ) == [whole]
+    assert opened.journal.read(split.loc) == whole
+    gate.set()
+    wait_until(lambda: opened.journal.durable_seq >= after.seq)
+    assert opened.journal.read(split.loc) == whole  # from the file, checksum verified
+    opened.journal.close()
+    again = open_journal(opened.directory, segment_bytes=1 << 20)
+    assert [(r, bytes(p)) for r, p, _ in again.records] == [
+        (1, b"first"), (3, whole), (1, b"after")]
+
+
+def test_a_damaged_tail_fails_the_records_checksum(open_journal) -> None:
+    opened = open_journal()
+    ticket = opened.journal.append(1, b"head", b"tail bytes")
+    opened.watch.wait(ticket.seq)
+    with open(opened.journal.segment_path(1), "r+b") as fh:
+        fh.seek(opened.journal.payload_offset(ticket.loc) + ticket.loc.length - 1)
+        fh.write(b"X")
+    with pytest.raises(StorageError, match="checksum"):
+        opened.journal.read(ticket.loc)
+
+
 # ---------------------------------------------------------------- lifecycle
 
 

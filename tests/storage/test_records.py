@@ -44,3 +44,11 @@ def test_control_characters_quotes_and_non_ascii_survive_the_round_trip() -> Non
     headers = {"destination": "/queue/é\u2028", "note": "a\"b\\c\n\t\x01\x7f😀", "": ""}
     payload = records.encode_message("q:x", 1, 2, 0, 4, headers, b"body")
     assert records.decode_message(payload).headers == headers
+
+
+@given(HEADERS, st.binary(max_size=64))
+def test_a_message_head_followed_by_its_body_is_the_whole_record(
+        headers: dict[str, str], body: bytes) -> None:
+    head = records.encode_message_head("q:big", 9, 5, 0, 4, headers)
+    assert head + body == records.encode_message("q:big", 9, 5, 0, 4, headers, body)
+    assert records.message_prefix_size(head + body) == len(head)

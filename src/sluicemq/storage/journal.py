@@ -89,7 +89,8 @@ class Journal(JournalReads, JournalWriter):
         self._wake = threading.Condition(self._lock)
         self._state = "new"
         self._pending: list[Entry] = []
-        self._unwritten: dict[Location, bytes] = {}
+        # appended, not yet written: payload, or (payload, tail) until a read joins them
+        self._unwritten: dict[Location, bytes | tuple[bytes, bytes]] = {}
         self._extents = BufferPool(keep=EXTENTS_KEPT, largest=EXTENT_BYTES)  # read_extent's
         self.unwritten_bytes = 0  # appended, not yet written: flow control bounds it
         self._writer_idle = False
@@ -214,14 +215,22 @@ class Journal(JournalReads, JournalWriter):
 
     # ---------------------------------------------------------------- loop-thread API
 
-    def append(self, rtype: int, payload: bytes | bytearray | memoryview) -> Ticket:
-        """Queue a record; returns at once. Mutable buffers are copied, bytes are kept."""
+    def append(self, rtype: int, payload: bytes | bytearray | memoryview,
+               tail: bytes | bytearray | memoryview = b"") -> Ticket:
+        """Queue a record; returns at once. Mutable buffers are copied, bytes are kept.
+
+        The record's payload is ``payload`` followed by ``tail``, written from both buffers:
+        a large message body goes to disk as it arrived, not copied into one record first
+        (a copy a MiB on the loop, and twice the memory while the chunk waits for its write).
+        """
         if not 1 <= rtype <= 255:
             raise ValueError(f"rtype must be 1..255, not {rtype}")
         data = payload if type(payload) is bytes else bytes(payload)
-        if len(data) > MAX_PAYLOAD:
+        rest = tail if type(tail) is bytes else bytes(tail)
+        length = len(data) + len(rest)
+        if length > MAX_PAYLOAD:
             raise ValueError("payload larger than 4 GiB - 1")
-        size = HEADER_SIZE + len(data)
+        size = HEADER_SIZE + length
         with self._lock:
             if self._state != "running" or self._closing:
                 raise StorageError("journal is not running")
@@ -229,7 +238,7 @@ class Journal(JournalReads, JournalWriter):
                 self._seg += 1
                 self._off = 0
                 self._segs.setdefault(self._seg, 0)
-            loc = Location(self._seg, self._off, len(data))
+            loc = Location(self._seg, self._off, length)
             self._off += size
             weight = self._weight.get(loc.segment)
             if weight is None:
@@ -238,8 +247,8 @@ class Journal(JournalReads, JournalWriter):
                 weight[0] += size
             self._seq += 1
             ticket = Ticket(self._seq, loc)
-            self._pending.append(Entry(ticket, loc, rtype, data))
-            self._unwritten[loc] = data
+            self._pending.append(Entry(ticket, loc, rtype, data, rest))
+            self._unwritten[loc] = (data, rest) if rest else data
             self.unwritten_bytes += size
             self._last[loc.segment] = (ticket.seq, loc.offset)
             self._tail = (loc.segment, loc.offset)
@@ -271,7 +280,7 @@ class Journal(JournalReads, JournalWriter):
             pending = self._pending
             if (not pending or not self._writer_idle or self._doomed or self._closing
                     or self._state != "running" or len(pending) > max_records
-                    or sum(len(e.payload) for e in pending) > max_bytes):
+                    or sum(e.loc.length for e in pending) > max_bytes):
                 return False
             self._pending = []
             self._writer_idle = False  # the writer stays asleep; we are the writer for now

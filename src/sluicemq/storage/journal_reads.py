@@ -24,7 +24,7 @@ class JournalReads:
     """Read methods; the state is the journal's (``Journal.__init__``)."""
 
     _lock: threading.Lock
-    _unwritten: dict[Location, bytes]
+    _unwritten: dict[Location, bytes | tuple[bytes, bytes]]
     _segs: dict[int, int]
     _state: str
     _fds: dict[int, int]
@@ -33,10 +33,20 @@ class JournalReads:
     def segment_path(self, segment: int) -> Path:
         raise NotImplementedError
 
+    def _pending_payload(self, loc: Location) -> bytes | None:
+        """The payload of a record appended but not yet written (None: not pending); a
+        record appended as payload + tail is joined here once, on its first read. Call with
+        ``_lock`` held."""
+        data = self._unwritten.get(loc)
+        if isinstance(data, tuple):
+            joined = self._unwritten[loc] = b"".join(data)
+            return joined
+        return data
+
     def read(self, loc: Location) -> bytes:
         """The payload at loc, checksum-verified; pending records are served from memory."""
         with self._lock:
-            data = self._unwritten.get(loc)
+            data = self._pending_payload(loc)
             if data is not None:
                 return data
             if loc.segment not in self._segs and self._state != "recovering":
@@ -90,7 +100,7 @@ class JournalReads:
             seg, first, length = locs[i]
             with self._lock:
                 pending = self._unwritten
-                data = pending.get(Location(seg, first, length)) if pending else None
+                data = self._pending_payload(Location(seg, first, length)) if pending else None
                 if data is not None:
                     yield data, -1, i, i + 1
                     i += 1
@@ -166,7 +176,7 @@ class JournalReads:
         anything delivered is read with ``read``, which verifies."""
         length = max(0, min(length, loc.length - start))
         with self._lock:
-            data = self._unwritten.get(loc)
+            data = self._pending_payload(loc)
             if data is not None:
                 return bytes(data[start:start + length])
             if loc.segment not in self._segs:

@@ -63,16 +63,18 @@ class JournalStats:
 
 
 class Entry:
-    """One appended record on its way to disk."""
+    """One appended record on its way to disk: its payload is ``payload`` + ``tail``."""
 
-    __slots__ = ("loc", "payload", "rtype", "seq", "ticket")
+    __slots__ = ("loc", "payload", "rtype", "seq", "tail", "ticket")
 
-    def __init__(self, ticket: Ticket, loc: Location, rtype: int, payload: bytes) -> None:
+    def __init__(self, ticket: Ticket, loc: Location, rtype: int, payload: bytes,
+                 tail: bytes = b"") -> None:
         self.ticket = ticket
         self.seq = ticket.seq
         self.loc = loc
         self.rtype = rtype
         self.payload = payload
+        self.tail = tail
 
 
 LARGE_RECORD = 256 << 10
@@ -99,7 +101,7 @@ class JournalWriter:
     _lock: threading.Lock
     _wake: threading.Condition
     _pending: list[Entry]
-    _unwritten: dict[Location, bytes]
+    _unwritten: dict[Location, bytes | tuple[bytes, bytes]]
     _writer_idle: bool
     _closing: bool
     _seg: int
@@ -189,8 +191,12 @@ class JournalWriter:
                     touched.append(fd)
                     run_seg = loc.segment
                 run_start = run_end = loc.offset
-            buffers.append(encode_header(entry.rtype, entry.payload, loc.segment, loc.offset))
+            tail = entry.tail
+            buffers.append(encode_header(entry.rtype, entry.payload, loc.segment, loc.offset,
+                                         tail))
             buffers.append(entry.payload)
+            if tail:
+                buffers.append(tail)
             run_end += HEADER_SIZE + loc.length
         if buffers:
             total += write_all(fd, buffers, run_start)

@@ -48,11 +48,21 @@ class StoredMessage:
 
 def encode_message(key: str, mid: int, timestamp: int, expires: int, priority: int,
                    headers: dict[str, str], body: bytes | memoryview) -> bytes:
-    k = key.encode()
+    k = key.encode()  # inline, not encode_message_head + body: every persistent SEND pays
     h = encode_headers(headers)
     flags = PRODUCER_FLAG if PRODUCER_HEADER in headers else 0
     return b"".join((MSG_HEAD.pack(mid, timestamp, expires, priority, flags, len(k), len(h)),
                      k, h, body))
+
+
+def encode_message_head(key: str, mid: int, timestamp: int, expires: int, priority: int,
+                        headers: dict[str, str]) -> bytes:
+    """A MSG record up to its body: ``encode_message`` is this followed by the body."""
+    k = key.encode()
+    h = encode_headers(headers)
+    flags = PRODUCER_FLAG if PRODUCER_HEADER in headers else 0
+    return b"".join((MSG_HEAD.pack(mid, timestamp, expires, priority, flags, len(k), len(h)),
+                     k, h))
 
 
 def encode_message_json(key: str, mid: int, timestamp: int, expires: int, priority: int,

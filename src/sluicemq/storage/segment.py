@@ -78,9 +78,14 @@ def _seed(segment: int, offset: int) -> int:
     return crc32(_POSITION.pack(segment, offset))
 
 
-def encode_header(rtype: int, payload: bytes, segment: int, offset: int) -> bytes:
-    """The header for `payload` written at (segment, offset); checksums the payload."""
-    head = _HEAD12.pack(MAGIC, rtype, 0, len(payload), crc32(payload))
+def encode_header(rtype: int, payload: bytes, segment: int, offset: int,
+                  tail: bytes = b"") -> bytes:
+    """The header for `payload` (followed by `tail`: the record's payload is both, written
+    from two buffers) at (segment, offset); checksums the payload."""
+    pcrc = crc32(payload)
+    if tail:
+        pcrc = crc32(tail, pcrc)
+    head = _HEAD12.pack(MAGIC, rtype, 0, len(payload) + len(tail), pcrc)
     return head + crc32(head, _seed(segment, offset)).to_bytes(4, "little")
 
 

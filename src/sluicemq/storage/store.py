@@ -22,6 +22,7 @@ from sluicemq.storage.journal import Journal, Location
 log = logging.getLogger("sluicemq.store")
 
 TX_RECORD_BYTES = 4 << 20  # a transaction larger than this is journaled as parts + a final
+SPLIT_BODY = 64 << 10  # a body this large is written from its own buffer (Journal.append tail)
 
 
 class TicketLike(Protocol):
@@ -163,8 +164,8 @@ class Store:
         return counts
 
     # -- appends -----------------------------------------------------------------------------
-    def _append(self, rtype: int, payload: bytes) -> TicketLike:
-        ticket = self.journal.append(rtype, payload)
+    def _append(self, rtype: int, payload: bytes, tail: bytes = b"") -> TicketLike:
+        ticket = self.journal.append(rtype, payload, tail)
         self.appended_seq = ticket.seq
         if not self._turn_scheduled:
             self._turn_scheduled = True
@@ -186,6 +187,9 @@ class Store:
     def append_message(self, key: str, mid: int, timestamp: int, expires: int, priority: int,
                        headers: dict[str, str], body: bytes) -> TicketLike:
         self.pre_append(key)
+        if len(body) >= SPLIT_BODY:  # written from its own buffer, not copied into the record
+            head = records.encode_message_head(key, mid, timestamp, expires, priority, headers)
+            return self._append(records.MSG, head, body)
         payload = records.encode_message(key, mid, timestamp, expires, priority, headers, body)
         return self._append(records.MSG, payload)
 
