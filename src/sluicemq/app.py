@@ -15,6 +15,7 @@ import ctypes
 import gc
 import logging
 import signal
+import sys
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -296,6 +297,17 @@ def return_large_frees_to_the_os() -> None:
         libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
 
 
+def hand_the_gil_over_sooner() -> None:
+    """Let a thread waiting for the GIL have it after 1 ms of another's bytecode, not 5.
+
+    Why: the journal writer takes the GIL back after each ``pwritev``, ``fdatasync`` and
+    checksum, and the loop thread kept it for the whole default 5 ms switch interval. A 1 GiB
+    stream without a consumer (1 MiB chunks, 8 in flight) went 729-756 -> 1,037-1,079 MB/s
+    and the writer's system time 0.64-0.69 -> 0.22-0.23 s (fewer timed GIL waits).
+    """
+    sys.setswitchinterval(0.001)
+
+
 def quiet_gc() -> None:
     """Collect cycles rarely, and never scan what start-up built (``gc.freeze``).
 
@@ -312,6 +324,7 @@ def quiet_gc() -> None:
 def run(config: BrokerConfig) -> None:
     """Run the broker until SIGTERM/SIGINT (uvloop when installed)."""
     return_large_frees_to_the_os()
+    hand_the_gil_over_sooner()
     run_loop: Callable[[Coroutine[Any, Any, None]], None] = asyncio.run
     try:
         import uvloop
