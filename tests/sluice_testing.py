@@ -111,6 +111,15 @@ def stored(url: str, destination: str, timeout: float = 30.0) -> list[str]:
         return [body.decode() for body in held(c, destination, timeout)]
 
 
+def rss_mib(pid: int) -> float:
+    """A process's resident memory in MiB, from /proc."""
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
 class BrokerProcess:
     """A broker subprocess that can be stopped, killed (-9) and restarted on the same data dir."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sluice_testing import BrokerProcess, RawStomp, eventually
+from sluice_testing import BrokerProcess, RawStomp, eventually, rss_mib
 from sluicemq.protocol.codec import encode_frame
 from sluicemq.protocol.frames import Frame
 
@@ -21,14 +21,6 @@ segment_bytes = 8388608
 """
 COUNT = 100_000
 BODY = b"x" * 1024
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
 
 
 def produce(broker: BrokerProcess, destination: str, count: int, *, persistent: bool = True,

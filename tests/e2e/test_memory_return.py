@@ -10,20 +10,12 @@ from __future__ import annotations
 import re
 
 from ha_helpers import wait_lines
-from sluice_testing import BrokerProcess, RawStomp
+from sluice_testing import BrokerProcess, RawStomp, rss_mib
 from sluicemq.protocol.codec import encode_frame
 from sluicemq.protocol.frames import Frame
 
 COUNT = 40_000
 BODY = b"x" * 2048
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
 
 
 def test_the_heap_is_trimmed_once_a_burst_drained(broker: BrokerProcess) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from stomp_helpers import connect
 
-from sluice_testing import RawStomp
+from sluice_testing import RawStomp, rss_mib
 from sluicemq.client import Client
 from sluicemq.core.security.policy import hash_password
 from sluicemq.errors import ClientError
@@ -211,12 +211,12 @@ def test_a_large_range_is_paced_by_its_reader(broker) -> None:
         for _ in range(400):  # 100 MiB
             c.send_async("/queue/big", body)
         c.send("/queue/big", body)
-        rss_before = _rss_mib(broker.pid)
+        rss_before = rss_mib(broker.pid)
         raw = RawStomp(broker.host, broker.port, timeout=30)
         raw.connect()
         raw.send("SUBSCRIBE", {"destination": "/queue/big", "id": "r", "browser": "true"})
         time.sleep(2.0)  # nothing read: the broker must wait, not buffer 100 MiB
-        grown = _rss_mib(broker.pid) - rss_before
+        grown = rss_mib(broker.pid) - rss_before
         total = count = 0
         while True:
             frame = raw.recv(30)
@@ -228,14 +228,6 @@ def test_a_large_range_is_paced_by_its_reader(broker) -> None:
     assert count == 401 and total == 401 * len(body)
     assert frame.headers["sluice-count"] == "401"
     assert grown < 16, f"broker grew {grown:.0f} MiB for an unread range"
-
-
-def _rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
 
 
 # -- bad requests ------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from sluice_testing import RawStomp
+from sluice_testing import RawStomp, rss_mib
 from sluicemq.protocol.codec import FrameParser, encode_frame
 from sluicemq.protocol.frames import Frame
 
@@ -137,14 +137,6 @@ def test_a_plain_http_request_is_refused(broker) -> None:
 def _connections(console_url: str) -> list[dict[str, Any]]:
     with urllib.request.urlopen(f"{console_url}/api/connections", timeout=5) as resp:
         return json.loads(resp.read())["connections"]
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
 
 
 def test_a_held_websocket_producer_is_paused_like_a_tcp_one(broker_factory) -> None:
