@@ -51,7 +51,9 @@ from sluicemq.config import DEFAULT_URL
 from sluicemq.errors import ClientError, SluiceError
 
 READ_CHUNK = 1 << 20
-BODIES_KEPT = 8  # a range read's queue (ranges.MAX_BYTES) of 4 MiB batches, and the reader's
+# Kept body buffers of a reuse_buffers connection: a range read's queue (ranges.MAX_BYTES,
+# four 4 MiB batches), the batch in the caller's hands and the one arriving, with room.
+BODIES_KEPT = 8
 Waiter = Future[dict[str, str]]
 
 
