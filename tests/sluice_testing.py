@@ -51,6 +51,23 @@ _handed_out: set[int] = set()
 _pick = random.SystemRandom()  # not the seeded global generator: every worker differs
 
 
+def _worker_slice() -> tuple[int, int]:
+    """This pytest-xdist worker's own part of the ports below the ephemeral range.
+
+    Workers are separate processes: a port one of them found free may be taken by another
+    before its broker binds it. Each worker picks from its own slice, so they never race.
+    """
+    low = 10_000
+    high = _EPHEMERAL[0] - 1 if _EPHEMERAL[0] > low + 1000 else 30_000
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    if count <= 1:
+        return low, high
+    width = (high - low + 1) // count
+    return low + index * width, low + (index + 1) * width - 1
+
+
 def reserve_port() -> int:
     """A free loopback port outside the kernel's ephemeral range, never handed out twice here.
 
@@ -58,10 +75,10 @@ def reserve_port() -> int:
     connection on the machine (parallel workers, other test runs) may take that port before
     the restart binds it again; the same goes for a port found free with bind(0) and bound
     later. Ports below the ephemeral range are only ever taken by someone binding them on
-    purpose, so a random one that binds now is still ours when the broker starts.
+    purpose, and each xdist worker picks from its own slice of them; another test run on the
+    same machine may still take one first, which `BrokerProcess.start` answers with new ports.
     """
-    low = 10_000
-    high = _EPHEMERAL[0] - 1 if _EPHEMERAL[0] > low + 1000 else 30_000
+    low, high = _worker_slice()
     for _ in range(1000):
         port = _pick.randint(low, high)
         if port in _handed_out or _EPHEMERAL[0] <= port <= _EPHEMERAL[1]:
@@ -149,7 +166,28 @@ class BrokerProcess:
         return f"stomp://{self.host}:{self.port}"
 
     def start(self, timeout: float = 20.0, ready: re.Pattern[str] | None = None) -> BrokerProcess:
-        """Start and wait for the `listening on` line (or for ``ready``, say a standby's)."""
+        """Start and wait for the `listening on` line (or for ``ready``, say a standby's).
+
+        On a first start whose port another process took between `reserve_port` and the
+        broker's bind (another test run on the machine), the broker is started again on new
+        ports; a restart keeps its ports, so clients' URLs stay valid.
+        """
+        first = self.proc is None
+        for _ in range(4):
+            try:
+                return self._start_once(timeout, ready)
+            except RuntimeError:
+                if not first or "address already in use" not in self.log():
+                    raise
+            self.output = []
+            self.port = reserve_port()
+            if "--console-port" not in self.extra_args:
+                self.console_port = reserve_port()
+            if "--ws-port" not in self.extra_args:
+                self.ws_port = reserve_port()
+        return self._start_once(timeout, ready)
+
+    def _start_once(self, timeout: float, ready: re.Pattern[str] | None) -> BrokerProcess:
         run = (["-c", SHIFTED_CLOCK, repr(self.clock_offset)] if self.clock_offset
                else ["-m", "sluicemq"])
         args = [sys.executable, *run, "broker", "--host", "127.0.0.1",
