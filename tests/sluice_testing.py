@@ -128,6 +128,16 @@ def stored(url: str, destination: str, timeout: float = 30.0) -> list[str]:
         return [body.decode() for body in held(c, destination, timeout)]
 
 
+def nothing_delivered(c: Any, sub: Any) -> bool:
+    """True if subscription ``sub`` of client ``c`` (a ``sluicemq.Client``) holds no message
+    once a receipt round trip on ``c`` came back (a transaction begun and aborted). The broker
+    writes a RECEIPT after every MESSAGE that frames handled before it made deliverable to the
+    connection (core/routing/receipts.py), so what is not there by then was not delivered -
+    no quiet window to wait out."""
+    c.transaction().abort()
+    return sub.get(timeout=0) is None
+
+
 def rss_mib(pid: int) -> float:
     """A process's resident memory in MiB, from /proc."""
     with open(f"/proc/{pid}/status") as fh:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import queue
 from typing import Any
 
@@ -27,13 +28,6 @@ class Collector(stomp.ConnectionListener):
 
     def next(self, timeout: float = 10.0) -> Any:
         return self.messages.get(timeout=timeout)
-
-    def none_within(self, seconds: float) -> bool:
-        try:
-            self.messages.get(timeout=seconds)
-        except queue.Empty:
-            return True
-        return False
 
 
 def connect(broker: Any, version: str = "1.2", **kwargs: Any) -> tuple[Any, Collector]:
@@ -68,3 +62,20 @@ def subscribe_with_receipt(conn: Any, listener: Collector, destination: str, id:
     headers = {**kwargs.pop("headers", {}), "receipt": receipt}
     conn.subscribe(destination, id=id, headers=headers, **kwargs)
     wait_receipt(listener, receipt)
+
+
+_round_trips = itertools.count(1)
+
+
+def nothing_delivered(conn: Any, listener: Collector) -> bool:
+    """True if no MESSAGE came to ``conn`` before the RECEIPT of a round trip on it (BEGIN,
+    then ABORT with a receipt). The broker writes a RECEIPT after every MESSAGE that frames
+    handled before it made deliverable to the connection (core/routing/receipts.py): what
+    is not there by then was not delivered, without waiting out a quiet window. Frames of
+    another connection count once that connection had their RECEIPT (or a MESSAGE they
+    caused)."""
+    tx = f"round-trip-{next(_round_trips)}"
+    conn.begin(transaction=tx)
+    conn.abort(transaction=tx, headers={"receipt": tx})
+    wait_receipt(listener, tx)
+    return listener.messages.empty()

@@ -6,14 +6,14 @@ import os
 import threading
 from pathlib import Path
 
-from stomp_helpers import connect, send_with_receipt
+from stomp_helpers import connect, nothing_delivered, send_with_receipt
 
 
 def _drain(broker, destination: str, expect: int) -> list[str]:
     c, lc = connect(broker)
     c.subscribe(destination, id="s", ack="auto")
     out = [lc.next(timeout=20).body for _ in range(expect)]
-    assert lc.none_within(0.3), "more messages than were sent"
+    assert nothing_delivered(c, lc), "more messages than were sent"
     c.disconnect()
     return out
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stomp_helpers import connect, send_with_receipt, wait_receipt
+from stomp_helpers import connect, nothing_delivered, send_with_receipt, wait_receipt
 
 from sluicemq import Client
 
@@ -13,8 +13,10 @@ def test_sends_are_invisible_until_commit(broker) -> None:
     p, lp = connect(broker)
     tx = p.begin()
     for i in range(3):
-        p.send("/queue/tx", f"t{i}", transaction=tx, headers={"persistent": "true"})
-    assert lc.none_within(0.3)
+        p.send("/queue/tx", f"t{i}", transaction=tx, receipt=f"t{i}",
+               headers={"persistent": "true"})
+        wait_receipt(lp, f"t{i}")
+    assert nothing_delivered(c, lc)
     p.commit(tx, receipt="c")
     assert lp.receipts.get(timeout=5) == "c"
     assert [lc.next().body for _ in range(3)] == ["t0", "t1", "t2"]

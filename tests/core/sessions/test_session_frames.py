@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from inprocess import InProcessBroker, config_for
+from inprocess import Connection, InProcessBroker, config_for
+from sluicemq.protocol.codec import encode_frame
+from sluicemq.protocol.frames import Frame
 
 
 @pytest.fixture
@@ -206,3 +208,56 @@ def test_a_receipt_id_that_needs_escaping_comes_back_as_sent(node: InProcessBrok
     node.loop.run_until(lambda: any(f.command == "RECEIPT" for f in conn.frames()))
     [receipt] = conn.take("RECEIPT")
     assert receipt.headers == {"receipt-id": "a:b\\c"}
+
+
+# -- receipts follow dispatch (core/routing/receipts.py) ---------------------------------------
+def _commands(conn: Connection) -> list[tuple[str, str]]:
+    """What the connection was written, in order: (command, body or receipt id)."""
+    return [(f.command, f.headers.get("receipt-id", bytes(f.body).decode()))
+            for f in conn.frames()]
+
+
+def test_a_receipt_comes_after_the_messages_earlier_frames_made_deliverable(
+        node: InProcessBroker) -> None:
+    conn = node.connect()
+    conn.request("SUBSCRIBE", {"destination": "/queue/mine", "id": "s"})
+    # one read, the loop not run in between: the SEND's dispatch pass was only scheduled
+    conn.session.feed(
+        encode_frame(Frame("SEND", {"destination": "/queue/mine"}, b"m"), "1.2")
+        + encode_frame(Frame("BEGIN", {"transaction": "t", "receipt": "r"}), "1.2"))
+    assert _commands(conn) == [("MESSAGE", "m"), ("RECEIPT", "r")]
+
+
+def test_a_subscribe_is_still_receipted_before_the_backlog_it_delivers(
+        node: InProcessBroker) -> None:
+    producer, consumer = node.connect(), node.connect(peer="spec:2")
+    producer.request("SEND", {"destination": "/queue/backlog"}, b"waiting")
+    consumer.session.feed(encode_frame(Frame("SUBSCRIBE", {
+        "destination": "/queue/backlog", "id": "s", "receipt": "r"}), "1.2"))
+    node.loop.run()
+    assert _commands(consumer) == [("RECEIPT", "r"), ("MESSAGE", "waiting")]
+
+
+def test_a_receipt_on_one_connection_follows_what_a_receipted_send_on_another_routed_to_it(
+        node: InProcessBroker) -> None:
+    producer, consumer = node.connect(), node.connect(peer="spec:2")
+    consumer.request("SUBSCRIBE", {"destination": "/queue/q", "id": "s"})
+    producer.session.feed(encode_frame(Frame("SEND", {"destination": "/queue/q",
+                                                      "receipt": "p"}, b"m"), "1.2"))
+    assert _commands(producer) == [("RECEIPT", "p")]
+    consumer.session.feed(encode_frame(Frame("BEGIN", {"transaction": "t",
+                                                       "receipt": "c"}), "1.2"))
+    assert _commands(consumer) == [("MESSAGE", "m"), ("RECEIPT", "c")]
+
+
+def test_nothing_before_a_receipt_means_nothing_was_delivered(node: InProcessBroker) -> None:
+    conn = node.connect()
+    conn.request("SUBSCRIBE", {"destination": "/queue/sel", "id": "s",
+                               "selector": "kind = 'x'"})
+    conn.session.feed(
+        encode_frame(Frame("SEND", {"destination": "/queue/sel", "kind": "y"}, b"no"), "1.2")
+        + encode_frame(Frame("BEGIN", {"transaction": "t", "receipt": "r"}), "1.2"))
+    assert _commands(conn) == [("RECEIPT", "r")]
+    node.loop.run()  # the scheduled pass, run later, finds nothing to add
+    assert _commands(conn) == [("RECEIPT", "r")]
+    assert len(node.broker.queues["sel"].pending) == 1  # kept for another consumer

@@ -98,6 +98,7 @@ class Broker:
         self.next_mid = 1
         self._dirty: dict[int, Queue] = {}
         self._dispatch_scheduled = False
+        self._dispatching = False
         self.durable_waits = DurableWaits(store)  # receipts wait here
         self.started = clock()
         self.large_streams = StreamTable(self, store, clock)
@@ -340,21 +341,37 @@ class Broker:
         round again on the next loop turn, after the sockets were read: a busy consumer cannot
         starve producers (their receipts) or other connections."""
         self._dispatch_scheduled = False
+        for q in self._dispatch_dirty():
+            self.schedule_dispatch(q)
+        self.flow.poll()
+
+    def settle_dispatch(self) -> None:
+        """Run the scheduled pass's dispatch now, before a frame that asks for a receipt
+        (``receipts.py``). The pass itself still runs later (what is left, resuming
+        producers); nothing happens from inside a pass."""
+        if self._dispatch_scheduled and not self._dispatching:
+            for q in self._dispatch_dirty():
+                self._dirty[id(q)] = q
+
+    def _dispatch_dirty(self) -> list[Queue]:
+        """Dispatch every changed queue; returns those that used their whole budget."""
         now = self.now_ms()
         again: list[Queue] = []
         started, delivered = self.turns.clock(), 0
-        while self._dirty:
-            batch = list(self._dirty.values())
-            self._dirty.clear()
-            for q in batch:
-                n = dispatch(q, now, max_deliveries=DISPATCH_BUDGET)
-                delivered += n
-                if n >= DISPATCH_BUDGET:
-                    again.append(q)
+        self._dispatching = True
+        try:
+            while self._dirty:
+                batch = list(self._dirty.values())
+                self._dirty.clear()
+                for q in batch:
+                    n = dispatch(q, now, max_deliveries=DISPATCH_BUDGET)
+                    delivered += n
+                    if n >= DISPATCH_BUDGET:
+                        again.append(q)
+        finally:
+            self._dispatching = False
         self.turns.dispatched(self.turns.clock() - started, delivered)
-        for q in again:
-            self.schedule_dispatch(q)
-        self.flow.poll()
+        return again
 
     def record_removal(self, queue: Queue, msgs: Iterable[Message]) -> None:
         if not queue.durable:

@@ -2,6 +2,16 @@
 
 Receipts, DISCONNECT and staged publications wait on it; a failed write turns the waits it
 covers into errors instead of receipts.
+
+Receipts also follow dispatch: before the session handles a frame that asks for a receipt,
+the broker runs the dispatch pass that is scheduled, if any (``Broker.settle_dispatch``). So
+once a client holds a RECEIPT, every MESSAGE that frames handled before that frame - on this
+connection, or on another that had its own RECEIPT first - made deliverable to this
+connection came before it (up to one pass's per-queue budget, 64). "Nothing was delivered"
+is then a fact a client reads after a round trip, not a guess after a quiet while. Why not
+leave it to the event loop's order: frames of one read are handled together, before a pass
+scheduled by the first of them runs. What the frame itself makes deliverable (a SUBSCRIBE's
+backlog, a SEND to the sender's own subscription) may come after its RECEIPT, as before.
 """
 
 from __future__ import annotations

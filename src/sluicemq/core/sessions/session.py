@@ -52,4 +52,6 @@ class Session(SessionContext):
                 raise ProtocolError("already connected")
             what = "a server frame" if command not in CLIENT_COMMANDS else "unsupported"
             raise ProtocolError(f"unknown command {command!r} ({what})")
+        if "receipt" in frame.headers:  # its RECEIPT follows what earlier frames dispatch
+            self.broker.settle_dispatch()
         handler(self, frame)
