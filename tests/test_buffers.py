@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from sluicemq.buffers import BufferPool, exported
 
 
@@ -10,23 +12,52 @@ def test_a_buffer_is_handed_out_again_only_once_no_view_of_it_is_alive() -> None
     pool = BufferPool(keep=2, largest=8 << 20)
     first = pool.take(3 << 20)
     assert first is not None and len(first) == 3 << 20  # rounded up to a MiB
-    view = memoryview(first)[:10]
+    kept = first.obj
+    part = first[:10]
+    del first
     second = pool.take(1000)
-    assert second is not None and second is not first
-    del view
-    assert pool.take(2 << 20) is first  # nothing views it any more, and it is large enough
+    assert second is not None and second.obj is not kept  # `part` still views the first
+    del part
+    again = pool.take(2 << 20)
+    assert again is not None and again.obj is kept  # nothing views it, and it is large enough
 
 
 def test_at_most_keep_buffers_are_kept_and_a_too_small_free_one_is_replaced() -> None:
     pool = BufferPool(keep=1, largest=8 << 20, round_to=1024)
     small = pool.take(100)
     assert small is not None and len(small) == 1024
-    held = memoryview(small)
     assert pool.take(100) is None  # the one kept buffer is in use: the caller allocates
-    held.release()
+    small_buffer = small.obj
+    small.release()
     bigger = pool.take(5000)
-    assert bigger is not None and len(bigger) == 5120 and bigger is not small
-    assert pool.take(5000) is bigger
+    assert bigger is not None and len(bigger) == 5120 and bigger.obj is not small_buffer
+    kept = bigger.obj
+    bigger.release()
+    again = pool.take(5000)
+    assert again is not None and again.obj is kept
+
+
+def test_threads_sharing_a_pool_never_get_the_same_buffer_at_once() -> None:
+    """Successive connections of one process may share a pool from their reader threads."""
+    pool = BufferPool(keep=4, largest=1 << 20, round_to=1024)
+    held: list[memoryview] = []
+    lock = threading.Lock()
+    start = threading.Barrier(8)
+
+    def taker() -> None:
+        start.wait()
+        view = pool.take(1000)
+        if view is not None:
+            with lock:
+                held.append(view)
+
+    threads = [threading.Thread(target=taker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    buffers = [id(v.obj) for v in held]
+    assert len(buffers) == 4 and len(set(buffers)) == 4  # four kept, each handed out once
 
 
 def test_a_request_above_largest_is_declined() -> None:

@@ -6,10 +6,14 @@ on free), so a stream of equal-sized large buffers pays those faults again and a
 backlog read they were a quarter of the broker's read time (its read extents) and a third of
 a column-batch client's CPU (its 4 MiB frame bodies). A kept buffer is only handed out again
 while no memoryview, Arrow buffer or other export of it is alive, so nothing that still reads
-it can be overwritten; a pool never holds more than ``keep`` buffers.
+it can be overwritten; a pool never holds more than ``keep`` buffers. A pool may be shared by
+threads (a process's successive connections): a buffer is handed out as a view made under the
+pool's lock, so it is in use before any other taker looks.
 """
 
 from __future__ import annotations
+
+import threading
 
 
 class BufferPool:
@@ -21,26 +25,28 @@ class BufferPool:
         self.largest = largest
         self.round_to = round_to
         self._kept: list[bytearray] = []
+        self._lock = threading.Lock()
 
-    def take(self, size: int) -> bytearray | None:
-        """A buffer of at least ``size`` bytes that nothing views, to be written from its
-        start; None when ``size`` is above ``largest`` or every kept buffer is still viewed
-        (then the caller allocates a fresh, exact one). Hold a view of it while you fill it:
-        an unviewed buffer may be handed out again."""
+    def take(self, size: int) -> memoryview | None:
+        """A view of a buffer of at least ``size`` bytes that nothing else views, to be
+        written from its start; None when ``size`` is above ``largest`` or every kept buffer
+        is still viewed (then the caller allocates a fresh, exact one). The buffer is handed
+        out again once this view and every view made from it are gone."""
         if size > self.largest:
             return None
-        free = [k for k, buf in enumerate(self._kept) if not exported(buf)]
-        for k in free:
-            if len(self._kept[k]) >= size:
-                return self._kept[k]
-        buf = bytearray(-(-size // self.round_to) * self.round_to)
-        if free:
-            self._kept[free[0]] = buf  # too small: replaced by one that fits
-        elif len(self._kept) < self.keep:
-            self._kept.append(buf)
-        else:
-            return None
-        return buf
+        with self._lock:
+            free = [k for k, buf in enumerate(self._kept) if not exported(buf)]
+            for k in free:
+                if len(self._kept[k]) >= size:
+                    return memoryview(self._kept[k])
+            buf = bytearray(-(-size // self.round_to) * self.round_to)
+            if free:
+                self._kept[free[0]] = buf  # too small: replaced by one that fits
+            elif len(self._kept) < self.keep:
+                self._kept.append(buf)
+            else:
+                return None
+            return memoryview(buf)
 
 
 def exported(buf: bytearray) -> bool:

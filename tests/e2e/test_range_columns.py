@@ -10,6 +10,7 @@ import json
 import time
 
 from sluice_testing import RawStomp
+from sluicemq.buffers import BufferPool
 from sluicemq.client import Client
 from sluicemq.client.sync_conn import BODIES_KEPT
 from sluicemq.protocol import columns
@@ -234,3 +235,29 @@ def test_a_reader_reusing_its_buffers_never_sees_a_held_batch_overwritten(broker
         # Every 4 MiB batch spans several socket reads, so each is gathered into a kept
         # buffer (a short last one may arrive whole); more batches than buffers: reused.
         assert count == n and views >= batches - 1 > BODIES_KEPT >= len(kept)
+
+
+def test_successive_connections_sharing_a_pool_fill_the_same_buffers(broker) -> None:
+    """A BufferPool given as ``reuse_buffers`` outlives each connection: a process's readers
+    one after another (a Spark worker's tasks) fill the same few buffers, never fresh ones."""
+    n = 20_000
+    with Client(broker.url) as c:
+        for r in [c.send_async("/queue/shared-pool", b"x" * 1024) for _ in range(n)]:
+            r.result(60)
+    pool = BufferPool(keep=BODIES_KEPT, largest=64 << 20)
+
+    def read() -> tuple[int, set[int]]:
+        buffers: set[int] = set()
+        count = 0
+        with Client(broker.url, reuse_buffers=pool) as c, \
+                c.read_range("/queue/shared-pool", batch_bytes=4 << 20) as rng:
+            for m in rng:
+                if isinstance(m.body, memoryview):
+                    buffers.add(id(m.body.obj))
+                count += columns.decode(m.body).count
+                del m
+        return count, buffers
+
+    count, first = read()
+    again, second = read()
+    assert count == again == n and first and second <= first

@@ -481,9 +481,9 @@ def test_with_body_buffers_a_large_body_is_gathered_in_place_into_a_kept_buffer(
     body, stream = _large_frames(300_001)
     offered: list[bytearray] = []
 
-    def kept(size: int) -> bytearray:
+    def kept(size: int) -> memoryview:
         offered.append(bytearray(size + 1000))  # larger than asked, as a pool's may be
-        return offered[-1]
+        return memoryview(offered[-1])
 
     parser = FrameParser(body_buffers=kept)
     frames: list[Frame] = []

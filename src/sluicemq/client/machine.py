@@ -119,7 +119,7 @@ class ClientMachine:
         version: str = "1.2",
         limits: Limits | None = None,
         clock: Callable[[], float] = time.monotonic,
-        body_buffers: Callable[[int], bytearray | None] | None = None,
+        body_buffers: Callable[[int], memoryview | None] | None = None,
     ) -> None:
         if version not in VERSIONS:
             raise ValueError(f"unsupported STOMP version {version!r} (choose from {VERSIONS})")

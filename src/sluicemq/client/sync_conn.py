@@ -77,7 +77,7 @@ class Connection(SyncFailover):
         producer_id: str | None = None,
         producer_seq: int | None = None,
         on_failover: FailoverCallback | None = None,
-        reuse_buffers: bool = False,
+        reuse_buffers: bool | BufferPool = False,
     ) -> None:
         self._brokers = parse_brokers(url)
         failover = self._brokers.failover is not None
@@ -95,9 +95,11 @@ class Connection(SyncFailover):
         # reuse_buffers: the socket is read into one kept buffer and large bodies (>= 64 KiB)
         # arrive as memoryviews of a few kept buffers, each written again only once nothing
         # views it (sluicemq/buffers.py) - no page faults per multi-MiB frame. For readers of
-        # column batches (sluicemq.spark); other callers get bytes bodies.
+        # column batches (sluicemq.spark); other callers get bytes bodies. A BufferPool given
+        # here is shared with the caller's other connections (a Spark worker's tasks).
         self._inbuf = memoryview(bytearray(READ_CHUNK)) if reuse_buffers else None
-        pool = BufferPool(keep=BODIES_KEPT, largest=64 << 20) if reuse_buffers else None
+        pool = (reuse_buffers if isinstance(reuse_buffers, BufferPool)
+                else BufferPool(keep=BODIES_KEPT, largest=64 << 20) if reuse_buffers else None)
         machine = ClientMachine(host=host or first[1], login=login, passcode=passcode,
                                 client_id=client_id, heartbeat=heartbeat, version=version,
                                 body_buffers=pool.take if pool else None)

@@ -76,7 +76,7 @@ class FrameParser:
         max_headers: int = 1000,
         max_header_line: int = 8192,
         max_header_bytes: int = 1 << 20,
-        body_buffers: Callable[[int], bytearray | None] | None = None,
+        body_buffers: Callable[[int], memoryview | None] | None = None,
     ) -> None:
         self.version = version
         self.max_frame_bytes = max_frame_bytes
@@ -219,7 +219,7 @@ class FrameParser:
                             pend.parts = [view[body_start:n].tobytes()]
                         else:
                             pend.parts = []
-                            pend.target = memoryview(kept)[:size]  # held: kept is in use
+                            pend.target = kept[:size]  # held: the buffer is in use
                             pend.target[:n - body_start] = view[body_start:n]
                     pend.got = n - body_start
                     pend.need = body_end - n

@@ -16,6 +16,7 @@ from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
+from sluicemq.buffers import BufferPool
 from sluicemq.client import Client
 from sluicemq.spark.options import Connection, SourceOptions
 
@@ -33,7 +34,7 @@ class RangePartition(InputPartition):
 
 
 def connect(conn: Connection, *, client_id: str | None = None,
-            reuse_buffers: bool = False) -> Client:
+            reuse_buffers: bool | BufferPool = False) -> Client:
     return Client(conn.url, login=conn.login, passcode=conn.passcode, client_id=client_id,
                   timeout=conn.timeout, reuse_buffers=reuse_buffers)
 

@@ -6,11 +6,19 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
+from sluicemq.buffers import BufferPool
+from sluicemq.client.sync_conn import BODIES_KEPT
 from sluicemq.spark.arrow import record_batch
 from sluicemq.spark.files import file_batches
 from sluicemq.spark.options import SourceOptions
 from sluicemq.spark.ranges import RangePartition, connect, target
 from sluicemq.spark.rows import message_row, stream_rows
+
+# The kept frame bodies of this process's column-batch reads. PySpark builds a fresh reader
+# (and so a fresh connection) for every task, but runs the tasks one after another in a
+# reused worker process: a pool per connection filled 8 fresh 4 MiB buffers (a memset and
+# a page fault per 4 KiB) for each task's ~30 frames; the process is what outlives a task.
+TASK_BUFFERS = BufferPool(keep=BODIES_KEPT, largest=64 << 20)
 
 
 def read_rows(opts: SourceOptions, part: RangePartition, *, ledger: str | None,
@@ -21,9 +29,10 @@ def read_rows(opts: SourceOptions, part: RangePartition, *, ledger: str | None,
     columns = opts.stream_format is None and not opts.streams and opts.batch_bytes is not None
     # Column batches become Arrow arrays over each frame's body, released once Spark took
     # them: their 4 MiB bodies can reuse a few kept buffers (no page faults per frame).
-    with connect(opts.connection, reuse_buffers=columns) as client, client.read_range(
-            opts.destination, part.start, part.end, ledger=ledger,
-            batch_bytes=opts.batch_bytes, selector=selector, **target(opts)) as rng:
+    with connect(opts.connection, reuse_buffers=TASK_BUFFERS if columns else False) as client, \
+            client.read_range(
+                opts.destination, part.start, part.end, ledger=ledger,
+                batch_bytes=opts.batch_bytes, selector=selector, **target(opts)) as rng:
         if opts.stream_format is not None:
             assert opts.file_schema is not None, "set by the data source from the schema"
             yield from file_batches(rng, opts.stream_format, opts.file_schema,

@@ -159,7 +159,7 @@ class JournalReads:
                 data: bytes | memoryview = os.pread(fd, size, start)
                 got = len(data)
             else:
-                data = memoryview(spare)[:size]
+                data = spare[:size]
                 got = os.preadv(fd, [data], start)
         except OSError as exc:
             raise StorageError(f"cannot read segment {segment} at {start}: {exc}") from exc
