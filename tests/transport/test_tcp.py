@@ -177,6 +177,35 @@ def test_dispatch_stops_at_the_connections_share_of_the_output_budget(tmp_path: 
     asyncio.run(spec())
 
 
+def test_output_the_socket_has_not_taken_counts_against_the_memory_limit(
+        tmp_path: Path) -> None:
+    """What a transport still holds after a write is charged to the memory account (re-read
+    once a tick, since a socket drains without a word), and the output budget is what queued
+    messages leave of memory_limit: a 64 MiB budget under a 1 MiB limit gives no 4 MiB shares."""
+    async def spec() -> None:
+        async with broker(tmp_path, memory_limit="1 MiB", output_buffer_bytes="64 MiB") as b:
+            memory, admission = b.core.broker.memory, b.core.broker.admission
+            p = await b.connected()
+            assert admission.output_share() == 1 << 20  # the room, not 64 MiB or the 4 MiB cap
+            memory.used = 768 << 10  # queued messages take most of the limit
+            assert admission.output_share() == 256 << 10
+            memory.used = 0
+            p.transport.backlog = 300_000  # the kernel did not take it all
+            p.protocol.write(b"x" * 10)
+            await turns(lambda: memory.output == 300_000)
+            assert memory.held == memory.used + 300_000
+            p.transport.backlog = 0  # drained, no callback
+            b.core.broker.flow.tick()
+            assert memory.output == 0
+            p.transport.backlog = 50_000
+            p.protocol.write(b"y")
+            await turns(lambda: memory.output == 50_000)
+            p.protocol.connection_lost(None)
+            assert memory.output == 0, "a connection gone holds nothing"
+
+    asyncio.run(spec())
+
+
 def test_a_peer_that_drains_nothing_is_dropped_one_that_drains_slowly_is_kept(
         tmp_path: Path) -> None:
     async def spec() -> None:

@@ -4,10 +4,12 @@ Writes are gathered per loop turn and handed to the transport with one ``writeli
 syscall for many frames). When the kernel buffer backs up, the session reports itself not
 writable, so dispatch stops handing it messages instead of growing memory. How much may back
 up is the connection's share of ``output_buffer_bytes`` (``Admission.output_share``), checked
-at each write to the socket: it shrinks as connections arrive. The kernel's send buffer is held
-to the same share (``SO_SNDBUF``): left to autotune, it grew to 4 MiB for a peer that reads
-nothing, so 200 stuck subscribers cost ~800 MiB of kernel memory, and the loop the time to copy
-frames into it, before dispatch to them stopped.
+at each write to the socket: it shrinks as connections arrive. What the transport holds after
+each write is charged to the broker's memory account (``MemoryAccount.charge``): output backed
+up for slow peers counts against ``memory_limit`` as queued messages do. The kernel's send
+buffer is held to the same share (``SO_SNDBUF``): left to autotune, it grew to 4 MiB for a
+peer that reads nothing, so 200 stuck subscribers cost ~800 MiB of kernel memory, and the loop
+the time to copy frames into it, before dispatch to them stopped.
 
 Closing is careful: after a fatal ERROR (a frame refused for its size, say) the client may
 still be sending. Closing outright would make the kernel answer its data with a reset, and
@@ -50,6 +52,7 @@ class StompProtocol(asyncio.Protocol):
     def __init__(self, services: Services, connections: set[StompProtocol]) -> None:
         self.services = services
         self.broker = services.broker
+        self._memory = services.broker.memory
         self.connections = connections
         self.transport: asyncio.Transport | None = None
         self.session: Session | None = None
@@ -121,6 +124,7 @@ class StompProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.discard(self)
+        self._memory.charge(self, 0)
         if self._address is not None:
             self.broker.admission.release(self._address)
             self._address = None
@@ -168,6 +172,7 @@ class StompProtocol(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.writable = True
         self._paused = False
+        self._memory.charge(self, self.buffered)
         if self._slow_handle is not None:
             self._slow_handle.cancel()
             self._slow_handle = None
@@ -207,6 +212,8 @@ class StompProtocol(asyncio.Protocol):
         out, self._out, self._pending = self._out, [], 0
         self._limit_output()
         self.transport.writelines(out)
+        if self.transport is not None:  # (a write that failed may have ended it)
+            self._memory.charge(self, self.transport.get_write_buffer_size())
         self.last_sent = time.monotonic()
         if self._held:
             self._held = False

@@ -6,7 +6,8 @@ text when it is valid UTF-8 (what browser STOMP clients expect), binary otherwis
 
 Writes go through a queue drained by one task per connection; past the connection's share of
 ``output_buffer_bytes`` (``Admission.output_share``) the session reports itself not writable
-and dispatch stops feeding it, as on TCP. Reading pauses as on TCP too (flow control, a
+and dispatch stops feeding it, as on TCP; what is queued is charged to the memory account, as
+on TCP. Reading pauses as on TCP too (flow control, a
 connection's turn of frames used up): the read loop stops taking messages, aiohttp's bounded
 reader then stops reading the socket, and TCP holds the client back - so a WebSocket producer
 can neither queue frames without bound in the broker nor hold the event loop longer than a
@@ -81,6 +82,7 @@ class WebSocketConnection:
         # sends (text messages for stomp.js), which only bytes can do.
         self._out.append(data if isinstance(data, bytes) else bytes(data))
         self._queued += len(data)
+        self.broker.memory.charge(self, self._queued)
         if self._queued > self.broker.admission.output_share():
             self.writable = False
         self._wake.set()
@@ -122,6 +124,9 @@ class WebSocketConnection:
                     await self.ws.close()
             finally:
                 self.session = None
+                self._out.clear()
+                self._queued = 0
+                self.broker.memory.charge(self, 0)
 
     async def _read_loop(self, session: Session) -> None:
         async for msg in self.ws:
@@ -144,6 +149,7 @@ class WebSocketConnection:
             while self._out:
                 data = self._out.popleft()
                 self._queued -= len(data)
+                self.broker.memory.charge(self, self._queued)
                 try:
                     text = data.decode()
                 except UnicodeDecodeError:

@@ -102,6 +102,35 @@ def test_vm_cursor_and_destination_limits_are_memory_limits() -> None:
     assert "destination memory limit" in (flow.full(capped, True, 2048) or "")
 
 
+class Conn:
+    """A connection's output side as the memory account sees it."""
+
+    def __init__(self, buffered: int) -> None:
+        self.buffered = buffered
+
+
+def test_output_backed_up_for_connections_counts_with_queued_messages() -> None:
+    usage, memory = Usage(), MemoryAccount(10_000, high_water=0.5)
+    flow = flow_with(usage, memory)
+    a, b = Conn(3_000), Conn(2_000)
+    memory.used = 4_000
+    assert memory.cursor_room() and memory.room() == 6_000
+    memory.charge(a, a.buffered)
+    assert not memory.cursor_room(), "4,000 queued + 3,000 of output is past the high water"
+    memory.charge(b, b.buffered)
+    memory.charge(b, b.buffered)  # charged again, not twice
+    assert memory.output == 5_000 and memory.held == 9_000
+    assert flow.usage()["memory"]["used"] == 9_000
+    memory.charge(a, 7_000)
+    assert "memory limit" in (flow.full(Policy(cursor="vm"), True, 0) or "")
+    assert memory.room() == 6_000, "output's own room is what queued messages leave"
+    a.buffered, b.buffered = 0, 500  # sockets drained without a word
+    flow.tick()
+    assert memory.output == 500
+    memory.charge(b, 0)
+    assert memory.output == 0 and memory.held == 4_000
+
+
 def test_message_size_limit_global_and_per_destination() -> None:
     flow = flow_with(Usage(), MemoryAccount(10_000))
     assert flow.too_large(Policy(), 100) is None

@@ -11,9 +11,13 @@ socket not yet taken. A peer that stops reading keeps its share until ``slow_rea
 drop it; without a broker-wide budget a client opening a few hundred subscribers that never
 read held 4 MiB of frames each (~900 MiB with a 256 MiB memory limit). Transports ask
 ``output_share`` before each write to the socket, so a share shrinks as connections arrive.
+The budget is also held within what queued messages leave of ``memory_limit`` (``room``, from
+the memory account, which output is charged to): the limit bounds both together.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from sluicemq.config import Limits
 from sluicemq.core.paging.flow import parse_size
@@ -25,10 +29,11 @@ OUTPUT_CEILING = 4 << 20  # nor above (a large stream's chunks in flight)
 class Admission:
     """Open connections broker-wide and per client address, against their caps."""
 
-    __slots__ = ("by_address", "limits", "output_bytes", "refused_total", "total")
+    __slots__ = ("by_address", "limits", "output_bytes", "refused_total", "room", "total")
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, room: Callable[[], int] | None = None) -> None:
         self.limits = limits
+        self.room = room  # what memory_limit leaves for output now (None: no such limit)
         self.total = 0
         self.by_address: dict[str, int] = {}
         self.refused_total = 0
@@ -61,7 +66,10 @@ class Admission:
 
     def output_share(self) -> int:
         """Bytes of output one connection may hold unsent (its write high-water mark)."""
-        share = self.output_bytes // max(1, self.total)
+        budget = self.output_bytes
+        if self.room is not None:
+            budget = min(budget, self.room())
+        share = budget // max(1, self.total)
         return max(OUTPUT_FLOOR, min(OUTPUT_CEILING, share))
 
     def busiest(self) -> int:

@@ -24,6 +24,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from sluicemq.config import Limits, Policy
 from sluicemq.core.paging.trim import HeapTrimmer
@@ -96,24 +97,64 @@ def _free_disk(path: Path) -> int:
     return shutil.disk_usage(probe).free
 
 
-class MemoryAccount:
-    """RAM held by queued messages across the broker (cursors add and subtract)."""
+class Buffered(Protocol):
+    """A connection's output side: what it has written that its socket has not taken yet."""
 
-    __slots__ = ("high_water", "limit", "peak", "used")
+    @property
+    def buffered(self) -> int: ...
+
+
+class MemoryAccount:
+    """RAM held for clients across the broker: queued messages (cursors add and subtract)
+    and output written to connections that their sockets have not taken yet.
+
+    Why output counts: a peer that stops reading holds what was written to it, up to its share
+    of ``output_buffer_bytes``; 200 stuck subscribers held the whole 64 MiB of it on top of a
+    full memory limit. ``memory_limit`` is the promise of what clients can make the broker
+    hold, so the two share it: output is charged here, cursors page out sooner while it is
+    high, and connections' shares are carved from what queued messages leave (``room``).
+    Transports report their backlog when it changes (``charge``); since a socket drains
+    without telling anyone, ``recount`` re-reads the charged ones once a tick.
+    """
+
+    __slots__ = ("_charged", "high_water", "limit", "output", "peak", "used")
 
     def __init__(self, limit: int, high_water: float = CURSOR_HIGH_WATER) -> None:
         self.limit = limit
         self.high_water = int(limit * high_water)
-        self.used = 0
+        self.used = 0  # queued messages
+        self.output = 0  # written to connections, not yet taken by their sockets
         self.peak = 0  # the most ``used`` reached since the heap trimmer last looked
+        self._charged: dict[Buffered, int] = {}  # connections with output charged
 
     def cursor_room(self) -> bool:
         """May a store cursor keep one more message in memory?"""
-        return self.used < self.high_water
+        return self.used + self.output < self.high_water
 
     @property
     def full(self) -> bool:
-        return self.used >= self.limit
+        return self.used + self.output >= self.limit
+
+    @property
+    def held(self) -> int:
+        """All that counts against the limit now."""
+        return self.used + self.output
+
+    def room(self) -> int:
+        """What queued messages leave of the limit: the most output may take."""
+        return max(0, self.limit - self.used)
+
+    def charge(self, conn: Buffered, held: int) -> None:
+        """``conn`` holds ``held`` bytes of output now (0 when it drained or is gone)."""
+        before = self._charged.pop(conn, 0)
+        if held > 0:
+            self._charged[conn] = held
+        self.output += held - before
+
+    def recount(self) -> None:
+        """Re-read what each charged connection still holds (once a tick)."""
+        for conn in list(self._charged):
+            self.charge(conn, conn.buffered)
 
 
 Waiter = tuple[Callable[[], str | None], Callable[[], None]]
@@ -198,7 +239,7 @@ class FlowControl:
     def usage(self) -> dict[str, dict[str, int]]:
         """Each broker-wide limit with what is used of it now (console, API, metrics)."""
         return {
-            "memory": {"used": self.memory.used, "limit": self.limits.memory},
+            "memory": {"used": self.memory.held, "limit": self.limits.memory},
             "store": {"used": self._store_used(), "limit": self.limits.store},
             "temp": {"used": self._temp_used(), "limit": self.limits.temp},
             "journal_backlog": {"used": self._unwritten(),
@@ -206,9 +247,11 @@ class FlowControl:
         }
 
     def tick(self) -> None:
-        """Once a second: give the heap back once queued bytes fell far below their peak and
-        held still (``trim.py`` counts looks, so this must not run per dispatch pass)."""
+        """Once a second: re-read the output charged to the memory account; give the heap back
+        once queued bytes fell far below their peak and held still (``trim.py`` counts looks,
+        so this must not run per dispatch pass)."""
         memory = self.memory
+        memory.recount()
         self.trimmer.observe(memory.used, memory.peak)
         memory.peak = memory.used  # a burst filled and drained between two looks still counts
         self.poll()

@@ -91,7 +91,6 @@ class Broker:
         # What a durable subscription's owner may read (wired to security by app.py)
         self.durable_reader: Callable[[str], MayRead] = lambda key: _anything
         self.client_ids: dict[tuple[str | None, str], object] = {}  # (owner, id) -> session
-        self.admission = Admission(config.limits)  # connections, every transport
         self.turns = Turns(time.perf_counter, schedule,  # each loop turn's input budget
                            budget=config.limits.turn_budget_ms / 1000)
         self.destinations = DestinationBudget(self)  # creation caps, idle reclaiming
@@ -109,6 +108,8 @@ class Broker:
         self.consumer_waits = ConsumerWaits(config.limits, self._consumer_count)
         self.limits = resolve_limits(config.limits, config.data_dir)
         self.memory = MemoryAccount(self.limits.memory)
+        # connections, every transport; their output is held within the memory limit
+        self.admission = Admission(config.limits, self.memory.room)
         self.temp = TempStore(config.data_dir / "tmp")
         self.pager = Pager(store, self.temp, config.journal.spill_bytes)
         self.flow = FlowControl(self.limits, self.memory, store.disk_estimate,
