@@ -1,7 +1,9 @@
 """One connection's heart-beat timer on the event loop, shared by the TCP and WebSocket transports.
 
 The protocol decisions (when to send an EOL, when the peer counts as dead) live in the sans-IO
-``HeartbeatMonitor``; this class only owns the timer and asks the connection to act.
+``HeartbeatMonitor``; this class only owns the timer and asks the connection to act. The clock
+and the timer are passed in (the event loop's by default, the clock the transports stamp
+``last_received``/``last_sent`` with), so specs move time instead of waiting for it.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from sluicemq.protocol.heartbeat import HeartbeatMonitor
@@ -37,14 +40,24 @@ class Beating(Protocol):
     def send_heartbeat(self) -> None: ...
 
 
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+Timer = Callable[[float, Callable[[], None]], Cancellable]
+
+
 class Keepalive:
     """Sends EOLs when we have been quiet and closes the connection when the peer is."""
 
-    def __init__(self, conn: Beating, send_ms: int, expect_ms: int) -> None:
+    def __init__(self, conn: Beating, send_ms: int, expect_ms: int,
+                 clock: Callable[[], float] = time.monotonic,
+                 call_later: Timer | None = None) -> None:
         self.conn = conn
-        self.monitor = HeartbeatMonitor(send_ms, expect_ms, time.monotonic())
-        self._loop = asyncio.get_running_loop()
-        self._handle: asyncio.TimerHandle | None = None
+        self._clock = clock
+        self._call_later = call_later or asyncio.get_running_loop().call_later
+        self.monitor = HeartbeatMonitor(send_ms, expect_ms, clock())
+        self._handle: Cancellable | None = None
         self._schedule()
 
     def cancel(self) -> None:
@@ -57,14 +70,13 @@ class Keepalive:
         self.monitor.sent(self.conn.last_sent)
         deadline = self.monitor.next_deadline()
         if deadline is not None:
-            self._handle = self._loop.call_later(max(0.01, deadline - time.monotonic()),
-                                                 self._tick)
+            self._handle = self._call_later(max(0.01, deadline - self._clock()), self._tick)
 
     def _tick(self) -> None:
         conn = self.conn
         if conn.gone:
             return
-        now = time.monotonic()
+        now = self._clock()
         if conn.reading_paused:
             conn.last_received = now  # flow control stopped reading it: its silence is ours
         monitor = self.monitor

@@ -13,9 +13,10 @@ from sluicemq.core.routing.message import Message
 
 class Board:
     """An ``Advisories`` whose publication lands in ``published``; ``listening`` says which
-    advisory topics have a subscriber (all, by default)."""
+    advisory topics have a subscriber (all, by default); its clock is ``now`` (seconds)."""
 
     def __init__(self, listening: set[str] | None = None, enabled: bool = True) -> None:
+        self.now = 1_800_000_000.25
         self.published: list[tuple[str, Message]] = []
         self.asked: list[str] = []
         ids = itertools.count(1)
@@ -26,7 +27,7 @@ class Board:
 
         self.advisories = Advisories(enabled, listens,
                                      lambda topic, m: self.published.append((topic, m)),
-                                     lambda: next(ids))
+                                     lambda: next(ids), clock=lambda: self.now)
 
     def topics(self) -> list[str]:
         return [t.removeprefix(PREFIX) for t, _ in self.published]
@@ -49,7 +50,18 @@ def test_a_consumer_advisory_carries_its_facts_as_headers_and_json() -> None:
     assert headers["advisory-destination"] == "/queue/orders"
     assert headers["advisory-subscription"] == "sub-1" and headers["connection"] == "conn-7"
     assert body["type"] == "ConsumerInfo" and body["destination"] == "/queue/orders"
-    assert body["subscription"] == "sub-1" and isinstance(body["time"], int)
+    assert body["subscription"] == "sub-1"
+
+
+def test_an_advisory_is_stamped_by_the_brokers_clock() -> None:
+    board = Board()
+    board.advisories.connection("added", "c1", "10.0.0.7:4000", None)
+    board.now += 90
+    board.advisories.connection("removed", "c1", "10.0.0.7:4000", None)
+    stamps = [(m.timestamp, m.headers["timestamp"], json.loads(bytes(m.body or b""))["time"])
+              for _, m in board.published]
+    assert stamps == [(1_800_000_000_250, "1800000000250", 1_800_000_000_250),
+                      (1_800_000_090_250, "1800000090250", 1_800_000_090_250)]
 
 
 def test_nothing_is_built_for_a_topic_nobody_listens_to_or_when_disabled() -> None:

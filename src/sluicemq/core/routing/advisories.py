@@ -46,8 +46,10 @@ class Advisories:
     """Publishes advisory messages through the broker's own topic publication."""
 
     def __init__(self, enabled: bool, listening: Listening, publish: Publish,
-                 next_mid: NextMid, slow_seconds: float = 30.0) -> None:
+                 next_mid: NextMid, slow_seconds: float = 30.0,
+                 clock: Callable[[], float] = time.time) -> None:
         self.enabled = enabled
+        self._clock = clock  # the broker's: what an advisory's timestamp and time say
         self._listening = listening
         self._publish = publish
         self._next_mid = next_mid
@@ -153,7 +155,7 @@ class Advisories:
     def _emit(self, topic: str, kind: str, event: str, facts: dict[str, str]) -> None:
         if not self.enabled or not self._listening(topic):
             return
-        now = int(time.time() * 1000)
+        now = int(self._clock() * 1000)
         headers = {"advisory-type": kind, "event": event, "timestamp": str(now)}
         for key, value in facts.items():  # a fact never stands in for the MESSAGE's own
             headers[f"advisory-{key}" if key in MESSAGE_HEADERS else key] = value

@@ -83,7 +83,7 @@ class Broker:
         self.advisories = Advisories(config.advisories.enabled, self.has_listeners,
                                      lambda name, msg: self.publish(TOPIC, name, msg),
                                      self.allocate_mid,
-                                     config.advisories.slow_consumer_seconds)
+                                     config.advisories.slow_consumer_seconds, clock)
         self.durable_subs = Durables(self, store)
         self.durables = self.durable_subs.by_key  # what snapshots and the console read
         self.sub_tickets = self.durable_subs.tickets
