@@ -8,10 +8,12 @@ import pytest
 
 from sluicemq.config import BrokerConfig, Limits, Policy
 from sluicemq.core.paging.flow import (
+    MAX_POLICY_SIZES,
     FlowControl,
     GiB,
     MemoryAccount,
     MiB,
+    Pacing,
     ResolvedLimits,
     parse_size,
     resolve_limits,
@@ -136,6 +138,22 @@ def test_message_size_limit_global_and_per_destination() -> None:
     assert flow.too_large(Policy(), 100) is None
     assert "exceeds the limit of 100" in (flow.too_large(Policy(), 101) or "")
     assert flow.too_large(Policy(max_message_bytes=10), 11) is not None
+
+
+def test_each_policy_is_held_to_its_own_sizes_however_many_there_are() -> None:
+    """Sizes are resolved once per policy object (SENDs read them every time): a policy made
+    later - a reloaded destination, a pattern's override - never sees another's sizes, also
+    once more policies than the resolved ones kept (MAX_POLICY_SIZES) have come and gone."""
+    flow = flow_with(Usage(), MemoryAccount(10_000))
+    for limit in range(1, MAX_POLICY_SIZES * 2 + 2):
+        policy = Policy(max_message_bytes=limit, max_consumer_lag=f"{limit}k",
+                        memory_limit=limit * 10)
+        assert flow.too_large(policy, limit) is None
+        assert flow.too_large(policy, limit + 1) is not None
+        assert flow.full(policy, False, 0, lag=(limit << 10) - 1) is None
+        assert isinstance(flow.full(policy, False, 0, lag=limit << 10), Pacing)
+        assert "destination memory limit" in (flow.full(policy, True, limit * 10) or "")
+    assert flow.too_large(Policy(), 101) is not None  # 0: the broker-wide max_message
 
 
 def test_waiters_resume_in_order_once_their_destination_has_room() -> None:

@@ -30,6 +30,7 @@ from sluicemq.config import Limits, Policy
 from sluicemq.core.paging.trim import HeapTrimmer
 
 MiB, GiB = 1 << 20, 1 << 30
+MAX_POLICY_SIZES = 1024  # resolved policies kept (FlowControl.sizes_of)
 CURSOR_HIGH_WATER = 0.7  # fraction of the memory limit store cursors may fill before paging
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": MiB, "mb": 10**6,
           "mib": MiB, "g": GiB, "gb": 10**9, "gib": GiB, "t": 1 << 40, "tb": 10**12,
@@ -185,12 +186,29 @@ class FlowControl:
         self._store_used = store_used
         self._temp_used = temp_used
         self._waiters: list[Waiter] = []
+        self._sizes: dict[int, tuple[Policy, int, int, int]] = {}  # id(policy) -> sizes_of
         self.blocked_total = 0  # lifetime count of SENDs that had to wait
         self.failed_total = 0  # lifetime count of SENDs refused (fail_if_no_space)
         self.paced_total = 0  # lifetime count of SENDs held because consumers were behind
 
+    def sizes_of(self, policy: Policy) -> tuple[Policy, int, int, int]:
+        """``policy`` with its largest message, pacing lag and memory limit in bytes.
+
+        Why: a policy keeps its sizes as written ("1 MiB") and every SEND reads all three;
+        resolved once per policy object (destinations share the default one), keyed by id
+        and held, so the id cannot be reused while the entry lives.
+        """
+        entry = self._sizes.get(id(policy))
+        if entry is None or entry[0] is not policy:
+            if len(self._sizes) >= MAX_POLICY_SIZES:
+                self._sizes.clear()
+            entry = (policy, parse_size(policy.max_message_bytes) or self.limits.max_message,
+                     parse_size(policy.max_consumer_lag), parse_size(policy.memory_limit))
+            self._sizes[id(policy)] = entry
+        return entry
+
     def too_large(self, policy: Policy, size: int) -> str | None:
-        limit = parse_size(policy.max_message_bytes) or self.limits.max_message
+        limit = self.sizes_of(policy)[1]
         if size > limit:
             return f"message of {size} bytes exceeds the limit of {limit} bytes"
         return None
@@ -200,8 +218,8 @@ class FlowControl:
         """Why a destination with this policy cannot take a message now, or None. ``lag``:
         the body bytes its consumers are behind (None when it has no consumer: a producer
         filling a backlog is never paced)."""
+        _, _, most, dest_limit = self.sizes_of(policy)
         if lag is not None and (policy.pace_persistent or not persistent):
-            most = parse_size(policy.max_consumer_lag)
             if most and lag >= most:
                 return Pacing(f"consumers are {lag} bytes behind (max_consumer_lag {most})")
         if persistent and self._unwritten() >= self.limits.journal_backlog:
@@ -209,7 +227,6 @@ class FlowControl:
                     f"journal_backlog {self.limits.journal_backlog})")
         if persistent and self._store_used() >= self.limits.store:
             return f"store limit reached ({self.limits.store} bytes of journal)"
-        dest_limit = parse_size(policy.memory_limit)
         if dest_limit and dest_memory >= dest_limit:
             return f"destination memory limit reached ({dest_limit} bytes)"
         if policy.cursor == "vm" and self.memory.full:

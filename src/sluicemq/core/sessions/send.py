@@ -65,9 +65,10 @@ class Send:
 
 
 # Headers that take a SEND off the plain path: a stream query, a numbered (deduplicated)
-# producer, a stream chunk, a transaction, a staged column batch.
+# producer, a stream chunk, a transaction, a staged column batch, a delay or schedule (so a
+# plain SEND is published without asking the scheduler).
 _SPECIAL = frozenset({QUERY, dedup.PRODUCER_ID, dedup.PRODUCER_SEQ, STREAM_ID, "transaction",
-                      stage_frames.FORMAT})
+                      stage_frames.FORMAT, *scheduled.HEADERS})
 MAX_KNOWN_TARGETS = 64  # destinations a session remembers as routed and authorized
 
 
@@ -89,7 +90,9 @@ def send(session: SessionContext, frame: Frame) -> None:
         if no_room(session, frame, kind, name):
             return
         session.received += 1
-        _publish(session, kind, name, frame, None, destination)
+        session.broker.publish(kind, name,
+                               message(session, kind, name, h, frame.body, destination))
+        session.receipt(frame)
         return
     s = Send(frame, kind, name, h.get("transaction"))
     for step in PIPELINE:
@@ -235,10 +238,10 @@ def publish(session: SessionContext, s: Send) -> bool:
 
 
 def _publish(session: SessionContext, kind: str, name: str, frame: Frame,
-             producer: tuple[str, int] | None, destination: str | None = None) -> None:
+             producer: tuple[str, int] | None) -> None:
     """Route the message now (or hand it to the scheduler when it asks for a delay)."""
     h = frame.headers
-    msg = message(session, kind, name, h, frame.body, destination)
+    msg = message(session, kind, name, h, frame.body)
     if not (session.scheduler.wants(h) and session.scheduler.schedule(kind, name, msg)):
         session.broker.publish(kind, name, msg)
     if producer is not None:
