@@ -219,9 +219,9 @@ class FlowControl:
         the body bytes its consumers are behind (None when it has no consumer: a producer
         filling a backlog is never paced)."""
         _, _, most, dest_limit = self.sizes_of(policy)
-        if lag is not None and (policy.pace_persistent or not persistent):
-            if most and lag >= most:
-                return Pacing(f"consumers are {lag} bytes behind (max_consumer_lag {most})")
+        if (lag is not None and most and lag >= most
+                and (policy.pace_persistent or not persistent)):
+            return Pacing(f"consumers are {lag} bytes behind (max_consumer_lag {most})")
         if persistent and self._unwritten() >= self.limits.journal_backlog:
             return (f"journal writes behind ({self._unwritten()} bytes not yet on disk, "
                     f"journal_backlog {self.limits.journal_backlog})")
