@@ -49,9 +49,11 @@ class WebSocketConnection:
 
     transport_name = "websocket"
 
-    def __init__(self, services: Services, ws: web.WebSocketResponse, peer: str) -> None:
+    def __init__(self, services: Services, ws: web.WebSocketResponse, peer: str,
+                 transport: asyncio.BaseTransport | None = None) -> None:
         self.broker = services.broker
         self.ws = ws
+        self.transport = transport  # the socket's: where a paused read ends (is_reading)
         self.session: Session | None = Session(services, self, peer)
         self.session.on_version = self._negotiated
         self.writable = True
@@ -251,7 +253,7 @@ class WebSocketServer:
             return ws  # refused, and told why
         peer = request.transport.get_extra_info("peername") if request.transport else None
         conn = WebSocketConnection(self.services, ws,
-                                   f"{peer[0]}:{peer[1]}" if peer else "?")
+                                   f"{peer[0]}:{peer[1]}" if peer else "?", request.transport)
         self.connections.add(conn)
         try:
             await conn.run()
