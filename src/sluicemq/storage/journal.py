@@ -116,6 +116,7 @@ class Journal(JournalReads, JournalWriter):
         self._repair: tuple[int, int, int] | None = None
         self._prep: tuple[int, Future[int]] | None = None
         self._prep_mark = (0, 0)
+        self._cached_from = (-1, 0)  # (segment, offset): see JournalWriter._drop_cached
         self._helper: ThreadPoolExecutor | None = None
         self._writer: threading.Thread | None = None
         self._on_durable: Callable[[int], None] = _ignore_durable

@@ -9,6 +9,7 @@ everything queued after it. It shares the journal's state under ``_lock`` (decla
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -88,6 +89,26 @@ def zero_fill(records: int, nbytes: int) -> bool:
     return records == 0 or nbytes < records * LARGE_RECORD
 
 
+FOLIO = 2 << 20
+"""The largest page-cache folio we expect (x86-64's PMD size): the kernel drops a folio only
+when the advised range covers all of it."""
+
+
+def drop_cached(fd: int, start: int, end: int) -> None:
+    """Advise the kernel to drop the page cache of ``start:end``, bytes already durable (it
+    drops the folios wholly inside). Why, for large records: a VM with free page reporting (as
+    here) hands pages the guest left free back to its host, and taking such a page again costs
+    a host fault - a stream's fresh page cache cost the journal writer 1.4-2.7 s of system time
+    a GiB, 0.2-0.4 s once each batch's cache is dropped (the pages just freed are the ones the
+    next batch takes). Reading such a record again goes to the disk, which a large record can
+    afford; small records keep their cache."""
+    with contextlib.suppress(OSError):  # only advice: a filesystem may refuse it
+        os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
+
+
+Span = tuple[int, int, int, int]  # (segment, fd, start, end) of records written together
+
+
 class JournalWriter:
     """The writer thread's methods; the state is the journal's (``Journal.__init__``)."""
 
@@ -113,6 +134,7 @@ class JournalWriter:
     _repair: tuple[int, int, int] | None
     _prep: tuple[int, Future[int]] | None
     _prep_mark: tuple[int, int]  # stats (records, bytes) when the last segment was prepared
+    _cached_from: tuple[int, int]  # (segment, offset): large records perhaps still cached from
     _helper: ThreadPoolExecutor | None
     _on_durable: Callable[[int], None]
     _on_failed: Callable[[int, int, BaseException], None]
@@ -143,7 +165,7 @@ class JournalWriter:
         try:
             if self._repair is not None:
                 self._truncate_back()
-            touched, nbytes = self._write(batch)
+            touched, nbytes, large = self._write(batch)
             if self.sync:
                 started = time.perf_counter()
                 for fd in touched:
@@ -165,16 +187,20 @@ class JournalWriter:
         stats.batches += 1
         stats.last_batch = len(batch)
         stats.max_batch = max(stats.max_batch, len(batch))
-        if not report:
-            return
-        try:
-            self._on_durable(last)
-        except Exception:
-            log.exception("journal on_durable callback failed")
+        if report:
+            try:
+                self._on_durable(last)
+            except Exception:
+                log.exception("journal on_durable callback failed")
+        if self.sync:  # after the report: the receipts need not wait for it
+            for span in large:
+                self._drop_cached(*span)
 
-    def _write(self, batch: list[Entry]) -> tuple[list[int], int]:
-        """Write the batch as one pwritev per contiguous run; returns (fds touched, bytes)."""
+    def _write(self, batch: list[Entry]) -> tuple[list[int], int, list[Span]]:
+        """Write the batch as one pwritev per contiguous run; returns (fds touched, bytes,
+        the (segment, fd, start, end) spans of its large records, for ``drop_cached``)."""
         touched: list[int] = []
+        large: list[Span] = []
         total = 0
         buffers: list[bytes | memoryview] = []
         fd = -1
@@ -191,6 +217,12 @@ class JournalWriter:
                     touched.append(fd)
                     run_seg = loc.segment
                 run_start = run_end = loc.offset
+            if loc.length >= LARGE_RECORD:
+                end = run_end + HEADER_SIZE + loc.length
+                if large and large[-1][0] == run_seg and large[-1][3] == run_end:
+                    large[-1] = (run_seg, fd, large[-1][2], end)
+                else:
+                    large.append((run_seg, fd, run_end, end))
             tail = entry.tail
             buffers.append(encode_header(entry.rtype, entry.payload, loc.segment, loc.offset,
                                          tail))
@@ -200,7 +232,17 @@ class JournalWriter:
             run_end += HEADER_SIZE + loc.length
         if buffers:
             total += write_all(fd, buffers, run_start)
-        return touched, total
+        return touched, total, large
+
+    def _drop_cached(self, segment: int, fd: int, start: int, end: int) -> None:
+        """Drop the cache of a durable span of large records, from where this segment's large
+        records may still be cached: a folio the last span only partly covered (it also held
+        the next record's first bytes) goes with this one."""
+        mark_segment, mark = self._cached_from
+        if mark_segment != segment:
+            mark = start
+        drop_cached(fd, mark, end)
+        self._cached_from = (segment, max(mark, end - end % FOLIO))
 
     def _fail(self, batch: list[Entry], exc: BaseException) -> None:
         """Forget the batch and everything queued after it, rewind, cut the files back."""
