@@ -155,7 +155,7 @@ def test_snapshot_and_tail_give_what_a_full_scan_gives(broker_factory) -> None:
     assert from_scan["/queue/prio"][:5] == ["p9", "p19", "p29", "p39", "q0"]
     assert from_scan["books"] == ["e3", "e4", "e5", "e6", "e7"]
     assert from_scan["/queue/files"] == ["open0", "open1", "open2"]
-    assert from_scan["stream"]["sluice-stream-next-seq"] == "3"  # type: ignore[index]
+    assert from_scan["stream"]["sluice-stream-next-seq"] == "3"
     for broker in (b, other):
         assert durable_held(broker, "late") == ["e6", "e7"]
         with Client(broker.url) as c, pytest.raises(ClientError,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 from sluice_testing import BrokerProcess, RawStomp, eventually, restart_cycle, stored
 from sluicemq import Client
@@ -179,10 +180,10 @@ def build_state(b: BrokerProcess) -> None:
             assert p.recv().command == "RECEIPT"
 
 
-def observe(b: BrokerProcess) -> dict[str, object]:
+def observe(b: BrokerProcess) -> dict[str, Any]:
     """What clients can see of the state `build_state` made."""
     c = client(b)
-    seen: dict[str, object] = {}
+    seen: dict[str, Any] = {}
     c.send("SEND", {"destination": "/queue/files", "sluice-stream-query": "open",
                     "receipt": "q"})
     answer = c.recv()
@@ -220,7 +221,7 @@ def test_restored_state_equals_the_scanned_state(broker_factory) -> None:
     assert from_scan["all"] == [f"e{i}" for i in range(6)]
     assert from_scan["/queue/files"] == ["open0", "open1"]
     assert from_scan["/queue/held.files"] == ["held0", "held1", "held2"]
-    assert from_scan["stream"]["sluice-stream-next-seq"] == "2"  # type: ignore[index]
+    assert from_scan["stream"]["sluice-stream-next-seq"] == "2"
 
 
 def test_after_a_snapshot_start_segments_are_freed_and_a_crash_loses_nothing(

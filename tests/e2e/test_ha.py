@@ -59,7 +59,8 @@ def standby_writes_nothing(cluster: Cluster) -> None:
             c.send("/queue/ha", f"m{i}")
     before = journal_fingerprint(cluster.data_dir)
     standby = cluster.standby()
-    assert int(STANDBY_RE.search(standby.log()).group(1)) == master.pid  # type: ignore[union-attr]
+    named = STANDBY_RE.search(standby.log())
+    assert named is not None and int(named.group(1)) == master.pid
     wait_lines(standby, RETRY_RE, 10)  # ten attempts on the lock, all refused
     assert journal_fingerprint(cluster.data_dir) == before
     assert refuses(standby.port) and refuses(standby.console_port)

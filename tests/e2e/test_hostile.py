@@ -52,7 +52,8 @@ class Raw(RawStomp):
 def overview(b: Any) -> dict[str, Any]:
     """The console's /api/overview (limits, memory) as JSON."""
     with urllib.request.urlopen(f"{b.console_url}/api/overview", timeout=10) as resp:
-        return json.load(resp)  # type: ignore[no-any-return]
+        found: dict[str, Any] = json.load(resp)
+        return found
 
 
 def until_used(b: Any, limit: str, count: int) -> None:

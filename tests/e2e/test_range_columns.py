@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 from sluice_testing import RawStomp
 from sluicemq.buffers import BufferPool
@@ -24,16 +25,16 @@ FRAME_HEADERS = {"destination", "message-id", "subscription", "sluice-seq", "ack
                  "content-length", "redelivered", "sluice-delivery-count"}
 
 
-def per_message(c: Client, destination: str, **kw: object) -> list[tuple[int, dict, bytes]]:
-    with c.read_range(destination, **kw) as rng:  # type: ignore[arg-type]
+def per_message(c: Client, destination: str, **kw: Any) -> list[tuple[int, dict, bytes]]:
+    with c.read_range(destination, **kw) as rng:
         return [(m.seq, {k: v for k, v in m.headers.items() if k not in FRAME_HEADERS},
                  bytes(m.body)) for m in rng]
 
 
 def as_columns(c: Client, destination: str, batch_bytes: int = 1 << 20,
-               **kw: object) -> tuple[list[tuple[int, dict, bytes]], list[columns.Columns]]:
+               **kw: Any) -> tuple[list[tuple[int, dict, bytes]], list[columns.Columns]]:
     out: list[tuple[int, dict, bytes]] = []
-    with c.read_range(destination, batch_bytes=batch_bytes, **kw) as rng:  # type: ignore[arg-type]
+    with c.read_range(destination, batch_bytes=batch_bytes, **kw) as rng:
         batches = list(rng.batches())
     for b in batches:
         for i, seq in enumerate(b.seq):

@@ -7,6 +7,7 @@ its whole range, a streams read) it is refused with an ERROR the client can read
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from stomp_helpers import connect
@@ -21,14 +22,14 @@ cursor_window = 50
 """
 
 
-def per_message(c: Client, destination: str, **kw: object) -> list[tuple[int, str, str]]:
-    with c.read_range(destination, **kw) as rng:  # type: ignore[arg-type]
+def per_message(c: Client, destination: str, **kw: Any) -> list[tuple[int, str, str]]:
+    with c.read_range(destination, **kw) as rng:
         return [(m.seq or 0, m.headers["region"], m.text()) for m in rng]
 
 
-def as_columns(c: Client, destination: str, **kw: object) -> list[tuple[int, str, str]]:
+def as_columns(c: Client, destination: str, **kw: Any) -> list[tuple[int, str, str]]:
     out: list[tuple[int, str, str]] = []
-    with c.read_range(destination, batch_bytes=64 << 10, **kw) as rng:  # type: ignore[arg-type]
+    with c.read_range(destination, batch_bytes=64 << 10, **kw) as rng:
         for b in rng.batches():
             for i, seq in enumerate(b.seq):
                 out.append((seq, json.loads(b.headers_json(i))["region"],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import urllib.request
+from typing import Any
 
 from sluicemq.client import Client
 
@@ -49,8 +50,8 @@ def stream_states(console_url: str) -> dict[str, str]:
         return {st["id"]: st["state"] for st in json.loads(resp.read())["streams"]}
 
 
-def streams_read(c: Client, destination: str, **kw: object) -> list[tuple[str, int]]:
-    with c.read_range(destination, streams=True, **kw) as rng:  # type: ignore[arg-type]
+def streams_read(c: Client, destination: str, **kw: Any) -> list[tuple[str, int]]:
+    with c.read_range(destination, streams=True, **kw) as rng:
         return [(m.headers["sluice-stream-name"], int(m.headers["sluice-stream-seq"]))
                 for m in rng]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -18,16 +19,16 @@ from sluicemq.protocol.codec import (
 from sluicemq.protocol.frames import Frame
 
 
-def parse_all(data: bytes, **kwargs: object) -> list[Frame]:
+def parse_all(data: bytes, **kwargs: Any) -> list[Frame]:
     """Parse a whole stream in one feed and insist nothing is left over."""
-    parser = FrameParser(**kwargs)  # type: ignore[arg-type]
+    parser = FrameParser(**kwargs)
     frames = parser.feed(data)
     assert parser.buffered == 0
     return frames
 
 
-def parse_bytewise(data: bytes, **kwargs: object) -> list[Frame]:
-    parser = FrameParser(**kwargs)  # type: ignore[arg-type]
+def parse_bytewise(data: bytes, **kwargs: Any) -> list[Frame]:
+    parser = FrameParser(**kwargs)
     frames: list[Frame] = []
     for i in range(len(data)):
         frames += parser.feed(data[i : i + 1])
@@ -35,7 +36,7 @@ def parse_bytewise(data: bytes, **kwargs: object) -> list[Frame]:
     return frames
 
 
-def rejects(data: bytes, match: str, **kwargs: object) -> ProtocolError:
+def rejects(data: bytes, match: str, **kwargs: Any) -> ProtocolError:
     """Assert the stream is refused whether it arrives at once or byte by byte."""
     for feed in (parse_all, parse_bytewise):
         with pytest.raises(ProtocolError, match=match) as info:

@@ -6,6 +6,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,10 +59,10 @@ def open_journal(tmp_path: Path) -> Iterator[Callable[..., Opened]]:
     """open_journal(directory=None, **journal_kwargs): recovered and started; closed at teardown."""
     opened: list[Journal] = []
 
-    def make(directory: Path | None = None, *, start: bool = True, **kwargs: object) -> Opened:
+    def make(directory: Path | None = None, *, start: bool = True, **kwargs: Any) -> Opened:
         directory = directory or tmp_path / "journal"
         kwargs.setdefault("segment_bytes", 64 << 10)
-        journal = Journal(directory, **kwargs)  # type: ignore[arg-type]
+        journal = Journal(directory, **kwargs)
         opened.append(journal)
         records = [(rtype, bytes(payload), loc) for rtype, payload, loc in journal.recover()]
         watch = Durability(journal)

@@ -81,7 +81,9 @@ def test_a_few_long_lived_messages_do_not_keep_the_dead_segments_behind_them(
     assert h.compactor.compacted_segments >= 1
     assert len(h.journal.live_segments()) <= 2, h.journal.live_counts()
     for mid in (1, 2, 3):  # the copies are the messages, headers and body as sent
-        stored = records.decode_message(h.store.read(h.held[mid].loc))  # type: ignore[arg-type]
+        loc = h.held[mid].loc
+        assert loc is not None
+        stored = records.decode_message(h.store.read(loc))
         assert (stored.key, stored.mid, stored.headers, stored.body) == (
             "q:q", mid, {"h": "v" * 2000}, b"x" * 1000)
 
@@ -134,6 +136,7 @@ def test_the_journal_estimates_live_bytes_per_hold_whatever_the_fan_out(tmp_path
     assert live == 13
     appended = 3000 + 10 * 1000  # bodies, plus every record's head, key and header JSON
     assert appended <= estimate <= appended + 13 * 80
-    h.journal.release(t.loc)  # type: ignore[arg-type]
+    assert t.loc is not None
+    h.journal.release(t.loc)
     [(_seg, live, smaller)] = h.journal.live_bytes()
     assert live == 12 and smaller < estimate

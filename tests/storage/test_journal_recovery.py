@@ -6,6 +6,7 @@ import os
 import random
 import shutil
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,10 +15,10 @@ from sluicemq.storage.journal import Journal, Location
 from sluicemq.storage.segment import HEADER_SIZE, segment_name
 
 
-def write_journal(directory: Path, data: list[bytes], **kwargs: object) -> list[Location]:
+def write_journal(directory: Path, data: list[bytes], **kwargs: Any) -> list[Location]:
     """A closed journal holding `data` as rtype-1 records; returns their locations."""
     kwargs.setdefault("segment_bytes", 4096)
-    journal = Journal(directory, **kwargs)  # type: ignore[arg-type]
+    journal = Journal(directory, **kwargs)
     list(journal.recover())
     journal.start(lambda seq: None, lambda a, b, e: None)
     locs = [journal.append(1, p).loc for p in data]
@@ -25,14 +26,14 @@ def write_journal(directory: Path, data: list[bytes], **kwargs: object) -> list[
     return [loc for loc in locs if loc is not None]
 
 
-def recover(directory: Path, **kwargs: object) -> tuple[list[tuple[bytes, Location]], Journal]:
+def recover(directory: Path, **kwargs: Any) -> tuple[list[tuple[bytes, Location]], Journal]:
     kwargs.setdefault("segment_bytes", 4096)
-    journal = Journal(directory, **kwargs)  # type: ignore[arg-type]
+    journal = Journal(directory, **kwargs)
     records = [(bytes(p), loc) for _, p, loc in journal.recover()]
     return records, journal
 
 
-def recover_and_close(directory: Path, **kwargs: object):
+def recover_and_close(directory: Path, **kwargs: Any):
     records, journal = recover(directory, **kwargs)
     journal.close()
     assert journal.report is not None

@@ -83,7 +83,7 @@ def test_a_message_acknowledged_before_it_is_due_is_never_written() -> None:
     later, loop, written = make()
     m = msg(1)
     later.add("q:q", m)
-    later.sent(m, consumer=None, unsent=None)  # type: ignore[arg-type]
+    later.sent(m, consumer=None, unsent=None)
     assert later.removed(m)  # the consumer's ACK
     loop.advance(1.0)
     assert written == [] and not later.entries
@@ -94,7 +94,7 @@ def test_an_unacknowledged_message_is_written_when_it_is_due_and_not_before() ->
     later, loop, written = make(delay=0.005)
     m = msg(1)
     later.add("q:q", m)
-    later.sent(m, consumer=None, unsent=None)  # type: ignore[arg-type]
+    later.sent(m, consumer=None, unsent=None)
     loop.advance(0.004)
     assert written == []
     loop.advance(0.002)
@@ -157,7 +157,7 @@ def test_an_ack_auto_delivery_settles_once_the_peer_acknowledged_its_bytes() -> 
     acked = [0]
     m = msg(1)
     later.add("q:q", m)
-    later.sent(m, None, (lambda: acked[0], 5000))  # type: ignore[arg-type]  # ends at byte 5000
+    later.sent(m, None, (lambda: acked[0], 5000))  # ends at byte 5000
     assert later.removed(m)  # dispatch removed it from the queue: not yet settled
     loop.run_soon()
     assert m in [e.msg for e in later.entries.values()]
@@ -173,7 +173,7 @@ def test_an_ack_auto_delivery_whose_bytes_stay_unread_is_written_with_its_remova
     later, loop, written = make(delay=0.005)
     m = msg(1)
     later.add("q:q", m)
-    later.sent(m, None, (lambda: 0, 5000))  # type: ignore[arg-type]
+    later.sent(m, None, (lambda: 0, 5000))
     later.removed(m)
     loop.advance(AUTO_SECONDS + 0.01)
     assert written == [("q:q", 1, True)]  # stored, and its removal journaled behind it

@@ -11,9 +11,9 @@ import pytest
 from sluicemq.core.scheduling.cron import next_after, parse
 
 
-def ms(*when: int) -> int:
-    """Local time (year, month, day, hour, minute[, second]) in ms since the epoch."""
-    return int(time.mktime(datetime(*when).timetuple())) * 1000  # type: ignore[misc]
+def ms(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> int:
+    """Local time in ms since the epoch."""
+    return int(time.mktime(datetime(year, month, day, hour, minute, second).timetuple())) * 1000
 
 
 def following(entry: str, *when: int) -> datetime:

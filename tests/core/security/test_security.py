@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,12 +31,12 @@ APP = User("app", frozenset({"apps"}))
 OPS = User("olga", frozenset({"admins"}))
 
 
-def settings(**overrides: object) -> SecuritySettings:
-    base = {"users": (UserEntry("app", APP_HASH, ("apps",)),
+def settings(**overrides: Any) -> SecuritySettings:
+    base: dict[str, Any] = {"users": (UserEntry("app", APP_HASH, ("apps",)),
                       UserEntry("olga", ADMIN_HASH, ("admins",))),
             "login_failure_delay": 0.0}
     base.update(overrides)
-    return SecuritySettings(**base)  # type: ignore[arg-type]
+    return SecuritySettings(**base)
 
 
 # -- password hashes -------------------------------------------------------------------------

@@ -116,7 +116,7 @@ class StoreLater:
         if self.bytes > self.max_bytes:
             self._store_oldest(lambda: self.bytes > self.max_bytes)
 
-    def sent(self, msg: Message, consumer: Consumer, unsent: Sent | None) -> None:
+    def sent(self, msg: Message, consumer: Consumer | None, unsent: Sent | None) -> None:
         """``msg`` was handed to ``consumer``; ``unsent`` when it acks automatically."""
         entry = self.entries.get(id(msg))
         if entry is None:
