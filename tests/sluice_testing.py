@@ -356,6 +356,16 @@ class RawStomp:
                 break
         raise AssertionError("broker did not close the connection")
 
+    def nothing_delivered(self) -> bool:
+        """True if the next frame is the RECEIPT of a round trip begun now (BEGIN, ABORT):
+        the broker writes a RECEIPT after every MESSAGE that earlier frames made deliverable
+        to the connection (core/routing/receipts.py), so nothing came before it."""
+        tx = f"round-trip-{len(self.frames)}-{time.monotonic_ns()}"
+        self.send("BEGIN", {"transaction": tx})
+        self.send("ABORT", {"transaction": tx, "receipt": tx})
+        frame = self.recv()
+        return frame.command == "RECEIPT" and frame.headers.get("receipt-id") == tx
+
     def close(self) -> None:
         self.sock.close()
 

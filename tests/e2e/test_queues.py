@@ -13,6 +13,7 @@ from stomp_helpers import (
     wait_receipt,
 )
 
+from sluice_testing import eventually
 from sluicemq import Client
 
 pytestmark = pytest.mark.usefixtures("broker")
@@ -39,16 +40,16 @@ def test_competing_consumers_share_the_queue_fairly(broker) -> None:
     for i in range(20):
         p.send("/queue/fair", f"m{i}")
     got: dict[str, list[str]] = {"1": [], "2": []}
-    for _ in range(20):
+
+    def take_and_ack() -> bool:
         for conn, lst, sid in ((c1, l1, "1"), (c2, l2, "2")):
-            try:
-                f = lst.next(timeout=0.5)
-            except Exception:
-                continue
-            got[sid].append(f.body)
-            conn.ack(f.headers["ack"])
-        if len(got["1"]) + len(got["2"]) == 20:
-            break
+            while not lst.messages.empty():
+                f = lst.messages.get_nowait()
+                got[sid].append(f.body)
+                conn.ack(f.headers["ack"])
+        return len(got["1"]) + len(got["2"]) == 20
+
+    eventually(take_and_ack, "all 20 delivered")
     assert sorted(got["1"] + got["2"], key=lambda s: int(s[1:])) == [f"m{i}" for i in range(20)]
     assert abs(len(got["1"]) - len(got["2"])) <= 2
 
@@ -155,13 +156,17 @@ def test_message_groups_stick_to_one_consumer(broker) -> None:
     for i in range(30):
         p.send("/queue/grp", f"{'ABC'[i % 3]}{i}", headers={"JMSXGroupID": "ABC"[i % 3]})
     seen: dict[str, set[str]] = {"1": set(), "2": set()}
-    for lst, sid in ((l1, "1"), (l2, "2")):
-        while True:
-            try:
-                f = lst.next(timeout=0.5)
-            except Exception:
-                break
-            seen[sid].add(f.headers["JMSXGroupID"])
+    count = 0
+
+    def take() -> bool:
+        nonlocal count
+        for lst, sid in ((l1, "1"), (l2, "2")):
+            while not lst.messages.empty():
+                seen[sid].add(lst.messages.get_nowait().headers["JMSXGroupID"])
+                count += 1
+        return count == 30
+
+    eventually(take, "all 30 delivered")
     assert seen["1"] | seen["2"] == {"A", "B", "C"}
     assert not (seen["1"] & seen["2"]), "a group was split across consumers"
 

@@ -72,8 +72,7 @@ def test_duplicate_chunk_is_stored_once(raw) -> None:
     c.connect()
     subscribe(c)
     assert c.recv().headers["sluice-stream-seq"] == "0"
-    with pytest.raises(TimeoutError):
-        c.recv(timeout=0.5)
+    assert c.nothing_delivered()
 
 
 def test_gap_is_refused_with_the_expected_sequence(raw) -> None:
@@ -189,8 +188,7 @@ def test_discard_policy_moves_the_rest_to_the_dlq(raw, broker_factory) -> None:
                        name="discard")
     nxt = _stream_then_die(raw, b, "dsc")
     subscribe(nxt, prefetch=10)
-    with pytest.raises(TimeoutError):
-        nxt.recv(timeout=0.5)
+    assert nxt.nothing_delivered()
     subscribe(nxt, dest="/queue/DLQ.files", max_streams=0, prefetch=10, sub="d")
     seqs = sorted(int(nxt.recv().headers["sluice-stream-seq"]) for _ in range(3))
     assert seqs == [2, 3, 4]
@@ -205,8 +203,7 @@ def test_complete_mode_dispatches_nothing_before_the_final_chunk(raw, broker_fac
     p = raw(b)
     p.connect()
     send_stream(p, "cm", [b"1", b"2"], final=False)
-    with pytest.raises(TimeoutError):
-        c.recv(timeout=0.5)
+    assert c.nothing_delivered()  # a complete stream only: nothing before its final chunk
     body = b"3"
     p.send("SEND", chunk_headers("cm", 2, 2, body, final=True, size=3, sha="x"), body)
     assert p.recv().command == "RECEIPT"
