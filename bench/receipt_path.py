@@ -71,7 +71,7 @@ def _read_frame(sock: socket.socket, buf: bytearray) -> bytes:
         if end >= 0:
             frame = bytes(buf[:end])
             del buf[:end + 1]
-            while buf[:1] in (b"\n", b"\r"):
+            while buf and buf[0] in (10, 13):  # EOLs after a frame (heart-beats)
                 del buf[:1]
             return frame
         chunk = sock.recv(65536)
