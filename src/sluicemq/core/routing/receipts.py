@@ -3,8 +3,10 @@
 Receipts, DISCONNECT and staged publications wait on it; a failed write turns the waits it
 covers into errors instead of receipts.
 
-Receipts also follow dispatch: before the session handles a frame that asks for a receipt,
-the broker runs the dispatch pass that is scheduled, if any (``Broker.settle_dispatch``). So
+Receipts also follow dispatch: before the session of a connection that consumes (has a
+subscription) handles a frame that asks for a receipt, the broker runs the dispatch pass that
+is scheduled, if any (``Broker.settle_dispatch``); nothing can be owed to one that consumes
+nothing, and running the pass per receipted SEND halved a pipelined stream. So
 once a client holds a RECEIPT, every MESSAGE that frames handled before that frame - on this
 connection, or on another that had its own RECEIPT first - made deliverable to this
 connection came before it (up to one pass's per-queue budget, 64). "Nothing was delivered"
