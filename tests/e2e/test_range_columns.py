@@ -239,26 +239,29 @@ def test_a_reader_reusing_its_buffers_never_sees_a_held_batch_overwritten(broker
 
 
 def test_successive_connections_sharing_a_pool_fill_the_same_buffers(broker) -> None:
-    """A BufferPool given as ``reuse_buffers`` outlives each connection: a process's readers
-    one after another (a Spark worker's tasks) fill the same few buffers, never fresh ones."""
+    """A BufferPool given as ``reuse_buffers`` outlives each connection: once a reader is done,
+    the next connection of the process (a Spark worker's next task) fills a buffer the first
+    one filled, not fresh memory. (How many a reader needs at once depends on how far it falls
+    behind, so only the first batch of the second read is pinned down.)"""
     n = 20_000
     with Client(broker.url) as c:
         for r in [c.send_async("/queue/shared-pool", b"x" * 1024) for _ in range(n)]:
             r.result(60)
     pool = BufferPool(keep=BODIES_KEPT, largest=64 << 20)
 
-    def read() -> tuple[int, set[int]]:
-        buffers: set[int] = set()
+    def read() -> tuple[int, list[int]]:
+        buffers: list[int] = []
         count = 0
         with Client(broker.url, reuse_buffers=pool) as c, \
                 c.read_range("/queue/shared-pool", batch_bytes=4 << 20) as rng:
             for m in rng:
                 if isinstance(m.body, memoryview):
-                    buffers.add(id(m.body.obj))
+                    buffers.append(id(m.body.obj))
                 count += columns.decode(m.body).count
                 del m
         return count, buffers
 
     count, first = read()
     again, second = read()
-    assert count == again == n and first and second <= first
+    assert count == again == n and first and second
+    assert second[0] in first and len(set(first) | set(second)) <= BODIES_KEPT
