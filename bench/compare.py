@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from stompload import MIB, read_rss
+from stompload import MIB, fdatasync_waits, read_rss
 
 HERE = Path(__file__).resolve().parent
 
@@ -265,22 +265,7 @@ def measure_disk(directory: Path, mib: int = 1024, samples: int = 2000) -> Resul
         dd = mib * MIB / 1e6 / (time.perf_counter() - started)
     finally:
         target.unlink(missing_ok=True)
-    fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        zeros = bytes(MIB)
-        for i in range(16):
-            os.pwrite(fd, zeros, i * MIB)
-        os.fsync(fd)
-        record, waits = os.urandom(1024), []
-        for i in range(samples):
-            t0 = time.perf_counter_ns()
-            os.pwrite(fd, record, i * 1040)
-            os.fdatasync(fd)
-            waits.append(time.perf_counter_ns() - t0)
-    finally:
-        os.close(fd)
-        target.unlink(missing_ok=True)
-    waits.sort()
+    waits = fdatasync_waits(directory, samples)
     return {"broker": "disk", "name": "disk", "dd_mb_per_s": round(dd, 1),
             "fdatasync_p50_ms": round(waits[len(waits) // 2] / 1e6, 3),
             "fdatasync_p99_ms": round(waits[len(waits) * 99 // 100] / 1e6, 3),

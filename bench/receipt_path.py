@@ -24,16 +24,13 @@ import json
 import os
 import socket
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare import CONNECT_ARGS, TMP, Broker, start_activemq, start_rabbitmq, start_sluice
-
-MIB = 1 << 20
-
+from stompload import fdatasync_waits
 
 def _p(sorted_ns: list[int], q: float) -> float:
     """The q-quantile of sorted nanoseconds, in microseconds."""
@@ -42,25 +39,7 @@ def _p(sorted_ns: list[int], q: float) -> float:
 
 def fdatasync_us(directory: Path, samples: int, gap_s: float = 0.0) -> dict[str, float]:
     """p50/p90 of pwrite(1 KiB) + fdatasync into a zero-filled file, ``gap_s`` idle between."""
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=directory, prefix="receipt-path-")
-    try:
-        zeros = bytes(MIB)
-        for i in range(16):
-            os.pwrite(fd, zeros, i * MIB)
-        os.fsync(fd)
-        record, waits = os.urandom(1024), []
-        for i in range(samples):
-            t0 = time.perf_counter_ns()
-            os.pwrite(fd, record, (i * 1040) % (15 * MIB))
-            os.fdatasync(fd)
-            waits.append(time.perf_counter_ns() - t0)
-            if gap_s:
-                time.sleep(gap_s)
-    finally:
-        os.close(fd)
-        os.unlink(name)
-    waits.sort()
+    waits = fdatasync_waits(directory, samples, gap_s)
     return {"p50_us": _p(waits, 0.5), "p90_us": _p(waits, 0.9)}
 
 

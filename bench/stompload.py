@@ -22,6 +22,7 @@ import os
 import secrets
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -56,6 +57,31 @@ def latency_summary(prefix: str, samples_ns: list[int]) -> Result:
         f"{prefix}_p99_ms": round(percentile(ordered, 99) / 1e6, 3),
         f"{prefix}_max_ms": round(ordered[-1] / 1e6, 3),
     }
+
+
+def fdatasync_waits(directory: Path, samples: int, gap_s: float = 0.0) -> list[int]:
+    """Sorted ns of pwrite(1 KiB) + fdatasync appended into a zero-filled file in ``directory``
+    (``gap_s`` idle between): what a lone persistent producer's receipt waits for on this disk."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=directory, prefix="fdatasync-")
+    try:
+        zeros = bytes(MIB)
+        for i in range(16):
+            os.pwrite(fd, zeros, i * MIB)
+        os.fsync(fd)
+        record, waits = os.urandom(1024), []
+        for i in range(samples):
+            t0 = time.perf_counter_ns()
+            os.pwrite(fd, record, (i * 1040) % (15 * MIB))
+            os.fdatasync(fd)
+            waits.append(time.perf_counter_ns() - t0)
+            if gap_s:
+                time.sleep(gap_s)
+    finally:
+        os.close(fd)
+        os.unlink(name)
+    waits.sort()
+    return waits
 
 
 def read_rss(pid: int) -> tuple[int, int]:
