@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare import CONNECT_ARGS, TMP, Broker, start_activemq, start_rabbitmq, start_sluice
 from stompload import fdatasync_waits
 
+
 def _p(sorted_ns: list[int], q: float) -> float:
     """The q-quantile of sorted nanoseconds, in microseconds."""
     return round(sorted_ns[min(len(sorted_ns) - 1, int(len(sorted_ns) * q))] / 1e3, 1)
