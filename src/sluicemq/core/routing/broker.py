@@ -1,7 +1,8 @@
 """The broker: destinations, routing, and the services every destination shares.
 
 What it delegates, each in a module of this package: large streams (``streams.StreamTable``),
-durable subscriptions (``durables.Durables``), the receipt clock (``receipts.DurableWaits``),
+who listens where (``subscriptions.Subscriptions``), durable subscriptions
+(``durables.Durables``), the receipt clock (``receipts.DurableWaits``),
 compaction's holders (``holders``). Several messages that change at once are stored through
 ``Store.transaction`` (COMMIT, dead-lettering).
 
@@ -38,14 +39,13 @@ from sluicemq.core.routing.names import QUEUE, TOPIC, destination_of
 from sluicemq.core.routing.queue import Consumer, Queue
 from sluicemq.core.routing.receipts import DurableWaits, Waiter
 from sluicemq.core.routing.streams import StreamTable
+from sluicemq.core.routing.subscriptions import Subscriptions
 from sluicemq.core.routing.temporary import TempDestinations
 from sluicemq.core.routing.topic import Topic
 from sluicemq.core.routing.virtual import VirtualTopicIndex
 from sluicemq.core.routing.wildcards import MayRead, QueueWatch, WildcardIndex
-from sluicemq.core.selectors import Selector
 from sluicemq.core.staging.stager import Stager
 from sluicemq.core.streams.chunks import DISCARDED
-from sluicemq.errors import ProtocolError
 from sluicemq.storage import records
 from sluicemq.storage.compaction import Compactor, Holder
 from sluicemq.storage.store import Store, TicketLike
@@ -80,7 +80,9 @@ class Broker:
         self.wildcards = WildcardIndex()  # topic subscriptions by pattern (prices.*, orders.>)
         self.virtual = VirtualTopicIndex(config.virtual_topics)  # Consumer.<g>.VirtualTopic.X
         self.temps = TempDestinations()  # /temp-queue/, /temp-topic/: owned by a connection
-        self.advisories = Advisories(config.advisories.enabled, self.has_listeners,
+        self.subscriptions = Subscriptions(self)  # who listens where; consumer caps
+        self.advisories = Advisories(config.advisories.enabled,
+                                     self.subscriptions.has_listeners,
                                      lambda name, msg: self.publish(TOPIC, name, msg),
                                      self.allocate_mid,
                                      config.advisories.slow_consumer_seconds, clock)
@@ -105,7 +107,8 @@ class Broker:
         # snapshots and range reads look at
         self.streams = self.large_streams.open
         self.finished_streams = self.large_streams.finished
-        self.consumer_waits = ConsumerWaits(config.limits, self._consumer_count)
+        self.consumer_waits = ConsumerWaits(config.limits,
+                                            self.subscriptions.consumer_count)
         self.limits = resolve_limits(config.limits, config.data_dir)
         self.memory = MemoryAccount(self.limits.memory)
         # connections, every transport; their output is held within the memory limit
@@ -293,13 +296,6 @@ class Broker:
         (bounded per ``owner``, see core/limits/waits.py)."""
         self.consumer_waits.add(self._clock(), kind, name, timeout, callback, owner)
 
-    def _consumer_count(self, kind: str, name: str) -> int:
-        if kind == QUEUE:
-            q = self.queues.get(name)
-            return len(q.consumers) if q is not None else 0
-        t = self.topics.get(name)
-        return sum(len(q.consumers) for q in t.subscribers.values()) if t is not None else 0
-
     def tick(self) -> None:
         """Once a second: abandon silent streams, answer consumer waits that timed out,
         compact the journal, resume producers whose destinations have room."""
@@ -313,7 +309,7 @@ class Broker:
         self.flow.trimmer.observe_connections(self.admission.total)
         self.flow.trimmer.observe_heap()
         if self.advisories.enabled:
-            self.advisories.check_slow(now, self._subscription_queues())
+            self.advisories.check_slow(now, self.subscriptions.consumer_queues())
         self.large_streams.tick(now)
 
     # -- journal compaction ------------------------------------------------------------------
@@ -405,74 +401,7 @@ class Broker:
         ``/queue/DLQ.<name>`` atomically (``moves.dead_letter``)."""
         moves.dead_letter(self, queue, msg, reason)
 
-    # -- subscriptions -----------------------------------------------------------------------
-    def subscribe_queue(self, name: str) -> Queue:
-        self.check_max_consumers(QUEUE, name)
-        return self.queue(name)
-
-    def check_max_consumers(self, kind: str, name: str) -> None:
-        limit = self.policy(kind, name).max_consumers
-        if limit and self._consumer_count(kind, name) >= limit:
-            raise ProtocolError(f"/{kind}/{name} already has its maximum of {limit} consumers",
-                                fatal=False)
-
-    def subscribe_topic(self, name: str, key: keys.DestKey,
-                        selector: Selector | None) -> Queue:
-        """A private, non-durable queue that receives the topic's messages from now on."""
-        self.check_max_consumers(TOPIC, name)
-        topic = self.topic(name)
-        q = Queue(self, key, topic.destination, self.policy(TOPIC, name),
-                  durable=False, selector=selector)
-        topic.subscribers[key] = q
-        return q
-
-    def subscribe_topic_pattern(self, pattern: str, key: keys.DestKey,
-                                selector: Selector | None, may_read: MayRead) -> Queue:
-        """A private, non-durable queue that receives the messages of every topic matching
-        ``pattern`` (existing or future) that ``may_read`` allows, from now on."""
-        q = Queue(self, key, destination_of(TOPIC, pattern), self.policy(TOPIC, pattern),
-                  durable=False, selector=selector)
-        self.wildcards.add(pattern, key, q, may_read)
-        return q
-
-    def drop_topic_subscription(self, name: str, key: str) -> None:
-        topic = self.topics.get(name)
-        if topic is not None:
-            topic.subscribers.pop(key, None)
-        self.wildcards.remove(key)
-
-    def _subscription_queues(self) -> Iterator[Queue]:
-        """Every queue a consumer can wait on: queues, and each topic's subscribers."""
-        yield from self.queues.values()
-        for topic in self.topics.values():
-            yield from topic.subscribers.values()
-
-    def has_listeners(self, topic: str) -> bool:
-        """Would a message published to ``topic`` reach anyone (plain or wildcard)?"""
-        t = self.topics.get(topic)
-        if t is not None and t.subscribers:
-            return True
-        probe = Message(0, "", {}, b"", persistent=False)
-        return bool(self.wildcards) and bool(self.wildcards.targets(topic, probe))
-
-    def drop_temporary(self, kind: str, name: str) -> None:
-        """Its connection ended: a temporary destination goes, with what it holds."""
-        if kind == QUEUE:
-            q = self.queues.pop(name, None)
-            if q is not None:
-                q.purge()
-        else:
-            self.topics.pop(name, None)
-        self.advisories.destination("removed", kind, name)
-
-    def virtual_queues(self, topic: str) -> list[str]:
-        """The consumer-group queues (that exist now) copying virtual topic ``topic``."""
-        names = self.virtual.queues(topic)
-        gone = [n for n in names if n not in self.queues]
-        for n in gone:
-            self.virtual.removed(n)
-        return [n for n in names if n in self.queues]
-
+    # -- subscriptions (the rest in ``subscriptions.Subscriptions``) -------------------------
     def topic_targets(self, topic: Topic, msg: Message) -> list[Queue]:
         """The topic's own subscribers, then wildcard subscribers whose pattern matches it."""
         targets = topic.targets(msg)

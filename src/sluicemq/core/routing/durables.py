@@ -17,6 +17,7 @@ from sluicemq.config import BrokerConfig, Limits, Policy
 from sluicemq.core.routing import keys
 from sluicemq.core.routing.names import TOPIC
 from sluicemq.core.routing.queue import Queue, QueueOwner
+from sluicemq.core.routing.subscriptions import Subscriptions
 from sluicemq.core.routing.topic import Topic
 from sluicemq.core.routing.wildcards import MayRead, WildcardIndex, is_pattern
 from sluicemq.core.selectors import compile_selector
@@ -31,14 +32,12 @@ class DurableHost(QueueOwner, Protocol):
     config: BrokerConfig
     wildcards: WildcardIndex
     durable_reader: Callable[[str], MayRead]  # subscription key -> what its owner may read
+    subscriptions: Subscriptions  # consumer caps; a replaced definition's topic subscription
 
     def topic(self, name: str) -> Topic: ...
 
     def policy(self, kind: str, name: str) -> Policy: ...
 
-    def check_max_consumers(self, kind: str, name: str) -> None: ...
-
-    def drop_topic_subscription(self, name: str, key: str) -> None: ...
 
 
 class Durables:
@@ -54,7 +53,7 @@ class Durables:
              selector_text: str | None) -> Queue:
         """Find or create (journaled) a durable subscription; a changed definition replaces it."""
         key = keys.durable_key(client_id, sub_name)
-        self.host.check_max_consumers(TOPIC, topic_name)
+        self.host.subscriptions.check_max_consumers(TOPIC, topic_name)
         existing = self.by_key.get(key)
         if existing is not None:
             sub, q = existing
@@ -93,7 +92,7 @@ class Durables:
             raise ProtocolError(f"no durable subscription {keys.subscription_of(key)!r}",
                                 fatal=False)
         sub, q = entry
-        self.host.drop_topic_subscription(sub.topic, key)
+        self.host.subscriptions.drop_topic_subscription(sub.topic, key)
         held = [m.ticket for m in q.pending.drain_stubs() if m.ticket is not None]
         sub_ticket = self.tickets.pop(key, None)
         if sub_ticket is not None:

@@ -428,7 +428,7 @@ class SessionContext:
         self.broker.consumer_waits.cancel(self)
         self.broker.advisories.connection_ended(self.id)
         for kind, name in self.broker.temps.release(self.id):
-            self.broker.drop_temporary(kind, name)
+            self.broker.subscriptions.drop_temporary(kind, name)
         if self.client_id:
             lock = (self.owner(), self.client_id)
             if self.broker.client_ids.get(lock) is self:
@@ -440,7 +440,8 @@ class SessionContext:
         kind, _, name = consumer.destination[1:].partition("/")
         self.broker.advisories.consumer("removed", kind, name, self.id, consumer.sub_id)
         if keys.is_session(queue.key):
-            self.broker.drop_topic_subscription(queue.destination.split("/", 2)[2], queue.key)
+            self.broker.subscriptions.drop_topic_subscription(
+                queue.destination.split("/", 2)[2], queue.key)
             queue.discard()  # else its backlog stayed counted against memory_limit for good
 
 

@@ -128,7 +128,7 @@ def route(session: SessionContext, frame: Frame) -> tuple[str, str] | None:
     if name.startswith(TEMP_PREFIX):  # kept in memory only, as ActiveMQ's temporaries
         session.broker.temps.check(kind, name, session.id, consuming=False)
         h.pop("persistent", None)
-    if kind == TOPIC and (groups := session.broker.virtual_queues(name)):
+    if kind == TOPIC and (groups := session.broker.subscriptions.virtual_queues(name)):
         # a virtual topic: its consumer groups' queues get a copy each, atomically
         send_composite(session, frame, [(kind, name), *((QUEUE, g) for g in groups)],
                        authorize_all=False)

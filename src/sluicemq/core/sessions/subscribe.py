@@ -146,7 +146,7 @@ def _open(session: SessionContext, wanted: Wanted, kind: str, name: str, pattern
         raise ProtocolError(f"activemq.subscriptionName {durable_name!r} on a queue: durable "
                             "subscriptions are for topics (/topic/...)", fatal=False)
     if kind == QUEUE:
-        queue = broker.subscribe_queue(name)
+        queue = broker.subscriptions.subscribe_queue(name)
     elif durable_name:  # a topic or a topic pattern
         if not session.client_id:
             raise ProtocolError("a durable subscription needs a client-id on CONNECT",
@@ -159,13 +159,13 @@ def _open(session: SessionContext, wanted: Wanted, kind: str, name: str, pattern
                                 fatal=False)
         consumer_selector = None
     elif pattern:
-        queue = broker.subscribe_topic_pattern(name, keys.session_key(session.id, index),
-                                               wanted.selector,
-                                               lambda topic: _may_read_topic(session, topic))
+        queue = broker.subscriptions.subscribe_topic_pattern(
+            name, keys.session_key(session.id, index), wanted.selector,
+            lambda topic: _may_read_topic(session, topic))
         consumer_selector = None
     else:
-        queue = broker.subscribe_topic(name, keys.session_key(session.id, index),
-                                       wanted.selector)
+        queue = broker.subscriptions.subscribe_topic(
+            name, keys.session_key(session.id, index), wanted.selector)
         consumer_selector = None
     consumer = Consumer(session, wanted.sub_id, index, destination, queue,
                         ack_mode=wanted.ack_mode, prefetch=wanted.prefetch,
