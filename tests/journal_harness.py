@@ -2,14 +2,17 @@
 
 Deferred store work (group-commit turns, batched ACKs, paced compaction copies) goes into
 ``calls`` and runs only in ``settle``: a spec decides when a loop turn happens. The journal's
-writer thread is real; ``settle`` waits for it, bounded, on the durable sequence number.
+writer thread is real; ``settle`` waits, bounded, for its reports (durable, failed), which
+wake it - no polling.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from sluicemq.storage.journal import Journal
 from sluicemq.storage.store import Store
@@ -29,10 +32,18 @@ class JournalHarness:
                                segment_bytes=segment_bytes)
         list(self.journal.recover())
         self.store = Store(self.journal, self.calls.append, inline_commit=False)
-        if loop_durability:
-            self.store.start(lambda fn, *args: self.calls.append(lambda: fn(*args)))
+        self.reported = threading.Condition()  # the writer thread reported something
+        self.loop_durability = loop_durability
+        self.store.start(self._report)
+
+    def _report(self, fn: Callable[..., None], *args: Any) -> None:
+        """The store's call_soon_threadsafe, on the writer thread."""
+        if self.loop_durability:
+            self.calls.append(lambda: fn(*args))
         else:
-            self.store.start(lambda fn, *args: fn(*args))
+            fn(*args)
+        with self.reported:
+            self.reported.notify_all()
 
     def settle(self) -> None:
         """Run deferred work until nothing is left and everything appended is durable."""
@@ -40,7 +51,10 @@ class JournalHarness:
         while True:
             while self.calls:
                 self.calls.pop(0)()
-            if self.store.durable_seq >= self.store.appended_seq and not self.calls:
-                return
-            assert time.monotonic() < deadline, "journal never became durable"
-            time.sleep(0.001)
+            with self.reported:  # checked under the lock the writer notifies with: no lost wake
+                if self.calls:
+                    continue
+                if self.store.durable_seq >= self.store.appended_seq:
+                    return
+                left = deadline - time.monotonic()
+                assert left > 0 and self.reported.wait(left), "journal never became durable"

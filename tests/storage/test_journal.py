@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import random
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -25,11 +24,27 @@ def segment_files(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.glob("*.log"))
 
 
-def wait_until(predicate, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.005)
+def through_the_writer(opened) -> None:
+    """Return once the writer thread has done what it was handed before now (a reclaimed
+    segment's unlink): a record appended now may share the writer's turn with that work and be
+    reported before it is done; one appended after that record was reported is written in a
+    later turn. No polling."""
+    for _ in range(2):
+        opened.watch.wait(opened.journal.append(1, b"").seq)
+
+
+def blocking_on_durable(opened, gate: threading.Event) -> threading.Event:
+    """Start the writer with an on_durable that holds the writer thread until ``gate`` is set,
+    reporting to ``opened.watch`` once it is; returns the event set when it starts holding."""
+    holding = threading.Event()
+
+    def on_durable(seq: int) -> None:
+        holding.set()
+        gate.wait(10)
+        opened.watch.on_durable(seq)
+
+    opened.journal.start(on_durable, opened.watch.on_failed)
+    return holding
 
 
 # ---------------------------------------------------------------- round trips
@@ -100,8 +115,8 @@ def test_reopening_keeps_the_preallocated_next_segment(open_journal) -> None:
     t = first.journal.append(1, b"x")
     first.watch.wait(t.seq)
     spare = first.journal.segment_path(2)
-    wait_until(spare.exists)  # zero-filled in the background
-    first.journal.close()
+    first.journal.close()  # waits for the helper zero-filling it in the background
+    assert spare.exists()
     inode = spare.stat().st_ino
 
     again = open_journal(first.directory, segment_bytes=4096)
@@ -140,9 +155,10 @@ def test_read_returns_durable_payloads_and_payload_offset_points_at_them(open_jo
 def test_read_serves_records_not_yet_written_from_memory(open_journal) -> None:
     opened = open_journal(start=False)
     gate = threading.Event()
-    opened.journal.start(lambda seq: gate.wait(10), opened.watch.on_failed)
+    holding = blocking_on_durable(opened, gate)
     first = opened.journal.append(1, b"first")  # the writer blocks in on_durable after this
-    wait_until(lambda: opened.journal.durable_seq == first.seq)
+    assert holding.wait(10)
+    assert opened.journal.durable_seq == first.seq
     queued = [opened.journal.append(1, b"queued %d" % i) for i in range(20)]
     with open(opened.journal.segment_path(1), "rb") as fh:
         assert os.pread(fh.fileno(), HEADER_SIZE, queued[0].loc.offset) == bytes(HEADER_SIZE)
@@ -181,9 +197,10 @@ def test_a_record_appended_with_a_tail_is_one_payload_pending_written_and_recove
         open_journal) -> None:
     opened = open_journal(start=False, segment_bytes=1 << 20)
     gate = threading.Event()
-    opened.journal.start(lambda seq: gate.wait(10), opened.watch.on_failed)
+    holding = blocking_on_durable(opened, gate)
     first = opened.journal.append(1, b"first")  # the writer blocks in on_durable after this
-    wait_until(lambda: opened.journal.durable_seq == first.seq)
+    assert holding.wait(10)
+    assert opened.journal.durable_seq == first.seq
     head, body = b"head:", bytearray(os.urandom(70_000))
     split = opened.journal.append(3, head, body)
     whole = bytes(head + body)
@@ -196,7 +213,7 @@ def test_a_record_appended_with_a_tail_is_one_payload_pending_written_and_recove
                                     ) == [whole]
     assert opened.journal.read(split.loc) == whole
     gate.set()
-    wait_until(lambda: opened.journal.durable_seq >= after.seq)
+    opened.watch.wait(after.seq)
     assert opened.journal.read(split.loc) == whole  # from the file, checksum verified
     opened.journal.close()
     again = open_journal(opened.directory, segment_bytes=1 << 20)
@@ -257,13 +274,14 @@ def test_the_callback_thread_survives_a_raising_on_durable(open_journal) -> None
 
     def explode(seq: int) -> None:
         calls.append(seq)
+        opened.watch.on_durable(seq)
         raise RuntimeError("store bug")
 
     opened.journal.start(explode, opened.watch.on_failed)
-    opened.journal.append(1, b"a")
-    wait_until(lambda: calls == [1])
-    opened.journal.append(1, b"b")
-    wait_until(lambda: calls == [1, 2])
+    opened.watch.wait(opened.journal.append(1, b"a").seq)
+    assert calls == [1]
+    opened.watch.wait(opened.journal.append(1, b"b").seq)
+    assert calls == [1, 2]
 
 
 # ---------------------------------------------------------------- deletion rule
@@ -291,7 +309,8 @@ def test_segments_go_oldest_first_once_nothing_in_them_is_live(open_journal) -> 
     assert journal.reclaim() == []  # 1 is still live, so 2 must wait
     journal.release(by_segment[1].loc)
     assert journal.reclaim() == [1, 2]
-    wait_until(lambda: segment_files(opened.directory)[0] == segment_name(3))
+    through_the_writer(opened)
+    assert segment_files(opened.directory)[0] == segment_name(3)
     with pytest.raises(StorageError):
         journal.read(by_segment[1].loc)
     with pytest.raises(StorageError):

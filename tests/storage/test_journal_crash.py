@@ -14,8 +14,9 @@ from sluicemq.storage.journal import Journal
 
 # A producer that numbers its records across restarts (id = last recovered id + seq) and
 # prints "D <id>" the moment on_durable covers that id, i.e. when a broker would RECEIPT it.
+# It keeps at most ~256 records unwritten, woken by the writer's report rather than polling.
 PRODUCER = r"""
-import os, random, sys, time
+import os, random, sys, threading
 from pathlib import Path
 from sluicemq.storage.journal import Journal
 
@@ -23,9 +24,12 @@ journal = Journal(Path(sys.argv[1]), segment_bytes=128 << 10)
 base = 0
 for _, payload, _ in journal.recover():
     base = int(payload[:12])
+reported = threading.Condition()
 
 def durable(seq):
     os.write(1, b"D %d\n" % (base + seq))
+    with reported:
+        reported.notify()
 
 journal.start(durable, lambda first, last, exc: os.write(1, b"F %r\n" % exc))
 rng = random.Random(base)
@@ -34,8 +38,8 @@ while True:
     seq += 1
     journal.append(1 + seq % 200, b"%012d" % (base + seq) + os.urandom(rng.randrange(4000)))
     if seq % 64 == 0:
-        while journal.durable_seq < seq - 256:
-            time.sleep(0.0005)
+        with reported:
+            reported.wait_for(lambda: journal.durable_seq >= seq - 256)
 """
 
 
@@ -46,7 +50,7 @@ def run_and_kill(directory: Path, rng: random.Random) -> list[int]:
     assert proc.stdout is not None
     first = proc.stdout.readline()  # wait until it is really writing
     assert first.startswith(b"D "), first + proc.stderr.read() if proc.stderr else b""
-    time.sleep(rng.uniform(0.05, 0.6))
+    time.sleep(rng.uniform(0.05, 0.6))  # the moment of the kill is what is under test
     os.kill(proc.pid, signal.SIGKILL)
     rest, _ = proc.communicate(timeout=30)
     lines = (first + rest).decode().splitlines()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import os
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,18 +74,17 @@ def test_a_failed_fdatasync_fails_the_batch_and_cuts_it_from_the_file(
     """Fault injection: the disk reports EIO once (the only place a syscall is faked)."""
     opened = open_journal(start=False)
     journal, watch = opened.journal, opened.watch
-    gate = threading.Event()
+    gate, holding = threading.Event(), threading.Event()
 
     def on_durable(seq: int) -> None:
+        holding.set()
         gate.wait(10)
         watch.on_durable(seq)
 
     journal.start(on_durable, watch.on_failed)
     kept = journal.append(1, b"kept")
-    deadline = time.monotonic() + 10
-    while journal.durable_seq < kept.seq:  # the writer now waits in on_durable(kept)
-        assert time.monotonic() < deadline
-        time.sleep(0.001)
+    assert holding.wait(10)  # the writer now waits in on_durable(kept)
+    assert journal.durable_seq == kept.seq
     doomed = [journal.append(1, b"doomed %d" % i) for i in range(5)]  # queued behind `kept`
     doomed_start = doomed[0].loc
     assert doomed_start is not None

@@ -78,19 +78,38 @@ class Verdict:
 
 
 class Ledger:
-    """Append-only files, one per worker, flushed per line: the test's own memory."""
+    """Append-only files, one per worker, flushed per line: the test's own memory. A
+    consumer's line also wakes ``wait_received``."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
+        self.changed = threading.Condition()
+        self.received: set[str] = set()  # ids consumers recorded, intact or not
+        self.awaited: set[str] = set()  # of the ids wait_received waits for, those not seen
 
     def writer(self, name: str) -> Callable[[str], None]:
         fh = open(self.directory / f"{name}.log", "a", buffering=1)  # noqa: SIM115
+        receiving = name.startswith("recv-")
 
         def append(line: str) -> None:
             fh.write(line + "\n")
+            if receiving:
+                msg_id = line.split(" ", 1)[0]
+                with self.changed:
+                    self.received.add(msg_id)
+                    self.awaited.discard(msg_id)
+                    if not self.awaited:
+                        self.changed.notify_all()
 
         return append
+
+    def wait_received(self, ids: set[str], timeout: float) -> bool:
+        """Until consumers recorded every one of ``ids`` (or ``timeout``): woken by their lines,
+        no polling of the files."""
+        with self.changed:
+            self.awaited = ids - self.received
+            return self.changed.wait_for(lambda: not self.awaited, timeout)
 
     def read(self, prefix: str) -> list[str]:
         lines: list[str] = []
@@ -105,7 +124,7 @@ def connect(url: str, stop: threading.Event, **kwargs: Any) -> Client | None:
         try:
             return Client(url, timeout=5, **kwargs)
         except (ClientError, OSError):
-            time.sleep(0.05)
+            time.sleep(0.05)  # the broker is down on purpose: retry pacing, not a wait for it
     return None
 
 
@@ -181,7 +200,7 @@ def run(broker: Broker, workdir: Path, *, cycles: int, producers: int = 3, consu
     for t in threads:
         t.start()
     for cycle in range(cycles):
-        time.sleep(rng.uniform(min_up, max_up))
+        time.sleep(rng.uniform(min_up, max_up))  # the kill lands at a random moment: the test
         if before_kill is not None:
             before_kill(cycle + 1)
         broker.kill()
@@ -190,17 +209,12 @@ def run(broker: Broker, workdir: Path, *, cycles: int, producers: int = 3, consu
         broker.restart()
         if on_cycle is not None:
             on_cycle(cycle + 1)
-    time.sleep(min_up)
+    time.sleep(min_up)  # traffic after the last restart is part of the run
     stop_producing.set()
     for t in threads[:producers]:
         t.join(30)
     sent = set(ledger.read("sent-"))
-    deadline = time.monotonic() + drain_timeout
-    while time.monotonic() < deadline:
-        seen = {line.split(" ", 1)[0] for line in ledger.read("recv-")}
-        if sent <= seen:
-            break
-        time.sleep(0.5)
+    ledger.wait_received(sent, drain_timeout)  # if it times out, judge names what was lost
     drained.set()  # each consumer ends after half a second without a message (late copies show)
     for t in threads[producers:]:
         t.join(30)
