@@ -12,6 +12,8 @@ from typing import Any
 
 from sluicemq.core.persistence.storelater import AUTO_SECONDS, StoreLater
 from sluicemq.core.routing.message import Message
+from sluicemq.storage.segment import Location
+from sluicemq.storage.store import TicketLike
 
 
 class Loop:
@@ -46,7 +48,7 @@ class Loop:
 class Ticket:
     def __init__(self, seq: int) -> None:
         self.seq = seq
-        self.loc = None
+        self.loc: Location | None = None  # never written: a journal's ticket would say where
 
 
 class Store:
@@ -59,10 +61,10 @@ class Store:
         self.written.append((key, mid, False))
         return Ticket(len(self.written))
 
-    def hold(self, ticket: Ticket) -> None:
+    def hold(self, ticket: TicketLike, count: int = 1) -> None:
         pass
 
-    def remove(self, key: str, mid: int, ticket: Ticket) -> None:
+    def remove(self, key: str, mid: int, ticket: TicketLike) -> None:
         self.written[ticket.seq - 1] = (key, mid, True)  # its removal follows its record
 
 
@@ -70,7 +72,7 @@ def make(delay: float = 0.005, max_bytes: int = 1 << 20
          ) -> tuple[StoreLater, Loop, list[tuple[str, int, bool]]]:
     loop = Loop()
     store = Store()
-    later = StoreLater(store, 1 << 16, loop.call_soon, loop.call_later,  # type: ignore[arg-type]
+    later = StoreLater(store, 1 << 16, loop.call_soon, loop.call_later,
                        lambda: loop.now, delay=delay, max_bytes=max_bytes)
     return later, loop, store.written
 

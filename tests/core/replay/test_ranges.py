@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import random
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from journal_harness import JournalHarness
 from sluicemq.core.paging.cursor import PendingList
 from sluicemq.core.paging.pager import Pager
 from sluicemq.core.paging.spill import SpillFifo
@@ -20,8 +20,7 @@ from sluicemq.core.replay.request import RangeError, RangeRequest, parse_request
 from sluicemq.core.replay.seqindex import Fetcher, SeqView
 from sluicemq.core.replay.streams import StreamPlanner, facts_of, select, stream_cuts
 from sluicemq.core.routing.message import Message
-from sluicemq.storage.journal import Journal
-from sluicemq.storage.store import Store
+from sluicemq.core.routing.queue import Consumer
 
 DEST = "/queue/q"
 
@@ -84,12 +83,8 @@ class Harness:
     """A real journal; paged-out messages point at real records."""
 
     def __init__(self, directory: Path) -> None:
-        self.calls: list[Callable[[], None]] = []
-        self.journal = Journal(directory / "journal", sync=False, preallocate=False,
-                               segment_bytes=1 << 20)
-        list(self.journal.recover())
-        self.store = Store(self.journal, self.calls.append, inline_commit=False)
-        self.store.start(lambda fn, *args: fn(*args))
+        self.journal_harness = JournalHarness(directory, 1 << 20)
+        self.store = self.journal_harness.store
         self.pager = Pager(self.store, None, spill_bytes=64 << 10)
         self.next_mid = 100
 
@@ -105,12 +100,7 @@ class Harness:
         return msg
 
     def settle(self) -> None:
-        while self.calls:
-            self.calls.pop(0)()
-        deadline = time.monotonic() + 5
-        while self.store.durable_seq < self.store.appended_seq:
-            assert time.monotonic() < deadline
-            time.sleep(0.001)
+        self.journal_harness.settle()
         self.pager.settle(self.store.durable_seq)
 
     def close(self) -> None:
@@ -122,7 +112,7 @@ class FakeQueue:
 
     def __init__(self, pending: PendingList) -> None:
         self.pending = pending
-        self.consumers: list[object] = []
+        self.consumers: list[Consumer] = []
 
 
 @pytest.fixture
@@ -147,7 +137,7 @@ def backlog(h: Harness, n: int, window: int = 20) -> tuple[PendingList, list[int
 def test_the_view_counts_and_finds_paged_out_messages_by_seq(h: Harness) -> None:
     pending, seqs = backlog(h, 500)
     assert pending.paged > 400
-    view = SeqView(FakeQueue(pending))  # type: ignore[arg-type]
+    view = SeqView(FakeQueue(pending))
     assert view.lowest() == seqs[0]
     a, b = seqs[37], seqs[411]
     assert view.count(a, b) == 411 - 37
@@ -160,7 +150,7 @@ def test_the_view_counts_and_finds_paged_out_messages_by_seq(h: Harness) -> None
 
 def test_fetching_reads_a_paged_out_message_without_taking_it(h: Harness) -> None:
     pending, seqs = backlog(h, 100)
-    view = SeqView(FakeQueue(pending))  # type: ignore[arg-type]
+    view = SeqView(FakeQueue(pending))
     fetch = Fetcher(h.store, h.pager, DEST)
     found = view.find(seqs[90])
     assert found is not None
@@ -172,7 +162,7 @@ def test_fetching_reads_a_paged_out_message_without_taking_it(h: Harness) -> Non
 
 def test_cuts_split_a_range_into_slices_of_equal_count(h: Harness) -> None:
     pending, seqs = backlog(h, 300)
-    view = SeqView(FakeQueue(pending))  # type: ignore[arg-type]
+    view = SeqView(FakeQueue(pending))
     cuts = view.cuts(seqs[0], seqs[-1] + 1, 4)
     assert cuts == [seqs[75], seqs[150], seqs[225]]
     assert view.cuts(seqs[0], seqs[2], 10) == [seqs[1]]  # fewer messages than slices
@@ -189,7 +179,7 @@ def test_redelivered_and_out_of_order_messages_are_still_found_in_seq_order(h: H
     h.settle()
     late.mid = seqs[0] - 1  # an older id arriving late (a held stream chunk, say)
     pending.push(late)
-    view = SeqView(FakeQueue(pending))  # type: ignore[arg-type]
+    view = SeqView(FakeQueue(pending))
     expected = sorted(m.mid for m in pending)
     assert [s for s, _ in view.batch(0, 1 << 62, 10_000)] == expected
     assert view.lowest() == late.mid

@@ -26,14 +26,14 @@ def msg() -> Message:
     return Message(1, "/topic/x", {}, b"", persistent=False)
 
 
-def reached(index: WildcardIndex, topic: str) -> set[str]:
-    return {q.name for q in index.targets(topic, msg())}  # type: ignore[attr-defined]
+def reached(index: WildcardIndex[Sub], topic: str) -> set[str]:
+    return {q.name for q in index.targets(topic, msg())}
 
 
-def index_of(*patterns: str, may_read=lambda t: True) -> WildcardIndex:
-    index = WildcardIndex()
+def index_of(*patterns: str, may_read=lambda t: True) -> WildcardIndex[Sub]:
+    index = WildcardIndex[Sub]()
     for p in patterns:
-        index.add(p, p, Sub(p), may_read)  # type: ignore[arg-type]
+        index.add(p, p, Sub(p), may_read)
     return index
 
 

@@ -22,12 +22,12 @@ import heapq
 import itertools
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from sluicemq.core.routing.message import Message
 from sluicemq.core.routing.queue import Consumer, Queue
 from sluicemq.storage.records import PRODUCER_HEADER
-from sluicemq.storage.store import Store
+from sluicemq.storage.store import TicketLike
 
 Waiter = Callable[[BaseException | None], None]
 # An ack:auto delivery: (bytes of the connection its peer has acknowledged - a function, -1
@@ -54,6 +54,18 @@ class _Entry:
         self.removed = False  # an ack:auto consumer took it: nothing holds it any more
 
 
+class Journaling(Protocol):
+    """What deferred writes need of the store (``Store``): a shape, so that a spec can record
+    the calls instead of writing a journal."""
+
+    def append_message(self, key: str, mid: int, timestamp: int, expires: int, priority: int,
+                       headers: dict[str, str], body: bytes) -> TicketLike: ...
+
+    def hold(self, ticket: TicketLike, count: int = ...) -> None: ...
+
+    def remove(self, key: str, mid: int, ticket: TicketLike) -> None: ...
+
+
 class StoreLater:
     """The deferred messages, oldest first, and the receipts waiting for them to settle.
 
@@ -62,7 +74,7 @@ class StoreLater:
     the loop (call_soon, call_later); ``clock`` is the loop's monotonic time.
     """
 
-    def __init__(self, store: Store, spill_bytes: int,
+    def __init__(self, store: Journaling, spill_bytes: int,
                  soon: Callable[[Callable[[], None]], Any],
                  later: Callable[[float, Callable[[], None]], Any] | None,
                  clock: Callable[[], float], *, delay: float,

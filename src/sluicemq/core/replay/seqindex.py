@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sluicemq.core.paging.pager import Pager
 from sluicemq.core.paging.spill import JOURNAL, OBJ, SpillFifo
@@ -32,8 +32,20 @@ from sluicemq.storage.slotpack import Fields
 from sluicemq.storage.store import RecoveredTicket
 
 if TYPE_CHECKING:
-    from sluicemq.core.routing.queue import Queue
+    from sluicemq.core.paging.cursor import PendingList
+    from sluicemq.core.routing.queue import Consumer
     from sluicemq.storage.store import Store
+
+
+class Retaining(Protocol):
+    """What a view reads of a queue: its cursor and its consumers' unacknowledged messages (a
+    shape, so that a spec can hand in a cursor without building a queue and its broker)."""
+
+    @property
+    def pending(self) -> PendingList: ...
+
+    @property
+    def consumers(self) -> Sequence[Consumer]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +60,7 @@ class TailRef:
 Found = Message | TailRef
 
 
-def in_memory(queue: Queue, held: Iterable[Message] = ()) -> Iterator[Message]:
+def in_memory(queue: Retaining, held: Iterable[Message] = ()) -> Iterator[Message]:
     """Every retained message object of ``queue`` that is not in a tail."""
     for _prio, head, _tail in queue.pending.lanes():
         yield from head
@@ -62,7 +74,7 @@ def in_memory(queue: Queue, held: Iterable[Message] = ()) -> Iterator[Message]:
 class SeqView:
     """The retained messages of one queue, answerable by seq without touching the disk."""
 
-    def __init__(self, queue: Queue, held: Iterable[Message] = ()) -> None:
+    def __init__(self, queue: Retaining, held: Iterable[Message] = ()) -> None:
         self.runs: list[tuple[int, SpillFifo, int, int]] = []  # prio, tail, lo, hi
         for prio, _head, tail in queue.pending.lanes():
             for lo, hi in tail.runs():

@@ -77,7 +77,7 @@ class Broker:
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
         self.queue_watch = QueueWatch()  # wildcard queue subscriptions (orders.>)
-        self.wildcards = WildcardIndex()  # topic subscriptions by pattern (prices.*, orders.>)
+        self.wildcards = WildcardIndex[Queue]()  # topic subscriptions by pattern (prices.*.eu)
         self.virtual = VirtualTopicIndex(config.virtual_topics)  # Consumer.<g>.VirtualTopic.X
         self.temps = TempDestinations()  # /temp-queue/, /temp-topic/: owned by a connection
         self.subscriptions = Subscriptions(self)  # who listens where; consumer caps

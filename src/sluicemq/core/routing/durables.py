@@ -30,7 +30,7 @@ class DurableHost(QueueOwner, Protocol):
     """What durable subscriptions need of the broker: topics, policies, consumer caps."""
 
     config: BrokerConfig
-    wildcards: WildcardIndex
+    wildcards: WildcardIndex[Queue]
     durable_reader: Callable[[str], MayRead]  # subscription key -> what its owner may read
     subscriptions: Subscriptions  # consumer caps; a replaced definition's topic subscription
 

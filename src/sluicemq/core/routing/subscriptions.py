@@ -33,7 +33,7 @@ class SubscriptionHost(QueueOwner, Protocol):
 
     queues: dict[str, Queue]
     topics: dict[str, Topic]
-    wildcards: WildcardIndex
+    wildcards: WildcardIndex[Queue]
     virtual: VirtualTopicIndex
     advisories: Advisories
 

@@ -14,15 +14,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from sluicemq.config import match_destination
 
 if TYPE_CHECKING:
     from sluicemq.core.routing.message import Message
-    from sluicemq.core.routing.queue import Queue
+    from sluicemq.core.selectors import Selector
 
 MayRead = Callable[[str], bool]
+
+
+class Subscriber(Protocol):
+    """What the index reads of a subscriber queue: its selector (the broker's are ``Queue``)."""
+
+    @property
+    def selector(self) -> Selector | None: ...
+
+
+S = TypeVar("S", bound=Subscriber)
 
 
 def is_pattern(name: str) -> bool:
@@ -37,22 +47,22 @@ def valid_pattern(name: str) -> bool:
 
 
 @dataclass(slots=True)
-class _Node:
-    children: dict[str, _Node] = field(default_factory=dict)
-    here: dict[str, tuple[Queue, MayRead]] = field(default_factory=dict)  # pattern ends here
+class _Node(Generic[S]):
+    children: dict[str, _Node[S]] = field(default_factory=dict)
+    here: dict[str, tuple[S, MayRead]] = field(default_factory=dict)  # pattern ends here
 
 
-class WildcardIndex:
+class WildcardIndex(Generic[S]):
     """Every live wildcard subscription, by pattern segments; keyed by subscriber queue key."""
 
     def __init__(self) -> None:
-        self._root = _Node()
+        self._root: _Node[S] = _Node()
         self._patterns: dict[str, str] = {}  # queue key -> pattern
 
     def __len__(self) -> int:
         return len(self._patterns)
 
-    def add(self, pattern: str, key: str, queue: Queue, may_read: MayRead) -> None:
+    def add(self, pattern: str, key: str, queue: S, may_read: MayRead) -> None:
         node = self._root
         for seg in pattern.split("."):
             node = node.children.setdefault(seg, _Node())
@@ -73,10 +83,10 @@ class WildcardIndex:
                 break
             del nodes[depth - 1].children[segs[depth - 1]]
 
-    def targets(self, topic: str, msg: Message) -> list[Queue]:
+    def targets(self, topic: str, msg: Message) -> list[S]:
         """Subscriber queues whose pattern matches ``topic``, whose selector accepts ``msg``
         and whose user may read ``topic``."""
-        found: dict[str, tuple[Queue, MayRead]] = {}
+        found: dict[str, tuple[S, MayRead]] = {}
         segs = topic.split(".")
         stack = [(self._root, 0)]
         while stack:

@@ -4,7 +4,7 @@ checks where the parser can tell (a number is no condition) and bounded nesting.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from sluicemq.core.selectors.evaluator import (
@@ -39,6 +39,7 @@ from sluicemq.core.selectors.values import (
     MAX_SELECTOR_LENGTH,
     MAX_TREE_DEPTH,
     Evaluator,
+    Headers,
     SelectorError,
 )
 
@@ -295,7 +296,7 @@ class Selector:
         self.text = text
         self._evaluate = evaluate
 
-    def matches(self, headers: Mapping[str, str]) -> bool:
+    def matches(self, headers: Headers) -> bool:
         """True only if the selector evaluates to TRUE (FALSE and UNKNOWN both reject)."""
         return self._evaluate(headers) is True
 

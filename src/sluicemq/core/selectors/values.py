@@ -25,7 +25,9 @@ CONVERT_PREFIX = "convert_string_expressions:"
 HYPHENATED_PREFIX = "hyphenated_props:"
 
 Value = bool | int | float | str | None
-Headers = Mapping[str, str]
+# Header values as the broker hands them: strings from STOMP frames, typed values from JSON
+# headers (a column batch's); the evaluator reads any other type as an absent header.
+Headers = Mapping[str, object]
 Evaluator = Callable[[Headers], Value]
 
 
