@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from sluicemq.core.sessions.spool import TxSpool
 from sluicemq.errors import ProtocolError
+from sluicemq.storage.txspool import TxSpool
 
 TX_MEMORY_PER_CONNECTION = 1 << 20
 

@@ -28,12 +28,12 @@ from sluicemq.core.security.policy import User
 from sluicemq.core.sessions.heads import message_head_12
 from sluicemq.core.sessions.peer import Outbound
 from sluicemq.core.sessions.services import Services
-from sluicemq.core.sessions.spool import TxSpool
 from sluicemq.core.streams.chunks import RESUMED, STREAM_ID
 from sluicemq.errors import ProtocolError
 from sluicemq.protocol.codec import FrameParser, encode_frame, encode_head
 from sluicemq.protocol.frames import Frame
 from sluicemq.protocol.headers import escape
+from sluicemq.storage.txspool import TxSpool
 
 log = logging.getLogger("sluicemq.session")
 

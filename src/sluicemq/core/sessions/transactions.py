@@ -21,11 +21,11 @@ from sluicemq.core.routing.names import destination_of
 from sluicemq.core.routing.queue import Consumer, Queue
 from sluicemq.core.sessions import acks
 from sluicemq.core.sessions.context import SessionContext
-from sluicemq.core.sessions.spool import StoredMessage, TxSpool
 from sluicemq.core.staging import frames as stage_frames
 from sluicemq.core.staging.book import STAGE_ABORT, STAGE_COMMIT
 from sluicemq.errors import ProtocolError
 from sluicemq.protocol.frames import Frame
+from sluicemq.storage.txspool import StoredMessage, TxSpool
 
 
 def begin(session: SessionContext, frame: Frame) -> None:

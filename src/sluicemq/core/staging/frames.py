@@ -25,7 +25,6 @@ from sluicemq.core.routing.message import (
     parse_priority,
 )
 from sluicemq.core.security.policy import WRITE
-from sluicemq.core.sessions.spool import TxSpool
 from sluicemq.core.staging.book import (
     DISCARDED,
     MESSAGES,
@@ -45,6 +44,7 @@ from sluicemq.errors import ProtocolError
 from sluicemq.protocol import columns
 from sluicemq.protocol.columns import COLUMNS
 from sluicemq.protocol.frames import Frame
+from sluicemq.storage.txspool import TxSpool
 
 if TYPE_CHECKING:
     from sluicemq.core.sessions.peer import SessionPeer as Session

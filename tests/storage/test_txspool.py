@@ -1,4 +1,4 @@
-"""Specification of the transaction spool (core/sessions/spool.py): tx content off the heap."""
+"""Specification of the transaction spool (storage/txspool.py): tx content off the heap."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from sluicemq.core.sessions.spool import (
+from sluicemq.errors import StorageError
+from sluicemq.storage import records
+from sluicemq.storage.txspool import (
     DEFAULT_MEMORY_THRESHOLD,
     SpooledAck,
     StoredMessage,
     TxSpool,
 )
-from sluicemq.errors import StorageError
-from sluicemq.storage import records
 
 ENTRY_OVERHEAD = 9  # kind byte + 8-byte length
 PROC_FD = Path("/proc/self/fd")
