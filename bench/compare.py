@@ -338,6 +338,8 @@ def run_broker(name: str, scenarios: list[Scenario], opts: argparse.Namespace,
                                label=f"{name}:{scenario.name}", timeout=opts.timeout)
             result.update(broker=name, name=scenario.name, loadavg_before=round(load, 2),
                           run=opts.run_id, quick=opts.quick)
+            if name == "sluice":  # which build ran: the optional mypyc one says so at start
+                result["build"] = "mypyc" if "mypyc" in "".join(broker.log[:50]) else "pure"
             peak = max(peak, int(result.get("rss_peak_mib", 0) * MIB))
             record(out, result)
             yield result

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sluicemq import protocol
 from sluicemq.config import BrokerConfig
 from sluicemq.core.dedup.recovery import ProducersPart
 from sluicemq.core.paging.trim import heap_free, malloc_trim
@@ -161,7 +162,9 @@ class BrokerServer:
         for sig in (signal.SIGTERM, signal.SIGINT):  # before anyone is told we listen
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, self._stopped.set)
-        print(f"sluice: listening on stomp://{host}:{port} (data in {data_dir})", flush=True)
+        build = "; codec compiled with mypyc" if protocol.compiled() else ""
+        print(f"sluice: listening on stomp://{host}:{port} (data in {data_dir}{build})",
+              flush=True)
 
     async def _start_tls(self) -> None:
         """STOMP over TLS beside plain STOMP, when a certificate and key are configured.

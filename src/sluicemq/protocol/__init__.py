@@ -8,4 +8,12 @@ transports: imports nothing of SluiceMQ but errors.
 
 from sluicemq.protocol.frames import Frame
 
-__all__ = ["Frame"]
+__all__ = ["Frame", "compiled"]
+
+
+def compiled() -> bool:
+    """Whether the codec runs compiled (the optional mypyc build of setup.py) rather than as
+    the pure-Python source: the broker says so when it starts, so a figure names its build."""
+    from sluicemq.protocol import codec
+
+    return not str(codec.__file__).endswith(".py")
