@@ -40,6 +40,9 @@ log = logging.getLogger("sluicemq.session")
 MAX_HELD_FRAMES = 100  # frames pipelined behind a CONNECT whose login is still being checked
 MAX_HELD_BYTES = 16 << 20
 FRAMES_PER_TURN = 128  # frames of one connection handled per loop turn; the rest wait a turn
+LARGE_BODY = 65536  # a body this large is never copied into its frame (one write for the
+# head, one for the body); a transport that keeps what it is given by reference may ask for
+# smaller ``bytes`` bodies to go out that way too (``share_bodies_from``, see deliver)
 _session_ids = itertools.count(1)
 _BOOT = os.urandom(4).hex()
 
@@ -54,6 +57,7 @@ class SessionContext:
     def __init__(self, services: Services, out: Outbound, peer: str = "?") -> None:
         broker = self.broker = services.broker
         self.out = out
+        self._share_from: int = getattr(out, "share_bodies_from", LARGE_BODY)
         self.peer = peer
         self.id = f"{_BOOT}-{next(_session_ids)}"
         self.version = "1.0"
@@ -112,9 +116,15 @@ class SessionContext:
             head = self._message_head(consumer, msg, body, resumed)
         if msg.group is not None and STREAM_ID in msg.headers:
             self.broker.large_streams.delivered(msg)
-        if len(body) < 65536:
+        # Why a body may go out uncopied below LARGE_BODY: a topic message fanned out to peers
+        # that stopped reading is then held once by their transports, not once per subscriber
+        # in a frame of its own (200 stuck subscribers of 16 KiB messages held ~64 MiB of
+        # copies of 400 bodies). A memoryview is still copied: it may be a slice of a span read
+        # back from the journal, and a transport holding it would hold the whole span.
+        size = len(body)
+        if size < self._share_from or (size < LARGE_BODY and type(body) is not bytes):
             self.out.write(b"".join((head, body, b"\x00")))
-        else:  # large bodies go out without another copy
+        else:  # the body goes out without another copy
             self.out.write(head)
             self.out.write(body)
             self.out.write(b"\x00")
