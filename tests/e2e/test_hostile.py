@@ -23,9 +23,11 @@ import pytest
 from e2e.stomp_helpers import connect as stomp_connect
 from sluice_testing import RawStomp, eventually
 from sluicemq.client import Client
+from sluicemq.core.paging.flow import CURSOR_HIGH_WATER
 from sluicemq.errors import ClientError
 from sluicemq.protocol.codec import FrameParser, encode_frame
 from sluicemq.protocol.frames import Frame
+from sluicemq.transport.websocket import CONNECTION_BYTES
 
 CONNECT = {"accept-version": "1.2", "host": "h", "heart-beat": "0,0"}
 
@@ -143,6 +145,38 @@ def test_websocket_connections_count_against_max_connections(broker_factory: Any
     assert tcp_refusal == "too many connections (limit 3, max_connections)"
     until_used(b, "connections", 0)  # the WebSockets' slots are given back when they close
     bystander_works(b)
+
+
+def test_websocket_connections_count_against_the_memory_limit(broker_factory: Any) -> None:
+    """An open WebSocket holds ~23 KiB (aiohttp's request, reader, writer; our session) that
+    no cap on messages sees: it is charged to memory_limit while open, and upgrades past the
+    part of the limit queued messages leave them (30%) are refused, naming the limit - so
+    thousands of WebSockets from many addresses cannot take the process past its limit."""
+    limit = 1 << 20
+    admitted = (limit - int(limit * CURSOR_HIGH_WATER)) // CONNECTION_BYTES
+    b = broker_factory(config_text=f'[limits]\nmemory-limit = "{limit} B"\n')
+
+    async def scenario() -> tuple[str, int, int]:
+        async with aiohttp.ClientSession() as http:
+            opened = [await http.ws_connect(f"{b.ws_url}/stomp", protocols=("v12.stomp",))
+                      for _ in range(admitted)]
+            used = overview(b)["limits"]["connection_memory"]["used"]
+            held = overview(b)["flow"]["limits"]["memory"]["used"]
+            extra = await http.ws_connect(f"{b.ws_url}/stomp", protocols=("v12.stomp",))
+            msg = await extra.receive(timeout=10)
+            refusal = FrameParser().feed(msg.data.encode())[0].headers["message"]
+            for ws in (*opened, extra):
+                await ws.close()
+            return refusal, used, held
+
+    refusal, used, held = asyncio.run(scenario())
+    assert used == admitted * CONNECTION_BYTES
+    assert held >= used, "inside what memory_limit counts"
+    assert refusal.startswith("memory limit reached: WebSocket connections hold "
+                              f"{admitted * CONNECTION_BYTES} bytes")
+    assert "memory_limit" in refusal
+    bystander_works(b)  # TCP clients are not refused, and messages still flow
+    until_used(b, "connection_memory", 0)  # given back as the WebSockets close
 
 
 # -- frames --------------------------------------------------------------------------------

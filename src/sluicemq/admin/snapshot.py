@@ -267,6 +267,8 @@ def limits_view(broker: Broker) -> dict[str, Any]:
         "turn_budget_ms": limits.turn_budget_ms,
         "output_buffer": {"limit": admission.output_bytes,
                           "per_connection": admission.output_share()},
+        "connection_memory": {"used": broker.memory.connections,  # WebSockets' own state
+                              "limit": broker.memory.limit - broker.memory.high_water},
         "turns_deferred": broker.turns.deferred_total,
         "max_transaction_bytes": parse_size(limits.max_transaction_bytes),
         "max_durable_subscriptions": limits.max_durable_subscriptions,

@@ -11,7 +11,9 @@ on TCP. Reading pauses as on TCP too (flow control, a
 connection's turn of frames used up): the read loop stops taking messages, aiohttp's bounded
 reader then stops reading the socket, and TCP holds the client back - so a WebSocket producer
 can neither queue frames without bound in the broker nor hold the event loop longer than a
-TCP one.
+TCP one. An open connection's own state (~23 KiB, ``CONNECTION_BYTES``) is charged to the
+memory account too, so thousands of WebSockets from many addresses cannot hold more than the
+part of ``memory_limit`` queued messages do not use; an upgrade past it is refused.
 """
 
 from __future__ import annotations
@@ -42,6 +44,12 @@ SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
 FRAME_SLACK = 64 << 10  # a WebSocket message may hold a maximal frame plus a few small ones
 HANDSHAKE_SECONDS = 0.001  # what an upgrade costs the loop, reserved when one is woken
 REFUSED_CLOSE_SECONDS = 1.0  # a refused client's close frame is awaited this long
+# What an open WebSocket connection holds beyond its output, charged to the memory account
+# while it is open (``MemoryAccount.open``). Measured (bench/memdump.py, 1,000 upgrades):
+# ~23 KiB each - aiohttp's parsed upgrade request kept for the connection's life, its reader,
+# writer and response (~11 KiB), our connection, session and parser (~6 KiB), tasks and
+# events (~3 KiB), the C parts (uvloop, HTTP parser) the rest.
+CONNECTION_BYTES = 24 << 10
 
 
 class WebSocketConnection:
@@ -260,6 +268,7 @@ class WebSocketServer:
         finally:
             self.connections.discard(conn)
             self.broker.admission.release(address)
+            self.broker.memory.close(CONNECTION_BYTES)
             _drop_tracebacks(ws)
         return ws
 
@@ -276,6 +285,10 @@ class WebSocketServer:
         peer = request.transport.get_extra_info("peername") if request.transport else None
         address = str(peer[0]) if peer else "?"
         refused = self.broker.admission.admit(address)
+        if refused is None:
+            refused = self.broker.memory.open(CONNECTION_BYTES, "WebSocket connections")
+            if refused is not None:
+                self.broker.admission.release(address)
         limit = self.broker.config.limits.max_frame_bytes + FRAME_SLACK
         # A refused client gets its ERROR and a close frame, and a short wait for its close:
         # thousands of refused upgrades left open by their client must not linger for 10 s.
@@ -288,16 +301,17 @@ class WebSocketServer:
         except BaseException:
             if refused is None:
                 self.broker.admission.release(address)
+                self.broker.memory.close(CONNECTION_BYTES)
             raise
         if refused is None:
             return ws, address
-        # counted with TCP: WebSockets cannot exhaust descriptors
+        # counted with TCP (WebSockets cannot exhaust descriptors) and in memory_limit
         log.warning("refusing websocket from %s: %s", address, refused)
         error = Frame("ERROR", {"message": refused, "content-type": "text/plain"},
                       refused.encode())
         with contextlib.suppress(ConnectionError):
             await ws.send_str(encode_frame(error, "1.0").decode())
-            await ws.close(code=1013, message=b"too many connections")
+            await ws.close(code=1013, message=refused.split(" (")[0].encode()[:120])
         return ws, None
 
     async def stop(self) -> None:

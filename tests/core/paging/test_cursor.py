@@ -184,6 +184,25 @@ def test_copies_of_one_publication_share_one_temp_record(h: Harness) -> None:
     assert h.temp.files <= 1 and h.temp.bytes_used <= 64 << 10
 
 
+def test_subscriptions_reading_back_one_shared_record_in_turn_share_its_body(
+        h: Harness) -> None:
+    """A dispatch pass reads a shared temp record back for each subscription in turn: read
+    once, the body is one object for all of them (transports holding frames for subscribers
+    that stopped reading held a copy each), and each gets headers of its own."""
+    account = MemoryAccount(limit=1024)
+    subs = [PendingList(h.pager, destination=DEST, window=1, account=account)
+            for _ in range(3)]
+    sent = [h.message(b"%d" % i * 400, persistent=False) for i in range(2)]
+    for m in sent:
+        for pending in subs:
+            pending.push(m.copy_for(m.destination))
+    for m in sent:
+        got = [g for pending in subs if (g := pending.pop()) is not None]  # one each, in turn
+        assert len(got) == 3 and got[0].body == m.body
+        assert got[0].body is got[1].body is got[2].body
+        assert got[0].headers == m.headers and got[0].headers is not got[1].headers
+
+
 def test_a_different_message_with_the_same_body_gets_its_own_temp_record(h: Harness) -> None:
     account = MemoryAccount(limit=1024)
     pending = PendingList(h.pager, destination=DEST, window=1, account=account)

@@ -133,6 +133,25 @@ def test_output_backed_up_for_connections_counts_with_queued_messages() -> None:
     assert memory.output == 0 and memory.held == 4_000
 
 
+def test_connections_state_counts_and_may_take_only_what_store_cursors_leave() -> None:
+    """A connection's own state (a WebSocket's ~23 KiB) cannot be paged out, so it is charged
+    while open and refused past the part of the limit above the cursors' high water."""
+    memory = MemoryAccount(10_000, high_water=0.7)
+    assert memory.open(1_000, "WebSocket connections") is None
+    assert memory.open(2_000) is None
+    assert memory.connections == 3_000 and memory.held == 3_000
+    assert memory.room() == 7_000, "output's room is what connections leave too"
+    refused = memory.open(1, "WebSocket connections")
+    assert refused is not None and refused.startswith(
+        "memory limit reached: WebSocket connections hold 3000 bytes, at most 3000")
+    assert "memory_limit 10000" in refused
+    assert memory.connections == 3_000, "a refused one is not charged"
+    memory.used = 4_000
+    assert not memory.cursor_room(), "4,000 queued + 3,000 of connections reach the high water"
+    memory.close(2_000)
+    assert memory.cursor_room() and memory.held == 5_000
+
+
 def test_message_size_limit_global_and_per_destination() -> None:
     flow = flow_with(Usage(), MemoryAccount(10_000))
     assert flow.too_large(Policy(), 100) is None

@@ -151,6 +151,7 @@ function limitsCard(l) {
               `inputs deferred ${num(l.turns_deferred)} (turn budget ${l.turn_budget_ms} ms) · ` +
               `output waiting ${bytes(l.output_buffered || 0)} / ${bytes(l.output_buffer.limit)} ` +
               `(≤ ${bytes(l.output_buffer.per_connection)} a connection) · ` +
+              `WebSocket state ${bytes(l.connection_memory.used)} / ${bytes(l.connection_memory.limit)} · ` +
               `refused ${num(l.refused.connections)} connections, ${num(l.refused.destinations)} destinations`,
               "card-limits");
 }

@@ -116,34 +116,55 @@ class MemoryAccount:
     high, and connections' shares are carved from what queued messages leave (``room``).
     Transports report their backlog when it changes (``charge``); since a socket drains
     without telling anyone, ``recount`` re-reads the charged ones once a tick.
+
+    Connections whose own state is large count too (``open``/``close``: a WebSocket's parsed
+    upgrade request, reader, writer and tasks, ~23 KiB measured): unlike messages they cannot
+    be paged out, so they may take at most the part of the limit store cursors leave free
+    (``limit - high_water``), and a connection past it is refused.
     """
 
-    __slots__ = ("_charged", "high_water", "limit", "output", "peak", "used")
+    __slots__ = ("_charged", "connections", "high_water", "limit", "output", "peak", "used")
 
     def __init__(self, limit: int, high_water: float = CURSOR_HIGH_WATER) -> None:
         self.limit = limit
         self.high_water = int(limit * high_water)
         self.used = 0  # queued messages
         self.output = 0  # written to connections, not yet taken by their sockets
+        self.connections = 0  # open connections' own state (``open``)
         self.peak = 0  # the most ``used`` reached since the heap trimmer last looked
         self._charged: dict[Buffered, int] = {}  # connections with output charged
 
     def cursor_room(self) -> bool:
         """May a store cursor keep one more message in memory?"""
-        return self.used + self.output < self.high_water
+        return self.used + self.output + self.connections < self.high_water
 
     @property
     def full(self) -> bool:
-        return self.used + self.output >= self.limit
+        return self.used + self.output + self.connections >= self.limit
 
     @property
     def held(self) -> int:
         """All that counts against the limit now."""
-        return self.used + self.output
+        return self.used + self.output + self.connections
 
     def room(self) -> int:
-        """What queued messages leave of the limit: the most output may take."""
-        return max(0, self.limit - self.used)
+        """What queued messages and connections leave of the limit: the most output may take."""
+        return max(0, self.limit - self.used - self.connections)
+
+    def open(self, cost: int, kind: str = "connections") -> str | None:
+        """Charge a new connection's own state (``cost`` bytes), or say why it is refused:
+        connections may hold at most what store cursors leave of the limit."""
+        most = self.limit - self.high_water
+        if self.connections + cost > most:
+            return (f"memory limit reached: {kind} hold {self.connections} bytes, at most "
+                    f"{most} (the {most * 100 // max(1, self.limit)}% of memory_limit "
+                    f"{self.limit} not given to queued messages)")
+        self.connections += cost
+        return None
+
+    def close(self, cost: int) -> None:
+        """A connection charged with ``open`` is gone."""
+        self.connections -= cost
 
     def charge(self, conn: Buffered, held: int) -> None:
         """``conn`` holds ``held`` bytes of output now (0 when it drained or is gone)."""

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("sluicemq.cursor")
 Settled = Callable[[Message], None]  # an object slot became a journal slot: memory freed
 _LastTemp = tuple[tuple[object, ...], dict[str, str], tuple[int, int, int]]
+SHARE_READ_MOST = 1 << 20  # a temp record read back is kept for the next reader up to this
 
 
 class Pager:
@@ -49,6 +50,8 @@ class Pager:
         self.paged_out = 0
         # the temp record written last: what it holds and where (_shared_temp)
         self._last_temp: _LastTemp | None = None
+        # the temp record read last, decoded: ((file, offset), record) (_temp_record)
+        self._last_read: tuple[tuple[int, int], records.StoredMessage] | None = None
 
     def page_out(self, fifo: SpillFifo, msg: Message, settled: Settled | None = None) -> bool:
         """Append ``msg`` to ``fifo``: as a compact slot when its record is safe to point at.
@@ -99,6 +102,26 @@ class Pager:
             return None
         return where
 
+    def _temp_record(self, file: int, offset: int, length: int) -> records.StoredMessage:
+        """The temp record at ``offset`` of ``file``, decoded; read again only when it is not
+        the one read last.
+
+        Why: a topic message paged out for many subscriptions is one shared record
+        (``_shared_temp``), and a dispatch pass reads it back for each of them in turn. Each
+        read made its own copy of the body, and the transports of subscribers that stopped
+        reading then held one copy each: 200 of them, ~64 MiB of 16 KiB bodies beyond what
+        their frames' heads need. Read once, the body is one object every copy refers to
+        (``SessionContext.deliver`` writes it uncopied on TCP). Only a record up to
+        ``SHARE_READ_MOST`` is kept, so the one held between reads stays small.
+        """
+        last = self._last_read
+        if last is not None and last[0] == (file, offset):
+            return last[1]
+        assert self.temp is not None
+        sm = records.decode_message(self.temp.read(file, offset, length))
+        self._last_read = ((file, offset), sm) if length <= SHARE_READ_MOST else None
+        return sm
+
     def settle(self, durable_seq: int) -> None:
         """Journal records up to ``durable_seq`` are on disk: their waiting objects go compact."""
         q = self._unsettled
@@ -146,12 +169,12 @@ class Pager:
         self.paged_in += 1
         if src == TEMP:
             assert self.temp is not None
-            sm = records.decode_message(self.temp.read(seg, off, length))
+            sm = self._temp_record(seg, off, length)
             if consume:
                 self.temp.release(seg)
             if _is_pattern(destination):  # a wildcard subscription: each its own topic
                 destination = sm.key or destination
-            msg = Message(mid, destination, sm.headers, sm.body, persistent=False,
+            msg = Message(mid, destination, dict(sm.headers), sm.body, persistent=False,
                           priority=sm.priority, expires=sm.expires, timestamp=sm.timestamp)
             return msg
         loc = Location(seg, off, length)
