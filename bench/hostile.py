@@ -13,8 +13,9 @@ counted against memory_limit before -> after, what the attack left resident beyo
 ("held"), the probe's p99 during it, and the first ERROR it was given; ``--out`` appends them
 as JSON lines. The attacks run one after another on one broker: what one leaves queued (the
 1 MB-header messages stay counted) is there for the next. Beyond the issue's list:
-``slow-consumers`` (subscribers that stop reading while a topic is published to) and
-``connection-storm`` (connections that come and go by the thousand). An attack is "within"
+``slow-consumers`` (subscribers that stop reading while a topic is published to),
+``connection-storm`` (connections that come and go by the thousand) and ``websockets-spread``
+(WebSockets from five addresses, so that no per-address cap stops them). An attack is "within"
 when the broker's RSS peaked at no more than memory_limit + the idle broker's RSS + ``SLACK``.
 ``--dump FILE`` runs the broker under ``bench/memdump.py`` and has it append a memory census
 (heap, small-object arenas, tracked objects) after each attack and while some hold what they
@@ -491,6 +492,36 @@ async def websockets(url: str, n: int) -> Outcome:
     return Outcome(errors, f"{n} WebSocket upgrades")
 
 
+async def websockets_spread(url: str, n: int, addresses: int) -> Outcome:
+    """``n`` WebSocket upgrades from ``addresses`` client addresses, so that no per-address
+    cap stops them: what holds them is the part of memory_limit connections may take."""
+    import aiohttp
+
+    errors: list[str] = []
+    conns = []
+    base = Stomp.source.rsplit(".", 1)[0].replace("127.0.0", "127.0.1")
+    sessions = [aiohttp.ClientSession(connector=aiohttp.TCPConnector(
+        limit=0, local_addr=(f"{base}.{10 + k}", 0))) for k in range(addresses)]
+    try:
+        for i in range(n):
+            conns.append(await sessions[i % addresses].ws_connect(
+                f"{url}/stomp", protocols=("v12.stomp",)))
+        phase("websockets-spread: all upgraded", held=True)
+        for ws in conns[-5:]:
+            try:
+                msg = await ws.receive(timeout=2)
+            except TimeoutError:
+                continue  # admitted: it waits for a CONNECT
+            if isinstance(msg.data, str) and msg.data.startswith("ERROR"):
+                errors.append(FrameParser().feed(msg.data.encode())[0].headers["message"])
+        for ws in conns:
+            await ws.close()
+    finally:
+        for http in sessions:
+            await http.close()
+    return Outcome(errors, f"{n} WebSocket upgrades from {addresses} addresses")
+
+
 async def oversized(port: int) -> Outcome:
     s = await Stomp.open(port)
     s.send("SEND", {"destination": "/queue/big"}, b"x" * (100 * MiB))
@@ -542,6 +573,7 @@ def attacks(b: Broker, scale: float) -> dict[str, Callable[[], Awaitable[Outcome
         "durable": lambda: durable_hoard(b.port, n(20_000), 20),
         "idle-sockets": lambda: idle_sockets(b.port, n(10_100)),
         "websockets": lambda: websockets(b.ws, n(11_000)),
+        "websockets-spread": lambda: websockets_spread(b.ws, n(5_000), 5),
         "oversized": lambda: oversized(b.port),
         "slow-consumers": lambda: slow_consumers(b.port, n(200), 400, 16 << 10),
         "connection-storm": lambda: connection_storm(b.port, n(20_000), 500),

@@ -162,6 +162,10 @@ def test_websocket_connections_count_against_the_memory_limit(broker_factory: An
                       for _ in range(admitted)]
             used = overview(b)["limits"]["connection_memory"]["used"]
             held = overview(b)["flow"]["limits"]["memory"]["used"]
+            with urllib.request.urlopen(f"{b.console_url}/metrics", timeout=10) as resp:
+                shown = re.search(r"^sluice_connection_memory_bytes ([\d.e+]+)$",
+                                  resp.read().decode(), re.M)
+            assert shown is not None and float(shown.group(1)) == used
             extra = await http.ws_connect(f"{b.ws_url}/stomp", protocols=("v12.stomp",))
             msg = await extra.receive(timeout=10)
             refusal = FrameParser().feed(msg.data.encode())[0].headers["message"]

@@ -87,6 +87,10 @@ class BrokerCollector(Collector):
                                 "(limit output_buffer_bytes)",
                                 value=sum(getattr(s.out, "buffered", 0)
                                           for s, _ in self.ctx.connections()))
+        yield GaugeMetricFamily("sluice_connection_memory_bytes",
+                                "Open WebSocket connections' own state, charged to "
+                                "memory_limit (at most the part store cursors leave)",
+                                value=broker.memory.connections)
         yield GaugeMetricFamily("sluice_durable_subscriptions", "Durable topic subscriptions",
                                 value=len(broker.durables))
         by_state: dict[str, int] = {}

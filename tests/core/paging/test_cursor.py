@@ -190,6 +190,7 @@ def test_subscriptions_reading_back_one_shared_record_in_turn_share_its_body(
     once, the body is one object for all of them (transports holding frames for subscribers
     that stopped reading held a copy each), and each gets headers of its own."""
     account = MemoryAccount(limit=1024)
+    account.used = 1024  # the budget is spent: every copy pages out
     subs = [PendingList(h.pager, destination=DEST, window=1, account=account)
             for _ in range(3)]
     sent = [h.message(b"%d" % i * 400, persistent=False) for i in range(2)]

@@ -119,8 +119,8 @@ class SessionContext:
         # Why a body may go out uncopied below LARGE_BODY: a topic message fanned out to peers
         # that stopped reading is then held once by their transports, not once per subscriber
         # in a frame of its own (200 stuck subscribers of 16 KiB messages held ~64 MiB of
-        # copies of 400 bodies). A memoryview is still copied: it may be a slice of a span read
-        # back from the journal, and a transport holding it would hold the whole span.
+        # copies of some twenty bodies). A memoryview is still copied: it may be a slice of a
+        # span read back from the journal, and a transport holding it would hold the whole span.
         size = len(body)
         if size < self._share_from or (size < LARGE_BODY and type(body) is not bytes):
             self.out.write(b"".join((head, body, b"\x00")))
