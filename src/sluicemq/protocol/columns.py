@@ -51,8 +51,6 @@ from dataclasses import dataclass
 from itertools import accumulate, islice
 from operator import le
 
-import numpy as np
-
 MAGIC = b"SLC1"
 SPANS_MAGIC = b"SLC2"
 PACKED, SPANS = "packed", "spans"  # the layouts, as a range read asks for one
@@ -407,6 +405,11 @@ def decode(body: bytes | bytearray | memoryview) -> Columns:
 
 
 def _spans(view: memoryview, n: int, offsets: list[int], data_at: int) -> Columns:
+    # numpy only where a spans batch is checked: importing it costs ~85 ms, which every
+    # process that only names the format would pay - Spark starts a fresh planning process
+    # per streaming query, and its start is on the query's critical path.
+    import numpy as np
+
     spans = np.frombuffer(view, "<i4", 3 * n, offsets[5])
     if n and (spans[0] < 0 or spans[-1] > len(view) - data_at
               or bool((spans[1:] < spans[:-1]).any())):

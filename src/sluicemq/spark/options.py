@@ -9,7 +9,6 @@ An option name neither side knows is an error too (with the closest known names)
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -53,6 +52,8 @@ def check_names(opts: Iterable[str], known: Iterable[str], what: str) -> None:
     if not unknown:
         return
     bad = unknown[0]
+    import difflib  # only for the error: ~20 ms on the start of every query's planner
+
     close = difflib.get_close_matches(bad.lower(), list(spelled), n=3, cutoff=0.6)
     hint = (f"did you mean {' or '.join(spelled[c] for c in close)}? " if close else "")
     raise OptionError(f"unknown option {bad!r} for {what}: {hint}known options are "
