@@ -36,22 +36,22 @@ def test_competing_consumers_share_the_queue_fairly(broker) -> None:
                            headers={"activemq.prefetchSize": "1"})
     subscribe_with_receipt(c2, l2, "/queue/fair", "2", ack="client-individual",
                            headers={"activemq.prefetchSize": "1"})
-    p, _lp = connect(broker)
-    for i in range(20):
+    p, lp = connect(broker)
+    for i in range(19):
         p.send("/queue/fair", f"m{i}")
+    send_with_receipt(p, lp, "/queue/fair", "m19", "all-sent")  # all 20 are queued now
     got: dict[str, list[str]] = {"1": [], "2": []}
-
-    def take_and_ack() -> bool:
+    # Each consumer holds one message at a time (prefetch 1). Taking and acking them in turn,
+    # the one that acks has the only room, so the next message is its own: neither may go
+    # without while the other is served. (Draining whichever had something ready let the
+    # faster side take a run of messages while the other's ack was on its way: a race.)
+    for _ in range(10):
         for conn, lst, sid in ((c1, l1, "1"), (c2, l2, "2")):
-            while not lst.messages.empty():
-                f = lst.messages.get_nowait()
-                got[sid].append(f.body)
-                conn.ack(f.headers["ack"])
-        return len(got["1"]) + len(got["2"]) == 20
-
-    eventually(take_and_ack, "all 20 delivered")
+            f = lst.next()
+            got[sid].append(f.body)
+            conn.ack(f.headers["ack"])
     assert sorted(got["1"] + got["2"], key=lambda s: int(s[1:])) == [f"m{i}" for i in range(20)]
-    assert abs(len(got["1"]) - len(got["2"])) <= 2
+    assert len(got["1"]) == len(got["2"]) == 10
 
 
 def test_prefetch_limits_unacked_messages(broker) -> None:
