@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import gc
 import logging
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -40,10 +42,12 @@ from sluicemq.core.staging.recovery import StagingPart
 from sluicemq.standby import HaState, StandbyHealth, data_lock, wait_for_lock
 from sluicemq.storage.journal import Journal
 from sluicemq.storage.store import Store
+from sluicemq.transport.deferred import DeferredListener
 from sluicemq.transport.tcp import StompProtocol
 
 if TYPE_CHECKING:
     from sluicemq.admin.console import AdminConsole
+    from sluicemq.admin.context import AdminContext
     from sluicemq.transport.websocket import WebSocketServer
 
 log = logging.getLogger("sluicemq.server")
@@ -119,8 +123,11 @@ class BrokerServer:
         self.services: Services | None = None
         self.store: Store | None = None
         self._servers: list[asyncio.AbstractServer] = []
-        self.console: AdminConsole | None = None
-        self.websocket: WebSocketServer | None = None
+        self.console: AdminConsole | None = None  # built by the console port's first client
+        self.websocket: WebSocketServer | None = None  # by the WebSocket port's first client
+        self.admin: AdminContext | None = None
+        self._console_listener: DeferredListener | None = None
+        self._ws_listener: DeferredListener | None = None
         self._stopped = stopped if stopped is not None else asyncio.Event()
         self._ticker: asyncio.Task[None] | None = None
         self.checkpointer: Checkpointer | None = None
@@ -195,31 +202,54 @@ class BrokerServer:
             try:
                 broker.tick()
                 checkpointer.tick()
+                if self.admin is not None:
+                    self.admin.tick()  # the console's rates and histograms
             except Exception:
                 log.exception("broker tick failed")
 
     async def _start_operations(self) -> None:
-        """Web console (+ API, /metrics) and STOMP over WebSocket, each unless turned off."""
-        from sluicemq.admin.console import AdminConsole
+        """Web console (+ API, /metrics) and STOMP over WebSocket, each unless turned off.
+
+        Both ports are bound now; their aiohttp servers are imported and built by the first
+        connection to each (``transport/deferred.py``: ~13 MiB a broker nobody browses need
+        not map). The console's samples are taken from the start, so its first page has them.
+        """
         from sluicemq.admin.context import AdminContext
-        from sluicemq.transport.websocket import WebSocketServer
 
         services = self.services
         assert self.broker is not None and services is not None
         host = self.config.host
         if self.config.ws_port is not None:
-            self.websocket = WebSocketServer(services)
-            ws_host, ws_port = await self.websocket.start(host, self.config.ws_port)
+            self._ws_listener = DeferredListener(functools.partial(self._serve_websocket, host))
+            ws_host, ws_port = self._ws_listener.bind(host, self.config.ws_port)
             print(f"sluice: websocket on ws://{ws_host}:{ws_port}", flush=True)
         if self.config.console_port is not None:
-            ws = self.websocket
-            ctx = AdminContext(self.broker, self.store,
-                               lambda: [*self.connections, *(ws.connections if ws else ())],
-                               services.security)
+            ctx = AdminContext(self.broker, self.store, lambda: [
+                *self.connections, *(self.websocket.connections if self.websocket else ())],
+                services.security)
             ctx.ha = self.ha
-            self.console = AdminConsole(ctx)
-            c_host, c_port = await self.console.start(host, self.config.console_port)
+            ctx.tick()  # the rates' baseline: what arrives from now on is counted
+            self.admin = ctx
+            self._console_listener = DeferredListener(functools.partial(self._serve_console,
+                                                                        host))
+            c_host, c_port = self._console_listener.bind(host, self.config.console_port)
             print(f"sluice: console on http://{c_host}:{c_port}", flush=True)
+
+    async def _serve_websocket(self, host: str, sockets: list[socket.socket]) -> None:
+        from sluicemq.transport.websocket import WebSocketServer
+
+        assert self.services is not None
+        websocket = WebSocketServer(self.services)
+        await websocket.serve(host, sockets)
+        self.websocket = websocket
+
+    async def _serve_console(self, host: str, sockets: list[socket.socket]) -> None:
+        from sluicemq.admin.console import AdminConsole
+
+        assert self.admin is not None
+        console = AdminConsole(self.admin)
+        await console.serve(host, sockets)
+        self.console = console
 
     async def serve_until_stopped(self) -> None:
         await self._stopped.wait()
@@ -237,6 +267,9 @@ class BrokerServer:
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.close()
+        for listener in (self._console_listener, self._ws_listener):
+            if listener is not None:
+                await listener.stop()
         if self.console is not None:
             await self.console.stop()
         if self.websocket is not None:
@@ -262,15 +295,17 @@ class BrokerServer:
 async def _become_master(config: BrokerConfig, ha: HaState, stopped: asyncio.Event) -> bool:
     """Stand by until the data directory's lock is ours; False if stopped first.
 
-    What the takeover will import (the console and WebSocket modules pull in aiohttp, ~0.3 s)
-    is imported before waiting, so that time is not part of the takeover.
+    A standby imports what a takeover would (the console and WebSocket modules pull in
+    aiohttp, ~0.3 s) before waiting, so that time is not part of the takeover; a broker that
+    takes the lock at once leaves them to their ports' first clients (``_start_operations``).
     """
+    if ha.lock.try_acquire():
+        return await wait_for_lock(ha, config.ha.lock_retry, stopped)
     import sluicemq.admin.console
     import sluicemq.tls
     import sluicemq.transport.websocket  # noqa: F401
     health: StandbyHealth | None = None
-    if config.ha.standby_health and config.console_port is not None \
-            and not ha.lock.try_acquire():
+    if config.ha.standby_health and config.console_port is not None:
         health = StandbyHealth(ha)
         c_host, c_port = await health.start(config.host, config.console_port)
         print(f"sluice: standby health on http://{c_host}:{c_port}/api/health", flush=True)

@@ -3,6 +3,8 @@ the commands that need no broker (`--version`, `passwd`, a refused `broker` conf
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -20,10 +22,21 @@ FAMILIES = {"admin", "broker", "consume", "passwd", "publish", "receive", "send"
 
 def test_the_group_is_assembled_when_asked_and_each_build_is_its_own() -> None:
     first, second = build_cli(), build_cli()
-    assert set(first.commands) == FAMILIES
+    assert set(first.list_commands(click.Context(first))) == FAMILIES
     assert first is not second and first.commands is not second.commands
     first.add_command(click.Command("extra"))
     assert "extra" not in second.commands and "extra" not in build_cli().commands
+
+
+def test_a_family_is_imported_when_one_of_its_commands_is_looked_up() -> None:
+    """`sluice broker` need not map the client-side commands' imports (the client, numpy)."""
+    code = ("import sys; from sluicemq.cli.main import build_cli; import click; "
+            "group = build_cli(); group.get_command(click.Context(group), 'broker'); "
+            "print(sorted(m for m in ('sluicemq.cli.broker_cmd', 'sluicemq.cli.messaging', "
+            "'sluicemq.cli.transfer', 'sluicemq.client', 'rich') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "['sluicemq.cli.broker_cmd']"
 
 
 def test_the_admin_group_lists_its_commands_where_it_is_defined() -> None:

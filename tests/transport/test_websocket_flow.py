@@ -66,7 +66,7 @@ async def started(tmp_path: Path, config_text: str) -> tuple[BrokerServer, str]:
     with contextlib.redirect_stdout(io.StringIO()) as printed:
         await server.start()
     found = re.search(r"websocket on (ws://\S+)", printed.getvalue())
-    assert found is not None and server.websocket is not None
+    assert found is not None  # server.websocket is built by the port's first connection
     return server, f"{found.group(1)}/stomp"
 
 
@@ -83,13 +83,14 @@ def test_a_held_websocket_producer_is_not_read_until_a_consumer_makes_room(
         server, url = await started(tmp_path, '[[policy]]\nqueue = "vm.>"\ncursor = "vm"\n'
                                               'memory_limit = "64 KiB"\n')
         try:
-            assert server.websocket is not None and server.broker is not None
-            flow, connections = server.broker.flow, server.websocket.connections
+            assert server.broker is not None
+            flow = server.broker.flow
             async with aiohttp.ClientSession() as http, http.ws_connect(
                     url, protocols=("v12.stomp",)) as pws:
                 producer = Stomp(pws)
                 await producer.connect()
-                (held,) = connections
+                assert server.websocket is not None
+                (held,) = server.websocket.connections
                 sent = 0
 
                 async def produce() -> None:

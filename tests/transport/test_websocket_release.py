@@ -56,7 +56,7 @@ async def _started(tmp_path: Path, **limits: int) -> tuple[BrokerServer, str]:
     with contextlib.redirect_stdout(printed):
         await server.start()
     found = re.search(r"websocket on (ws://\S+)", printed.getvalue())
-    assert found is not None and server.websocket is not None
+    assert found is not None  # server.websocket is built by the port's first connection
     return server, f"{found.group(1)}/stomp"
 
 
@@ -74,11 +74,11 @@ def test_an_ended_websocket_connection_is_freed_without_a_garbage_collection(
     async def main() -> None:
         server, url = await _started(tmp_path)
         try:
-            assert server.websocket is not None
-            connections = server.websocket.connections
             parser = FrameParser(version="1.2")
             async with aiohttp.ClientSession() as http:
                 ws = await http.ws_connect(url, protocols=("v12.stomp",))
+                assert server.websocket is not None
+                connections = server.websocket.connections
                 await ws.send_str(encode_frame(Frame("CONNECT", {
                     "accept-version": "1.2", "host": "h"}), "1.2").decode())
                 assert (await _frame(ws, parser)).command == "CONNECTED"
@@ -106,10 +106,10 @@ def test_a_refused_upgrade_whose_client_never_answers_the_close_is_freed(
         server, url = await _started(tmp_path, max_connections_per_address=1,
                                      connect_timeout=600)
         try:
-            assert server.websocket is not None
-            connections = server.websocket.connections
             async with aiohttp.ClientSession() as http:
                 kept = await http.ws_connect(url, protocols=("v12.stomp",))
+                assert server.websocket is not None
+                connections = server.websocket.connections
                 await _until(lambda: len(connections) == 1, "the first one was admitted")
                 (admitted,) = connections
                 refused = await http.ws_connect(url, protocols=("v12.stomp",))

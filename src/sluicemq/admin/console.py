@@ -14,8 +14,7 @@ attachments under a sandboxing policy) can run script in the console's origin.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
+import socket
 from pathlib import Path
 
 from aiohttp import web
@@ -26,8 +25,6 @@ from sluicemq.admin.context import AdminContext
 from sluicemq.admin.metrics import CONTENT_TYPE, make_registry, render
 from sluicemq.core.security.origin import cross_site, host_refused, is_loopback
 from sluicemq.core.security.policy import ADMIN, Security
-
-log = logging.getLogger("sluicemq.console")
 
 STATIC = Path(__file__).parent / "static"
 PAGES = {
@@ -44,7 +41,6 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline';
 SECURITY_HEADERS = {"X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY",
                     "Referrer-Policy": "same-origin", "Content-Security-Policy": CSP}
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-SAMPLE_EVERY = 1.0
 
 
 def make_guard(loopback_only: bool) -> Middleware:
@@ -125,38 +121,22 @@ def _page(path: Path) -> api.Handler:
 
 
 class AdminConsole:
-    """Owns the console's listening socket and its once-a-second sampling task."""
+    """Owns the console's aiohttp server; the app samples ``ctx`` once a second meanwhile."""
 
     def __init__(self, ctx: AdminContext) -> None:
         self.ctx = ctx
         self._runner: web.AppRunner | None = None
-        self._ticker: asyncio.Task[None] | None = None
 
-    async def start(self, host: str, port: int) -> tuple[str, int]:
-        """Listen on host:port (0 = any free port); returns the address actually bound."""
+    async def serve(self, host: str, sockets: list[socket.socket]) -> None:
+        """Serve on ``sockets``, already listening on ``host`` (``transport/deferred.py``)."""
         app = make_app(self.ctx, loopback_only=is_loopback(host),
                        security=self.ctx.security)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
                                      shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, reuse_address=True)
-        await site.start()
-        self._ticker = asyncio.get_running_loop().create_task(self._tick())
-        bound = self._runner.addresses[0]
-        return str(bound[0]), int(bound[1])
-
-    async def _tick(self) -> None:
-        while True:
-            try:
-                self.ctx.tick()
-            except Exception:
-                log.exception("console sampling failed")
-            await asyncio.sleep(SAMPLE_EVERY)
+        for sock in sockets:
+            await web.SockSite(self._runner, sock).start()
 
     async def stop(self) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
         if self._runner is not None:
             await self._runner.cleanup()

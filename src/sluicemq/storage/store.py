@@ -14,8 +14,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple, Protocol
 
-import numpy as np
-
 from sluicemq.storage import records
 from sluicemq.storage.journal import Journal, Location
 
@@ -53,6 +51,8 @@ class SegmentRelease:
 def _segment_release(segments: array, offsets: array) -> SegmentRelease:
     """Counts per segment and the newest (segment, offset) of a run, with numpy: a commit of
     a million-message backlog spent a quarter of its time on this in Python."""
+    import numpy as np  # here, not at import: numpy is ~15 MiB of RSS a broker may not need
+
     seg = np.frombuffer(segments, dtype=np.dtype(segments.typecode))
     off = np.frombuffer(offsets, dtype=np.dtype(offsets.typecode))
     first = int(seg.min())

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import socket
 import time
 from collections import deque
 from typing import TYPE_CHECKING
@@ -222,17 +223,16 @@ class WebSocketServer:
         self._loopback_only = True
         self._handshakes = _Handshakes()  # every upgrade, as one spender of loop turns
 
-    async def start(self, host: str, port: int) -> tuple[str, int]:
-        """Listen on host:port (0 = any free port); returns the address actually bound."""
+    async def serve(self, host: str, sockets: list[socket.socket]) -> None:
+        """Serve on ``sockets``, already listening on ``host`` (``transport/deferred.py``)."""
         self._loopback_only = is_loopback(host)
         app = web.Application()
         app.router.add_get("/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
                                      shutdown_timeout=1.0)
         await self._runner.setup()
-        await web.TCPSite(self._runner, host, port, reuse_address=True).start()
-        bound = self._runner.addresses[0]
-        return str(bound[0]), int(bound[1])
+        for sock in sockets:
+            await web.SockSite(self._runner, sock).start()
 
     async def _take_turn(self) -> float:
         """Wait until this loop turn has room for a handshake; returns the start time.

@@ -33,8 +33,6 @@ from itertools import compress, count, islice
 from operator import lt
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from sluicemq.core.paging.blocks import JOURNAL, OBJ, TEMP, Block
 from sluicemq.storage import slotpack
 from sluicemq.storage.slotpack import Fields
@@ -390,6 +388,8 @@ class SpillFifo:
 
     def journal_slots(self, segment: int) -> Iterator[tuple[int, int, int, int, int]]:
         """(mid, seg, off, length, inner) of live journal slots stored in ``segment``."""
+        import numpy as np  # here, not at import: ~15 MiB of RSS a broker may not need
+
         out: list[tuple[int, int, int, int, int]] = []
         for n, (block, first) in enumerate(zip(self._blocks, self._starts, strict=True)):
             if not block.may_hold_segment(segment, segment):

@@ -19,14 +19,12 @@ from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from sluicemq.core.paging.spill import JOURNAL, OBJ, SpillFifo
 from sluicemq.core.replay.seqindex import TailRef
 from sluicemq.core.routing.message import Message
 from sluicemq.core.selectors import Selector
 from sluicemq.protocol.columns import PERSISTENT, REDELIVERED, ColumnWriter, SpanWriter
-from sluicemq.storage import records, runread
+from sluicemq.storage import records
 from sluicemq.storage.slotpack import Fields
 
 if TYPE_CHECKING:
@@ -93,12 +91,16 @@ def fill(view: SeqView, fetcher: Fetcher, body_of: Callable[[Message], bytes | m
 
 def _cut(sizes: array, max_bytes: int) -> int:
     """How many leading messages fit in ``max_bytes`` of bodies (at least one)."""
+    import numpy as np  # here, not at import: ~15 MiB of RSS a broker may not need
+
     ends = np.cumsum(_np(sizes), dtype=np.int64)
     return max(1, int(np.searchsorted(ends, max_bytes, side="right")))
 
 
 def _np(column: array, n: int = -1) -> NDArray[Any]:
     """A slot column (``array``) as a numpy array over the same memory."""
+    import numpy as np
+
     return np.frombuffer(column, f"u{column.itemsize}", n)
 
 
@@ -107,6 +109,8 @@ def _plain_run(writer: Writer, fetcher: Fetcher,
     """The common case of a backlog, done column-wise: paged-out slots of one run, each its
     own MSG record written to the journal. False (nothing done) when the run has anything
     else (objects, records inside transactions, records still on their way to the disk)."""
+    from sluicemq.storage import runread  # numpy: imported by the first range read
+
     prio, _tail, _first, (mid, src, seg, off, length, inner, _size) = source
     journal = fetcher.store.journal
     if bool((_np(src, n) != JOURNAL).any()) or bool(_np(inner, n).any()):

@@ -20,7 +20,6 @@ from array import array
 from dataclasses import dataclass
 
 import msgspec
-import numpy as np
 
 from sluicemq.core.routing.message import MAX_PRIORITY, TRANSPORT_HEADERS
 from sluicemq.errors import ProtocolError
@@ -28,11 +27,10 @@ from sluicemq.protocol.columns import Columns
 from sluicemq.storage import records
 
 # A MSG operation's fixed part: the transaction op head (records._OP_HEAD) and the MSG head
-# (records.MSG_HEAD), 37 packed little-endian bytes.
-_FIXED = np.dtype([("rtype", "u1"), ("length", "<u4"), ("mid", "<u8"), ("ts", "<i8"),
-                   ("expires", "<i8"), ("priority", "u1"), ("flags", "u1"), ("klen", "<u2"),
-                   ("hlen", "<u4")])
-assert _FIXED.itemsize == records.OP_HEAD_SIZE + records.MSG_HEAD.size
+# (records.MSG_HEAD), 37 packed little-endian bytes (a numpy dtype, built by the first batch).
+_FIXED_FIELDS = [("rtype", "u1"), ("length", "<u4"), ("mid", "<u8"), ("ts", "<i8"),
+                 ("expires", "<i8"), ("priority", "u1"), ("flags", "u1"), ("klen", "<u2"),
+                 ("hlen", "<u4")]
 _DECODE = msgspec.json.Decoder(dict[str, str]).decode
 
 
@@ -75,6 +73,9 @@ def encode_rows(batch: Columns, key: str, common: dict[str, str], now_ms: int,
     tail = records.encode_headers(common)[1:]  # '"k":"v",...}': spliced before each row's '}'
     comma_tail = b"," + tail
     taken = frozenset(common) | TRANSPORT_HEADERS | {records.PRODUCER_HEADER}
+    import numpy as np  # here, not at import: ~15 MiB of RSS a broker may not need
+
+    fixed_dtype = np.dtype(_FIXED_FIELDS)
     raw = np.frombuffer(body, np.uint8)
     starts, ends = np.array(hs, np.int64), np.array(he, np.int64)
     braced = (ends - starts >= 2) & (raw[starts] == ord("{")) & (raw[np.maximum(ends - 1, 0)]
@@ -91,7 +92,7 @@ def encode_rows(batch: Columns, key: str, common: dict[str, str], now_ms: int,
     k = key.encode()
     hlen = np.fromiter(map(len, heads), np.int64, n) + np.fromiter(map(len, tails), np.int64, n)
     blen = np.array(be, np.int64) - np.array(bs, np.int64)
-    fixed = np.zeros(n, _FIXED)
+    fixed = np.zeros(n, fixed_dtype)
     fixed["rtype"] = records.MSG
     fixed["length"] = records.MSG_HEAD.size + len(k) + hlen + blen
     fixed["ts"] = now_ms
@@ -100,7 +101,8 @@ def encode_rows(batch: Columns, key: str, common: dict[str, str], now_ms: int,
     fixed["klen"] = len(k)
     fixed["hlen"] = hlen
     heads_fixed = memoryview(fixed.tobytes())
-    w = _FIXED.itemsize
+    w = fixed_dtype.itemsize
+    assert w == records.OP_HEAD_SIZE + records.MSG_HEAD.size
     parts: list[bytes | memoryview] = [prefix, *[b""] * (5 * n)]
     parts[1::5] = [heads_fixed[i:i + w] for i in range(0, n * w, w)]
     parts[2::5] = [k] * n

@@ -23,8 +23,6 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
-import numpy as np
-
 from sluicemq.core.paging.spill import JOURNAL, SpillFifo
 from sluicemq.core.persistence.anchor import Anchor
 from sluicemq.core.routing import keys
@@ -53,6 +51,7 @@ from sluicemq.storage.staging_records import (
 from sluicemq.storage.store import TicketLike
 
 if TYPE_CHECKING:
+    import numpy as np
     from numpy.typing import NDArray
 
     from sluicemq.config import BrokerConfig
@@ -202,6 +201,8 @@ class Stager:
         """Make the parts' messages visible, ids from ``base`` in publication order: a queue
         with a store cursor adopts each record's rows as slots, column-wise and unread; topics
         and memory-cursor queues get message objects read from the records."""
+        import numpy as np  # here, not at import: ~15 MiB of RSS a broker may not need
+
         broker = self.broker
         mid = base
         retained: Counter[int] = Counter()
@@ -325,6 +326,8 @@ class Stager:
 def _adopt(q: Queue, rec: StagedRecord, loc: Location, base: int, rows: NDArray[np.int64]
            ) -> None:
     """The ``rows`` of ``rec`` (ids ``base + row``) as slots of ``q``, a run per priority."""
+    import numpy as np
+
     prio = np.frombuffer(rec.prio, np.uint8)[rows]
     for p in np.unique(prio).tolist():
         sel = rows[prio == p]

@@ -18,8 +18,6 @@ from array import array
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from sluicemq.core.staging.batches import Rows, encode_rows
 from sluicemq.core.staging.book import ParkedPart, StagedRecord
 from sluicemq.protocol.columns import Columns
@@ -101,6 +99,8 @@ class PartWriter:
 
     def _write(self, payload: bytes, pending: list[tuple[str, int, int, int]],
                blocks: list[tuple[Rows, int]]) -> None:
+        import numpy as np  # here, not at import: ~15 MiB of RSS a broker may not need
+
         rec = StagedRecord(self.store.keep(STAGE, payload))
         for entry in pending:
             rec.add(*entry)
