@@ -252,19 +252,24 @@ def start_sluice(python: str, extra: list[str]) -> Broker:
 # ---------------------------------------------------------------- the disk itself
 
 
-def measure_disk(directory: Path, mib: int = 1024, samples: int = 2000) -> Result:
-    """What the disk under the brokers' data does by itself, in the same run: `dd` of ``mib``
-    MiB with one fdatasync at the end, and the fdatasync latency of a 1 KiB append into a
-    zero-filled file (what a lone persistent producer's receipt waits for)."""
+def dd_mb_per_s(directory: Path, mib: int = 1024) -> float:
+    """`dd` of ``mib`` MiB of zeros into a new file with one fdatasync at the end (MB/s)."""
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / "dd.bin"
     try:
         started = time.perf_counter()
         subprocess.run(["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={mib}",
                         "conv=fdatasync"], check=True, capture_output=True, timeout=600)
-        dd = mib * MIB / 1e6 / (time.perf_counter() - started)
+        return mib * MIB / 1e6 / (time.perf_counter() - started)
     finally:
         target.unlink(missing_ok=True)
+
+
+def measure_disk(directory: Path, mib: int = 1024, samples: int = 2000) -> Result:
+    """What the disk under the brokers' data does by itself, in the same run: `dd` of ``mib``
+    MiB with one fdatasync at the end, and the fdatasync latency of a 1 KiB append into a
+    zero-filled file (what a lone persistent producer's receipt waits for)."""
+    dd = dd_mb_per_s(directory, mib)
     waits = fdatasync_waits(directory, samples)
     return {"broker": "disk", "name": "disk", "dd_mb_per_s": round(dd, 1),
             "fdatasync_p50_ms": round(waits[len(waits) // 2] / 1e6, 3),
