@@ -42,6 +42,7 @@ import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sluicemq.protocol.codec import FrameParser, encode_frame
 from sluicemq.protocol.frames import Frame
@@ -469,10 +470,25 @@ async def connection_storm(port: int, n: int, parallel: int) -> Outcome:
     return Outcome(errors, f"{n} connections, {parallel} at a time, {len(errors)} refused")
 
 
+async def _refusals_then_close(conns: list[Any]) -> list[str]:
+    """The ERRORs the last few upgraded WebSockets got (one that was admitted waits for a
+    CONNECT and says nothing), then every one closed."""
+    errors: list[str] = []
+    for ws in conns[-5:]:
+        try:
+            msg = await ws.receive(timeout=2)
+        except TimeoutError:
+            continue  # admitted: it waits for a CONNECT
+        if isinstance(msg.data, str) and msg.data.startswith("ERROR"):
+            errors.append(FrameParser().feed(msg.data.encode())[0].headers["message"])
+    for ws in conns:
+        await ws.close()
+    return errors
+
+
 async def websockets(url: str, n: int) -> Outcome:
     import aiohttp
 
-    errors: list[str] = []
     conns = []
     connector = aiohttp.TCPConnector(limit=0, local_addr=(Stomp.source, 0))
     async with aiohttp.ClientSession(connector=connector) as http:
@@ -480,15 +496,7 @@ async def websockets(url: str, n: int) -> Outcome:
             ws = await http.ws_connect(f"{url}/stomp", protocols=("v12.stomp",))
             conns.append(ws)
         phase("websockets: all upgraded", held=True)
-        for ws in conns[-5:]:
-            try:
-                msg = await ws.receive(timeout=2)
-            except TimeoutError:
-                continue  # admitted: it waits for a CONNECT
-            if isinstance(msg.data, str) and msg.data.startswith("ERROR"):
-                errors.append(FrameParser().feed(msg.data.encode())[0].headers["message"])
-        for ws in conns:
-            await ws.close()
+        errors = await _refusals_then_close(conns)
     return Outcome(errors, f"{n} WebSocket upgrades")
 
 
@@ -497,7 +505,6 @@ async def websockets_spread(url: str, n: int, addresses: int) -> Outcome:
     cap stops them: what holds them is the part of memory_limit connections may take."""
     import aiohttp
 
-    errors: list[str] = []
     conns = []
     base = Stomp.source.rsplit(".", 1)[0].replace("127.0.0", "127.0.1")
     sessions = [aiohttp.ClientSession(connector=aiohttp.TCPConnector(
@@ -507,15 +514,7 @@ async def websockets_spread(url: str, n: int, addresses: int) -> Outcome:
             conns.append(await sessions[i % addresses].ws_connect(
                 f"{url}/stomp", protocols=("v12.stomp",)))
         phase("websockets-spread: all upgraded", held=True)
-        for ws in conns[-5:]:
-            try:
-                msg = await ws.receive(timeout=2)
-            except TimeoutError:
-                continue  # admitted: it waits for a CONNECT
-            if isinstance(msg.data, str) and msg.data.startswith("ERROR"):
-                errors.append(FrameParser().feed(msg.data.encode())[0].headers["message"])
-        for ws in conns:
-            await ws.close()
+        errors = await _refusals_then_close(conns)
     finally:
         for http in sessions:
             await http.close()

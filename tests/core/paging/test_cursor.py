@@ -66,6 +66,18 @@ def drain(pending: PendingList) -> list[Message]:
     return out
 
 
+def fan_out(h: Harness, account: MemoryAccount, count: int, sent: list[Message]
+            ) -> list[PendingList]:
+    """``count`` subscriptions (window 1) on one budget, each pushed a copy of every message
+    of ``sent`` in turn, as a topic publishes."""
+    subs = [PendingList(h.pager, destination=DEST, window=1, account=account)
+            for _ in range(count)]
+    for m in sent:
+        for pending in subs:
+            pending.push(m.copy_for(m.destination))
+    return subs
+
+
 def test_a_consumer_that_keeps_up_is_served_from_memory_without_paging(h: Harness) -> None:
     pending = PendingList(h.pager, destination=DEST, window=10)
     for _ in range(5):
@@ -167,13 +179,8 @@ def test_copies_of_one_publication_share_one_temp_record(h: Harness) -> None:
     """A topic message reaching many subscriptions that all page out is written to the temp
     files once; each subscription reads it back and releases its share, and the file is
     freed once the last one has."""
-    account = MemoryAccount(limit=1024)
-    subs = [PendingList(h.pager, destination=DEST, window=1, account=account)
-            for _ in range(50)]
     sent = [h.message(b"%d" % i * 400, persistent=False) for i in range(400)]
-    for m in sent:
-        for pending in subs:
-            pending.push(m.copy_for(m.destination))
+    subs = fan_out(h, MemoryAccount(limit=1024), 50, sent)
     once = sum(len(records.encode_message(DEST, m.mid, m.timestamp, 0, 4, m.headers, m.body))
                for m in sent)
     assert h.temp.bytes_used == once  # not 50 times
@@ -191,12 +198,8 @@ def test_subscriptions_reading_back_one_shared_record_in_turn_share_its_body(
     that stopped reading held a copy each), and each gets headers of its own."""
     account = MemoryAccount(limit=1024)
     account.used = 1024  # the budget is spent: every copy pages out
-    subs = [PendingList(h.pager, destination=DEST, window=1, account=account)
-            for _ in range(3)]
     sent = [h.message(b"%d" % i * 400, persistent=False) for i in range(2)]
-    for m in sent:
-        for pending in subs:
-            pending.push(m.copy_for(m.destination))
+    subs = fan_out(h, account, 3, sent)
     for m in sent:
         got = [g for pending in subs if (g := pending.pop()) is not None]  # one each, in turn
         assert len(got) == 3 and got[0].body == m.body
