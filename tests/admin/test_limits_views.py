@@ -10,6 +10,8 @@ from test_metrics import scrape, value
 
 from sluice_testing import RawStomp
 from sluicemq.config import Limits
+from sluicemq.core.routing.destinations import DESTINATION_BYTES
+from sluicemq.transport.tcp import CONNECTION_BYTES as TCP_CONNECTION_BYTES
 
 CONFIG = """
 [limits]
@@ -62,15 +64,19 @@ def test_connection_and_destination_caps_are_shown_with_their_use(broker_factory
     assert limits["output_buffer"]["limit"] == 3 << 20
     assert limits["output_buffer"]["per_connection"] <= 1 << 20
     assert limits["output_buffered"] >= 0
-    # TCP connections' own state is not charged to memory_limit (WebSockets' is)
-    assert limits["connection_memory"]["used"] == 0 and limits["connection_memory"]["limit"] > 0
+    # connections' and destinations' own state is charged to memory_limit
+    tcp = limits["connection_memory"]["used"]
+    assert tcp >= 3 * TCP_CONNECTION_BYTES and tcp % TCP_CONNECTION_BYTES == 0
+    assert limits["connection_memory"]["limit"] > 0
+    assert limits["destination_memory"]["used"] == 4 * DESTINATION_BYTES
     families = scrape(broker.console_url)
     assert value(families["sluice_limit"], limit="max_connections_per_address") == 7
     assert value(families["sluice_limit"], limit="max_destinations") == 40
     assert value(families["sluice_limit"], limit="max_header_bytes") == 131072
     assert value(families["sluice_limit"], limit="output_buffer_bytes") == 3 << 20
     assert value(families["sluice_output_buffered_bytes"]) >= 0
-    assert value(families["sluice_connection_memory_bytes"]) == 0
+    assert value(families["sluice_connection_memory_bytes"]) % TCP_CONNECTION_BYTES == 0
+    assert value(families["sluice_destination_memory_bytes"]) == 4 * DESTINATION_BYTES
     assert value(families["sluice_turns_deferred"], "_total") >= 0
     assert value(families["sluice_limit_used"], limit="max_destinations") == 4
     assert value(families["sluice_limit_used"], limit="max_destinations_per_user") == 4

@@ -24,9 +24,11 @@ from e2e.stomp_helpers import connect as stomp_connect
 from sluice_testing import RawStomp, eventually
 from sluicemq.client import Client
 from sluicemq.core.paging.flow import CURSOR_HIGH_WATER
+from sluicemq.core.routing.destinations import DESTINATION_BYTES
 from sluicemq.errors import ClientError
 from sluicemq.protocol.codec import FrameParser, encode_frame
 from sluicemq.protocol.frames import Frame
+from sluicemq.transport.tcp import CONNECTION_BYTES as TCP_CONNECTION_BYTES
 from sluicemq.transport.websocket import CONNECTION_BYTES
 
 CONNECT = {"accept-version": "1.2", "host": "h", "heart-beat": "0,0"}
@@ -56,6 +58,15 @@ def overview(b: Any) -> dict[str, Any]:
     with urllib.request.urlopen(f"{b.console_url}/api/overview", timeout=10) as resp:
         found: dict[str, Any] = json.load(resp)
         return found
+
+
+def messages_held(b: Any) -> int:
+    """What queued messages and output hold of memory_limit now: the account less the
+    connections' and destinations' own state (one overview, so one moment)."""
+    shown = overview(b)
+    limits = shown["limits"]
+    return int(shown["flow"]["limits"]["memory"]["used"] - limits["connection_memory"]["used"]
+               - limits["destination_memory"]["used"])
 
 
 def until_used(b: Any, limit: str, count: int) -> None:
@@ -150,37 +161,101 @@ def test_websocket_connections_count_against_max_connections(broker_factory: Any
 def test_websocket_connections_count_against_the_memory_limit(broker_factory: Any) -> None:
     """An open WebSocket holds ~23 KiB (aiohttp's request, reader, writer; our session) that
     no cap on messages sees: it is charged to memory_limit while open, and upgrades past the
-    part of the limit queued messages leave them (30%) are refused, naming the limit - so
-    thousands of WebSockets from many addresses cannot take the process past its limit."""
+    part of the limit queued messages leave them (30%, shared with TCP connections and
+    destinations) are refused, naming the limit - so thousands of WebSockets from many
+    addresses cannot take the process past its limit."""
     limit = 1 << 20
-    admitted = (limit - int(limit * CURSOR_HIGH_WATER)) // CONNECTION_BYTES
+    most = limit - int(limit * CURSOR_HIGH_WATER)
     b = broker_factory(config_text=f'[limits]\nmemory-limit = "{limit} B"\n')
 
-    async def scenario() -> tuple[str, int, int]:
+    async def scenario() -> tuple[str, int, int, int]:
         async with aiohttp.ClientSession() as http:
-            opened = [await http.ws_connect(f"{b.ws_url}/stomp", protocols=("v12.stomp",))
-                      for _ in range(admitted)]
+            first = await http.ws_connect(f"{b.ws_url}/stomp", protocols=("v12.stomp",))
+            shown = overview(b)["limits"]
+            assert shown["connection_memory"]["limit"] == most
+            before = shown["connection_memory"]["used"] + shown["destination_memory"]["used"]
+            admitted = 1 + (most - before) // CONNECTION_BYTES
+            opened = [first] + [await http.ws_connect(f"{b.ws_url}/stomp",
+                                                      protocols=("v12.stomp",))
+                                for _ in range(admitted - 1)]
             used = overview(b)["limits"]["connection_memory"]["used"]
             held = overview(b)["flow"]["limits"]["memory"]["used"]
             with urllib.request.urlopen(f"{b.console_url}/metrics", timeout=10) as resp:
-                shown = re.search(r"^sluice_connection_memory_bytes ([\d.e+]+)$",
-                                  resp.read().decode(), re.M)
-            assert shown is not None and float(shown.group(1)) == used
+                shown_m = re.search(r"^sluice_connection_memory_bytes ([\d.e+]+)$",
+                                    resp.read().decode(), re.M)
+            assert shown_m is not None and float(shown_m.group(1)) == used
             extra = await http.ws_connect(f"{b.ws_url}/stomp", protocols=("v12.stomp",))
             msg = await extra.receive(timeout=10)
             refusal = FrameParser().feed(msg.data.encode())[0].headers["message"]
             for ws in (*opened, extra):
                 await ws.close()
-            return refusal, used, held
+            return refusal, used - (before - CONNECTION_BYTES), held, admitted
 
-    refusal, used, held = asyncio.run(scenario())
-    assert used == admitted * CONNECTION_BYTES
-    assert held >= used, "inside what memory_limit counts"
-    assert refusal.startswith("memory limit reached: WebSocket connections hold "
-                              f"{admitted * CONNECTION_BYTES} bytes")
-    assert "memory_limit" in refusal
+    refusal, charged, held, admitted = asyncio.run(scenario())
+    assert charged == admitted * CONNECTION_BYTES
+    assert held >= charged, "inside what memory_limit counts"
+    assert refusal.startswith("memory limit reached: connections and destinations hold ")
+    assert f"at most {most} (the 30% of memory_limit {limit}" in refusal
+    assert refusal.endswith(f"a WebSocket connection takes {CONNECTION_BYTES})")
     bystander_works(b)  # TCP clients are not refused, and messages still flow
     until_used(b, "connection_memory", 0)  # given back as the WebSockets close
+
+
+def test_tcp_connections_count_against_the_memory_limit(broker_factory: Any) -> None:
+    """A TCP connection's own state (protocol, session, parser: a few KiB) is charged while it
+    is open, like a WebSocket's: 10,000 of them would be ~60 MiB outside memory_limit. Past the
+    part of the limit queued messages leave, the next is refused with an ERROR naming it."""
+    limit = 1 << 20
+    most = limit - int(limit * CURSOR_HIGH_WATER)
+    b = broker_factory(config_text=f'[limits]\nmemory-limit = "{limit} B"\n'
+                                   "connect-timeout = 600\n")
+    first = Raw(b, source="127.0.0.2")
+    assert first.connect().command == "CONNECTED"
+    shown = overview(b)["limits"]
+    before = shown["connection_memory"]["used"] + shown["destination_memory"]["used"]
+    assert shown["connection_memory"]["used"] == TCP_CONNECTION_BYTES
+    room = (most - before) // TCP_CONNECTION_BYTES
+    held = [first] + [Raw(b, source="127.0.0.2") for _ in range(room)]  # idle: no CONNECT
+    until_used(b, "connection_memory", (room + 1) * TCP_CONNECTION_BYTES)
+    refused = Raw(b, source="127.0.0.3")
+    reply = refused.recv()
+    assert reply.command == "ERROR"
+    assert reply.headers["message"].startswith(
+        "memory limit reached: connections and destinations hold ")
+    assert reply.headers["message"].endswith(
+        f"a TCP connection takes {TCP_CONNECTION_BYTES})")
+    assert refused.closed_by_broker()
+    for r in held[1:]:
+        r.sock.close()
+    until_used(b, "connection_memory", TCP_CONNECTION_BYTES)  # given back as they close
+    assert Raw(b, source="127.0.0.3").connect().command == "CONNECTED"
+
+
+def test_destinations_count_against_the_memory_limit(broker_factory: Any) -> None:
+    """Each queue and topic holds a few KiB of its own however empty (cursor, stats,
+    policy): charged to memory_limit, and a new one past the part queued messages leave is
+    refused, naming the limit; the destination caps alone left 10,000 (~50 MiB) uncounted."""
+    limit = 1 << 20
+    b = broker_factory(config_text=f'[limits]\nmemory-limit = "{limit} B"\n'
+                                   "max-destinations-per-user = 0\n")
+    r = Raw(b, source="127.0.0.2")
+    assert r.connect().command == "CONNECTED"
+    sent = 0
+    while True:
+        r.send("SEND", {"destination": f"/queue/many.{sent}", "receipt": str(sent)}, b"x")
+        reply = r.recv()
+        if reply.command == "ERROR":
+            break
+        sent += 1
+        assert sent < 1000, "never refused"
+    assert reply.headers["message"].startswith(
+        f"cannot create /queue/many.{sent}: memory limit reached: connections and "
+        "destinations hold ")
+    assert reply.headers["message"].endswith(f"a destination takes {DESTINATION_BYTES})")
+    shown = overview(b)["limits"]["destination_memory"]
+    assert shown["used"] >= sent * DESTINATION_BYTES
+    r.send("SEND", {"destination": "/queue/many.0", "receipt": "old"}, b"x")
+    assert r.recv().headers["receipt-id"] == "old"  # existing ones stay usable
 
 
 # -- frames --------------------------------------------------------------------------------
@@ -434,12 +509,12 @@ def test_memory_counted_for_a_paged_backlog_returns_to_zero_when_drained(
     with Client(b.url, timeout=20) as c:
         for i in range(500):
             c.send("/queue/backlog", f"{i:04d}".encode() * 256)  # persistent, 1 KiB
-        assert overview(b)["flow"]["limits"]["memory"]["used"] <= 256 << 10
+        assert messages_held(b) <= 256 << 10
         sub = c.subscribe("/queue/backlog", prefetch=50)
         got = [sub.get(10) for _ in range(500)]
         assert [m.body[:4] for m in got if m is not None] == [f"{i:04d}".encode()
                                                                for i in range(500)]
-    assert overview(b)["flow"]["limits"]["memory"]["used"] == 0
+    assert messages_held(b) == 0
 
 
 # -- output --------------------------------------------------------------------------------
@@ -475,7 +550,7 @@ def test_subscribers_that_stop_reading_hold_only_their_share_of_the_output_budge
     for s in stuck:
         s.close()
     # their subscriptions go with them, and so does what those held against memory_limit
-    eventually(lambda: overview(b)["flow"]["limits"]["memory"]["used"] == 0,
+    eventually(lambda: messages_held(b) == 0,
                lambda: f"still counted after the subscribers left: {overview(b)['flow']}")
 
 

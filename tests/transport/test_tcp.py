@@ -22,7 +22,7 @@ from sluicemq.app import Core, Loop, build_core
 from sluicemq.config import Limits
 from sluicemq.protocol.codec import FrameParser, encode_frame
 from sluicemq.protocol.frames import Frame
-from sluicemq.transport.tcp import StompProtocol
+from sluicemq.transport.tcp import CONNECTION_BYTES, StompProtocol
 
 WAIT_SECONDS = 10.0  # a failing spec's bound on a timer of the protocol
 
@@ -188,14 +188,17 @@ def test_output_the_socket_has_not_taken_counts_against_the_memory_limit(
         async with broker(tmp_path, memory_limit="1 MiB", output_buffer_bytes="64 MiB") as b:
             memory, admission = b.core.broker.memory, b.core.broker.admission
             p = await b.connected()
-            assert admission.output_share() == 1 << 20  # the room, not 64 MiB or the 4 MiB cap
+            fixed = memory.connections + memory.objects  # own state: the connection's, ...
+            assert memory.connections == CONNECTION_BYTES
+            # the room, not 64 MiB or the 4 MiB cap
+            assert admission.output_share() == (1 << 20) - fixed
             memory.used = 768 << 10  # queued messages take most of the limit
-            assert admission.output_share() == 256 << 10
+            assert admission.output_share() == (256 << 10) - fixed
             memory.used = 0
             p.transport.backlog = 300_000  # the kernel did not take it all
             p.protocol.write(b"x" * 10)
             await turns(lambda: memory.output == 300_000)
-            assert memory.held == memory.used + 300_000
+            assert memory.held == memory.used + 300_000 + fixed
             p.transport.backlog = 0  # drained, no callback
             b.core.broker.flow.tick()
             assert memory.output == 0
@@ -204,6 +207,7 @@ def test_output_the_socket_has_not_taken_counts_against_the_memory_limit(
             await turns(lambda: memory.output == 50_000)
             p.protocol.connection_lost(None)
             assert memory.output == 0, "a connection gone holds nothing"
+            assert memory.connections == 0, "and its own state is no longer charged"
 
     asyncio.run(spec())
 

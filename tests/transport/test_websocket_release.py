@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from sluicemq.app import BrokerServer
@@ -124,6 +125,49 @@ def test_a_refused_upgrade_whose_client_never_answers_the_close_is_freed(
             await server.stop()
 
     _without_gc(main)
+
+
+def test_refused_upgrades_waiting_for_their_close_are_bounded(tmp_path: Path) -> None:
+    """Each refused upgrade holds an upgraded connection's state until its client answers
+    the close (or the wait ends), and nothing charges it: past ``max_refusing`` of them the
+    next is refused before the upgrade, with an HTTP 503 whose body names the limit."""
+    async def main() -> None:
+        server, url = await _started(tmp_path, max_connections_per_address=1,
+                                     connect_timeout=600)
+        try:
+            async with aiohttp.ClientSession() as http:
+                kept = await http.ws_connect(url, protocols=("v12.stomp",))
+                websocket = server.websocket
+                assert websocket is not None
+                websocket.max_refusing = 2
+                websocket.refused_close_seconds = SECONDS  # they wait while the spec runs
+                waiting = [await http.ws_connect(url, protocols=("v12.stomp",))
+                           for _ in range(2)]  # neither reads: both wait for their close
+                await _until(lambda: websocket.refusing == 2, "two refusals wait")
+                with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                    await http.ws_connect(url, protocols=("v12.stomp",))
+                assert refused.value.status == 503
+                async with http.get(url.replace("ws://", "http://"), headers={
+                        "Upgrade": "websocket", "Connection": "Upgrade",
+                        "Sec-WebSocket-Version": "13",
+                        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}) as resp:
+                    assert resp.status == 503
+                    assert await resp.text() == ("too many connections from 127.0.0.1 "
+                                                 "(limit 1, max_connections_per_address)\n")
+                parser = FrameParser(version="1.2")
+                for ws in waiting:  # they read their ERROR and answer the close
+                    error = await _frame(ws, parser)
+                    assert error.command == "ERROR"
+                    await ws.close()
+                await _until(lambda: websocket.refusing == 0, "their closes were answered")
+                again = await http.ws_connect(url, protocols=("v12.stomp",))
+                assert (await _frame(again, parser)).command == "ERROR"  # told over STOMP
+                await again.close()
+                await kept.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(main())
 
 
 def _responses() -> list[web.WebSocketResponse]:

@@ -88,9 +88,12 @@ class BrokerCollector(Collector):
                                 value=sum(getattr(s.out, "buffered", 0)
                                           for s, _ in self.ctx.connections()))
         yield GaugeMetricFamily("sluice_connection_memory_bytes",
-                                "Open WebSocket connections' own state, charged to "
-                                "memory_limit (at most the part store cursors leave)",
-                                value=broker.memory.connections)
+                                "Open connections' own state (TCP and WebSocket), charged to "
+                                "memory_limit (with destinations' at most the part store "
+                                "cursors leave)", value=broker.memory.connections)
+        yield GaugeMetricFamily("sluice_destination_memory_bytes",
+                                "Destinations' and durable subscriptions' own state, charged "
+                                "to memory_limit", value=broker.memory.objects)
         yield GaugeMetricFamily("sluice_durable_subscriptions", "Durable topic subscriptions",
                                 value=len(broker.durables))
         by_state: dict[str, int] = {}

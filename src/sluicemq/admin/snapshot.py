@@ -267,8 +267,11 @@ def limits_view(broker: Broker) -> dict[str, Any]:
         "turn_budget_ms": limits.turn_budget_ms,
         "output_buffer": {"limit": admission.output_bytes,
                           "per_connection": admission.output_share()},
-        "connection_memory": {"used": broker.memory.connections,  # WebSockets' own state
+        # connections' and destinations' own state: together at most the limit's unpaged part
+        "connection_memory": {"used": broker.memory.connections,
                               "limit": broker.memory.limit - broker.memory.high_water},
+        "destination_memory": {"used": broker.memory.objects,
+                               "limit": broker.memory.limit - broker.memory.high_water},
         "turns_deferred": broker.turns.deferred_total,
         "max_transaction_bytes": parse_size(limits.max_transaction_bytes),
         "max_durable_subscriptions": limits.max_durable_subscriptions,

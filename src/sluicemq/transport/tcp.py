@@ -44,6 +44,11 @@ log = logging.getLogger("sluicemq.tcp")
 
 _INT0 = bytes(4)  # the ioctl's int argument
 LINGER_SECONDS = 5.0  # input discarded after a close, before the socket is dropped for good
+# What an open TCP connection holds of its own, charged to the memory account while it is
+# admitted (``MemoryAccount.open``), as a WebSocket's is: 10,000 of them (max_connections) are
+# ~60 MiB that the connection caps alone would leave outside memory_limit. Measured
+# (session 14, 3,000 connections, each CONNECTed with one subscription): see README #16.
+CONNECTION_BYTES = 6 << 10
 
 
 class StompProtocol(asyncio.Protocol):
@@ -89,6 +94,10 @@ class StompProtocol(asyncio.Protocol):
         name = f"{peer[0]}:{peer[1]}" if peer else "?"
         address = str(peer[0]) if peer else "?"
         refused = self.broker.admission.admit(address)
+        if refused is None:
+            refused = self._memory.open(CONNECTION_BYTES, "TCP connection")
+            if refused is not None:
+                self.broker.admission.release(address)
         if refused is not None:  # before any session exists: a refusal costs next to nothing
             log.warning("refusing %s: %s", name, refused)
             self.write(encode_frame(Frame("ERROR", {"message": refused,
@@ -133,6 +142,7 @@ class StompProtocol(asyncio.Protocol):
         self._memory.charge(self, 0)
         if self._address is not None:
             self.broker.admission.release(self._address)
+            self._memory.close(CONNECTION_BYTES)
             self._address = None
         if self._deadline is not None:
             self._deadline.cancel()

@@ -13,7 +13,10 @@ reader then stops reading the socket, and TCP holds the client back - so a WebSo
 can neither queue frames without bound in the broker nor hold the event loop longer than a
 TCP one. An open connection's own state (~23 KiB, ``CONNECTION_BYTES``) is charged to the
 memory account too, so thousands of WebSockets from many addresses cannot hold more than the
-part of ``memory_limit`` queued messages do not use; an upgrade past it is refused.
+part of ``memory_limit`` queued messages do not use; an upgrade past it is refused. A refused
+upgrade gets a STOMP ERROR and a close frame, and its client's close is awaited briefly; at
+most ``MAX_REFUSING`` wait at once, past which the upgrade is refused before it is made (HTTP
+503 naming the limit), so a flood of refusals holds a bounded amount too.
 """
 
 from __future__ import annotations
@@ -45,6 +48,11 @@ SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
 FRAME_SLACK = 64 << 10  # a WebSocket message may hold a maximal frame plus a few small ones
 HANDSHAKE_SECONDS = 0.001  # what an upgrade costs the loop, reserved when one is woken
 REFUSED_CLOSE_SECONDS = 1.0  # a refused client's close frame is awaited this long
+# Refused upgrades that may wait for their client's close at once. Each holds an upgraded
+# connection's state (~20 KiB) for up to REFUSED_CLOSE_SECONDS, which nothing charges: 1,724
+# refused in a row (5,000 WebSockets from five addresses) held ~20 MiB past memory_limit.
+# Past this many, an upgrade is refused before it is made: HTTP 503 whose body is the reason.
+MAX_REFUSING = 64
 # What an open WebSocket connection holds beyond its output, charged to the memory account
 # while it is open (``MemoryAccount.open``). Measured (bench/memdump.py, 1,000 upgrades):
 # ~23 KiB each - aiohttp's parsed upgrade request kept for the connection's life, its reader,
@@ -222,6 +230,9 @@ class WebSocketServer:
         self._runner: web.AppRunner | None = None
         self._loopback_only = True
         self._handshakes = _Handshakes()  # every upgrade, as one spender of loop turns
+        self.refusing = 0  # refused upgrades waiting for their close now
+        self.max_refusing = MAX_REFUSING
+        self.refused_close_seconds = REFUSED_CLOSE_SECONDS
 
     async def serve(self, host: str, sockets: list[socket.socket]) -> None:
         """Serve on ``sockets``, already listening on ``host`` (``transport/deferred.py``)."""
@@ -286,14 +297,17 @@ class WebSocketServer:
         address = str(peer[0]) if peer else "?"
         refused = self.broker.admission.admit(address)
         if refused is None:
-            refused = self.broker.memory.open(CONNECTION_BYTES, "WebSocket connections")
+            refused = self.broker.memory.open(CONNECTION_BYTES, "WebSocket connection")
             if refused is not None:
                 self.broker.admission.release(address)
+        if refused is not None and self.refusing >= self.max_refusing:
+            log.warning("refusing websocket from %s before the upgrade: %s", address, refused)
+            raise web.HTTPServiceUnavailable(text=f"{refused}\n")
         limit = self.broker.config.limits.max_frame_bytes + FRAME_SLACK
         # A refused client gets its ERROR and a close frame, and a short wait for its close:
         # thousands of refused upgrades left open by their client must not linger for 10 s.
         ws = web.WebSocketResponse(protocols=SUBPROTOCOLS, max_msg_size=limit, compress=False,
-                                   timeout=REFUSED_CLOSE_SECONDS if refused else 10.0)
+                                   timeout=self.refused_close_seconds if refused else 10.0)
         try:
             if not ws.can_prepare(request).ok:
                 raise web.HTTPBadRequest(text="this port speaks STOMP over WebSocket only\n")
@@ -309,9 +323,13 @@ class WebSocketServer:
         log.warning("refusing websocket from %s: %s", address, refused)
         error = Frame("ERROR", {"message": refused, "content-type": "text/plain"},
                       refused.encode())
-        with contextlib.suppress(ConnectionError):
-            await ws.send_str(encode_frame(error, "1.0").decode())
-            await ws.close(code=1013, message=refused.split(" (")[0].encode()[:120])
+        self.refusing += 1
+        try:
+            with contextlib.suppress(ConnectionError):
+                await ws.send_str(encode_frame(error, "1.0").decode())
+                await ws.close(code=1013, message=refused.split(" (")[0].encode()[:120])
+        finally:
+            self.refusing -= 1
         return ws, None
 
     async def stop(self) -> None:

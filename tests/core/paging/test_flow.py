@@ -137,19 +137,39 @@ def test_connections_state_counts_and_may_take_only_what_store_cursors_leave() -
     """A connection's own state (a WebSocket's ~23 KiB) cannot be paged out, so it is charged
     while open and refused past the part of the limit above the cursors' high water."""
     memory = MemoryAccount(10_000, high_water=0.7)
-    assert memory.open(1_000, "WebSocket connections") is None
+    assert memory.open(1_000, "WebSocket connection") is None
     assert memory.open(2_000) is None
     assert memory.connections == 3_000 and memory.held == 3_000
     assert memory.room() == 7_000, "output's room is what connections leave too"
-    refused = memory.open(1, "WebSocket connections")
-    assert refused is not None and refused.startswith(
-        "memory limit reached: WebSocket connections hold 3000 bytes, at most 3000")
-    assert "memory_limit 10000" in refused
+    refused = memory.open(1, "WebSocket connection")
+    assert refused == ("memory limit reached: connections and destinations hold 3000 bytes, "
+                       "at most 3000 (the 30% of memory_limit 10000 not given to queued "
+                       "messages; a WebSocket connection takes 1)")
     assert memory.connections == 3_000, "a refused one is not charged"
     memory.used = 4_000
     assert not memory.cursor_room(), "4,000 queued + 3,000 of connections reach the high water"
     memory.close(2_000)
     assert memory.cursor_room() and memory.held == 5_000
+
+
+def test_destinations_share_the_unpageable_part_with_connections() -> None:
+    """A destination's own state (cursor, stats, policy: a few KiB however empty) is charged
+    as a count times its cost, set from the broker's tables (never added and forgotten), and
+    shares with connections the part of the limit store cursors leave."""
+    memory = MemoryAccount(10_000, high_water=0.7)
+    memory.destinations(4, 500)
+    assert memory.objects == 2_000 and memory.held == 2_000
+    assert memory.room() == 8_000
+    assert memory.open(1_000, "TCP connection") is None
+    refused = memory.open(1, "TCP connection")
+    assert refused is not None and refused.startswith(
+        "memory limit reached: connections and destinations hold 3000 bytes, at most 3000")
+    assert memory.refusal(500, "destination") is not None, "nor may another destination come"
+    memory.destinations(2, 500)  # two were dropped: counted again, not subtracted
+    assert memory.objects == 1_000
+    assert memory.refusal(500, "destination") is None
+    memory.used = 5_000
+    assert not memory.cursor_room(), "queued + connections + destinations reach the high water"
 
 
 def test_message_size_limit_global_and_per_destination() -> None:

@@ -196,6 +196,7 @@ class Broker:
             q = Queue(self, keys.queue_key(name), destination_of(QUEUE, name),
                       self.policy(QUEUE, name))
             self.queues[name] = q
+            self.destinations.charge()
             self.virtual.added(name)
             self.advisories.destination("added", QUEUE, name)
             if self.queue_watch:
@@ -207,6 +208,7 @@ class Broker:
         if t is None:
             t = Topic(name, destination_of(TOPIC, name))
             self.topics[name] = t
+            self.destinations.charge()
             self.advisories.destination("added", TOPIC, name)
         return t
 
@@ -305,6 +307,7 @@ class Broker:
         self.stager.tick(int(now * 1000))
         self.producers.tick(int(now * 1000))
         self.destinations.sweep(now)
+        self.destinations.charge()
         self.flow.tick()
         self.flow.trimmer.observe_connections(self.admission.total)
         self.flow.trimmer.observe_heap()

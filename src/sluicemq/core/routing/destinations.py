@@ -8,6 +8,11 @@ broker past any memory limit; without reclaiming, 50,000 SUBSCRIBE + UNSUBSCRIBE
 the client address for anonymous connections), and a destination that has been empty, without
 consumers or subscribers, for ``idle_destination_seconds`` is dropped (it comes back, empty,
 on next use). At a cap, idle destinations are reclaimed at once before anything is refused.
+
+Each destination and durable subscription is also charged ``DESTINATION_BYTES`` to the memory
+account (``MemoryAccount.destinations``), which it shares with connections' own state within
+the part of ``memory_limit`` store cursors leave: the caps bound how many, the charge makes
+what they hold count (10,000 queues are ~50 MiB), and a new one past that part is refused.
 """
 
 from __future__ import annotations
@@ -19,7 +24,10 @@ from sluicemq.core.routing.names import QUEUE, TOPIC
 from sluicemq.errors import ProtocolError
 
 if TYPE_CHECKING:
+    from collections.abc import Sized
+
     from sluicemq.config import BrokerConfig
+    from sluicemq.core.paging.flow import MemoryAccount
     from sluicemq.core.routing.advisories import Advisories
     from sluicemq.core.routing.queue import Queue
     from sluicemq.core.routing.topic import Topic
@@ -30,6 +38,10 @@ Key = tuple[str, str]  # (kind, name)
 SWEEP_LOOK = 4096  # destinations looked at per sweep (see DestinationBudget.sweep)
 SWEEP_DROP = 256  # and dropped, at most
 FORCED_DROP = 64  # when a cap is reached
+# A destination's own state, whatever it holds: measured (bench/hostile.py, session 12-14
+# censuses) ~5 KiB for an auto-created queue holding one message (its cursor and lanes, stats,
+# policy, owner entries: 2,000 queues left +10 MiB), ~4 KiB for a durable subscription.
+DESTINATION_BYTES = 5 << 10
 
 
 class DestinationHost(Protocol):
@@ -41,6 +53,10 @@ class DestinationHost(Protocol):
     streams: dict[StreamKey, StreamState]
     virtual: VirtualTopicIndex
     advisories: Advisories
+    memory: MemoryAccount
+
+    @property
+    def durables(self) -> Sized: ...
 
     def now_ms(self) -> int: ...
 
@@ -66,6 +82,12 @@ class DestinationBudget:
     def count(self) -> int:
         return len(self.broker.queues) + len(self.broker.topics)
 
+    def charge(self) -> None:
+        """Charge every destination and durable subscription to the memory account now (the
+        broker calls it as one is created and once a tick; drops are counted at the tick)."""
+        broker = self.broker
+        broker.memory.destinations(self.count + len(broker.durables), DESTINATION_BYTES)
+
     def exists(self, kind: str, name: str) -> bool:
         return name in (self.broker.queues if kind == QUEUE else self.broker.topics)
 
@@ -76,9 +98,12 @@ class DestinationBudget:
         limits = self.broker.config.limits
         held = self.per_owner.get(owner, 0)
         per_user = limits.max_destinations_per_user
-        if (self.count >= limits.max_destinations or (per_user and held >= per_user)):
+        memory = self.broker.memory
+        if (self.count >= limits.max_destinations or (per_user and held >= per_user)
+                or memory.refusal(DESTINATION_BYTES, "destination")):
             self._forced_sweep()
             held = self.per_owner.get(owner, 0)
+            self.charge()
         if self.count >= limits.max_destinations:
             self.refused_total += 1
             raise ProtocolError(f"cannot create /{kind}/{name}: too many destinations (limit "
@@ -88,6 +113,10 @@ class DestinationBudget:
             raise ProtocolError(f"cannot create /{kind}/{name}: {owner} created too many "
                                 f"destinations (limit {per_user}, max_destinations_per_user)",
                                 fatal=False)
+        refused = memory.refusal(DESTINATION_BYTES, "destination")
+        if refused is not None:
+            self.refused_total += 1
+            raise ProtocolError(f"cannot create /{kind}/{name}: {refused}", fatal=False)
         self.owners[(kind, name)] = owner
         self.per_owner[owner] = held + 1
 
