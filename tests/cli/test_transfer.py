@@ -128,6 +128,9 @@ def test_a_sent_file_goes_again_only_when_asked_and_to_every_destination(broker,
         again = ok(sluice("send", str(src), "--to", "a", *base, *extra))
         assert again.startswith(f"skipped {src}: already sent to /queue/a as stream ")
         assert "--again sends it again" in again and "\nsent " not in f"\n{again}"
+    with_bar = sluice("send", str(src), "--to", "a", *base[:-1])  # no -q: a progress bar
+    assert ok(with_bar).startswith(f"skipped {src}: ")
+    assert "report.csv" not in with_bar.stderr, "a bar for a file that was not sent"
     assert "received 0 of 1" in receive("a", "nothing").stderr
 
     copy = ok(sluice("send", str(src), "--to", "a", "--again", *base))

@@ -165,6 +165,9 @@ def send(url: str, user: str | None, password: str | None, window: int,
                     dest, path, chunk_size=chunk_size, window=window, resume=resume,
                     again=again, progress=tracker(bar, path.name, limit_rate),
                     wait_for_consumer=wait_for_consumer)
+                if writer.already_complete and bar is not None:
+                    # Nothing went over the wire: no "0/0 bytes" bar beside the skipped line.
+                    bar.remove_task(bar.task_ids[-1])
                 click.echo(outcome(path, dest, writer))
     except ClientError as exc:
         raise click.ClickException(f"send to {dest} failed: {exc}") from None
