@@ -31,6 +31,8 @@ def test_a_backlog_beyond_the_cursor_window_shows_as_paged(broker_factory) -> No
     assert row is not None
     assert row["depth"] == 100 and row["cursor"] == "store"
     assert row["paged"] >= 100 - 20
+    # What is unconsumed, in memory or only on disk: every body byte sent ("m0".."m99").
+    assert row["memory_bytes"] + row["paged_bytes"] == sum(len(f"m{i}") for i in range(100))
     families = scrape(broker.console_url)
     assert value(families["sluice_destination_paged_messages"], kind="queue",
                  name="deep.orders") == row["paged"]
