@@ -18,6 +18,10 @@
 * latency: a query with a 100 ms processing-time trigger (--trigger-ms) runs while one message
   is sent every 20 ms with its send time in a header; foreachBatch notes when each row became
   visible in a micro-batch; p50/p99 of the difference.
+* journal (always, last): the journal's segment files on disk against the body bytes still
+  unconsumed (/api/destinations: memory_bytes + paged_bytes), right after the run and again
+  every 2 s for --journal-settle s while compaction catches up - issue #16's goal is at most
+  2 x unconsumed + 2 segments.
 
 It starts its own broker on a throwaway data directory; the journal fsyncs as in production.
 """
@@ -28,12 +32,14 @@ import argparse
 import json
 import os
 import random
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 from sluicemq.client import Client
@@ -42,6 +48,7 @@ from streams import start_broker
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1_000_000
+SEGMENT = 64 << 20  # the broker's default [journal] segment_bytes (the bench sets no config)
 LOCAL_ORDERS = ("order_id BIGINT, region STRING, product STRING, quantity INT, "
                 "unit_price DECIMAL(12,2), ts BIGINT")  # the CSV files' columns
 
@@ -245,6 +252,54 @@ def bench_latency(spark, url: str, tmp: Path, seconds: float, trigger_ms: int) -
     return out
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def journal_sample(console: str, data_dir: Path) -> dict:
+    """Segment files (apparent size and blocks allocated) and unconsumed body bytes now."""
+    segments = list((data_dir / "journal").glob("*.log"))
+    with urllib.request.urlopen(f"{console}/api/destinations", timeout=60) as resp:
+        rows = json.load(resp)["destinations"]
+    queues = [r for r in rows if r["kind"] == "queue" and r["depth"]]
+    unconsumed = sum(r["memory_bytes"] + r["paged_bytes"] for r in queues)
+    return {"segments": len(segments),
+            "journal_bytes": sum(p.stat().st_size for p in segments),
+            "journal_allocated": sum(p.stat().st_blocks * 512 for p in segments),
+            "unconsumed_bytes": unconsumed, "queues_with_messages": len(queues),
+            "goal_bytes": 2 * unconsumed + 2 * SEGMENT}
+
+
+def ratio(sample: dict) -> float | None:
+    """Journal on disk over unconsumed bytes (None when nothing is unconsumed)."""
+    if not sample["unconsumed_bytes"]:
+        return None
+    return round(sample["journal_bytes"] / sample["unconsumed_bytes"], 2)
+
+
+def bench_journal(console: str, data_dir: Path, settle: float) -> dict:
+    """Issue #16's figure after a Spark run: journal on disk vs what is unconsumed."""
+    samples = [journal_sample(console, data_dir)]
+    started = time.monotonic()
+    while time.monotonic() - started < settle:
+        time.sleep(2)  # the broker compacts on its once-a-second tick: sample, do not assert
+        samples.append(journal_sample(console, data_dir))
+    first, last = samples[0], samples[-1]
+    out = {"scenario": "spark-journal", "segment_bytes": SEGMENT, "settle_s": settle,
+           "after_run": first, "settled": last,
+           "ratio_after_run": ratio(first), "ratio_settled": ratio(last),
+           "within_goal": last["journal_bytes"] <= last["goal_bytes"]}
+    for label, s in (("after the run", first), (f"after {settle:.0f} s", last)):
+        print(f"journal {label}: {s['journal_bytes'] / MB:,.1f} MB in {s['segments']} segments "
+              f"({s['journal_allocated'] / MB:,.1f} MB allocated) for "
+              f"{s['unconsumed_bytes'] / MB:,.1f} MB unconsumed in "
+              f"{s['queues_with_messages']} queues; goal <= {s['goal_bytes'] / MB:,.1f} MB",
+              flush=True)
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--messages", type=int, default=200_000)
@@ -256,12 +311,17 @@ def main() -> int:
                    help="comma list of ingest,reads,sink,files,latency")
     p.add_argument("--reads", default="",
                    help="comma list of read scenarios (default: all; see bench/spark_reads.py)")
+    p.add_argument("--journal-settle", type=float, default=20,
+                   help="seconds the journal figure is sampled after the run")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     skip = set(filter(None, args.skip.split(",")))
+    load_start = os.getloadavg()[0]
+    print(f"spark_bench {time.strftime('%H:%M:%S')}, 1-min load {load_start:.2f}", flush=True)
     with tempfile.TemporaryDirectory(prefix="sluice-spark-bench-") as t:
         tmp = Path(t)
-        proc, url = start_broker(tmp / "data")
+        console = f"http://127.0.0.1:{free_port()}"
+        proc, url = start_broker(tmp / "data", ["--console-port", console.rsplit(":", 1)[1]])
         try:
             spark = session(tmp)
             results = []
@@ -278,13 +338,18 @@ def main() -> int:
                 results.append(bench_latency(spark, url, tmp, args.latency_seconds,
                                              args.trigger_ms))
             spark.stop()
+            results.append(bench_journal(console, tmp / "data", args.journal_settle))
         finally:
             proc.terminate()
             proc.wait(30)
+    load_end = os.getloadavg()[0]
+    print(f"spark_bench done {time.strftime('%H:%M:%S')}, 1-min load {load_end:.2f}", flush=True)
     if args.json:
         with args.json.open("a") as f:
             for r in results:
-                f.write(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), **r}) + "\n")
+                f.write(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), **r,
+                                    "load_1m": [round(load_start, 2), round(load_end, 2)]})
+                        + "\n")
     return 0
 
 
