@@ -14,8 +14,9 @@ counted against memory_limit before -> after, what the attack left resident beyo
 as JSON lines. The attacks run one after another on one broker: what one leaves queued (the
 1 MB-header messages stay counted) is there for the next. Beyond the issue's list:
 ``slow-consumers`` (subscribers that stop reading while a topic is published to),
-``connection-storm`` (connections that come and go by the thousand) and ``websockets-spread``
-(WebSockets from five addresses, so that no per-address cap stops them). An attack is "within"
+``connection-storm`` (connections that come and go by the thousand), ``websockets-spread``
+(WebSockets from five addresses, so that no per-address cap stops them) and ``tcp-spread``
+(10,000 CONNECTed TCP connections from ten addresses: max_connections' worth). An attack is "within"
 when the broker's RSS peaked at no more than memory_limit + the idle broker's RSS + ``SLACK``.
 The idle broker is taken after one console call: the console's aiohttp is imported by its first
 request (~13 MiB), which every row's ``accounted()`` makes, so it belongs to the broker the
@@ -553,6 +554,36 @@ async def websockets_spread(url: str, n: int, addresses: int) -> Outcome:
                            f"{n - len(conns)} refused with HTTP 503")
 
 
+async def tcp_spread(port: int, n: int, addresses: int) -> Outcome:
+    """``n`` STOMP connections from ``addresses`` client addresses, each CONNECTed (the
+    connect timeout does not close them), held open together: what bounds them is
+    max_connections and the part of memory_limit connections may take."""
+    conns: list[Stomp] = []
+    errors: list[str] = []
+    for i in range(n):
+        try:
+            reader, writer = await asyncio.open_connection(
+                HOST, port, local_addr=(f"127.0.2.{10 + i % addresses}", 0), limit=1 << 14)
+        except OSError as exc:
+            errors.append(str(exc))
+            continue
+        s = Stomp(reader, writer)
+        s.send("CONNECT", CONNECT)
+        conns.append(s)
+        if i % 500 == 499:  # let the broker answer (a CONNECTED, or an ERROR and a close)
+            await asyncio.sleep(0)
+    held = 0
+    for s in conns:
+        if await s.expect("CONNECTED", 30) is not None:
+            held += 1
+    phase("tcp-spread: all open", held=True)
+    errors += [e for s in conns for e in s.errors]
+    for s in conns:
+        await s.close()
+    return Outcome(errors, f"{n} connections from {addresses} addresses, {held} held open "
+                           f"together, {n - held} refused")
+
+
 async def oversized(port: int) -> Outcome:
     s = await Stomp.open(port)
     s.send("SEND", {"destination": "/queue/big"}, b"x" * (100 * MiB))
@@ -622,6 +653,7 @@ def attacks(b: Broker, scale: float) -> dict[str, Callable[[], Awaitable[Outcome
         "idle-sockets": lambda: idle_sockets(b.port, n(10_100)),
         "websockets": lambda: websockets(b.ws, n(11_000)),
         "websockets-spread": lambda: websockets_spread(b.ws, n(5_000), 5),
+        "tcp-spread": lambda: tcp_spread(b.port, n(10_000), 10),
         "oversized": lambda: oversized(b.port),
         "slow-consumers": lambda: slow_consumers(b.port, n(200), 400, 16 << 10),
         "connection-storm": lambda: connection_storm(b.port, n(20_000), 500),
