@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cpuprobe import probe
 from stompload import MIB, fdatasync_waits, read_rss
 
 HERE = Path(__file__).resolve().parent
@@ -337,12 +338,13 @@ def run_broker(name: str, scenarios: list[Scenario], opts: argparse.Namespace,
         peak = idle
         for scenario in scenarios:
             load = wait_for_quiet(opts.max_load, opts.max_wait)
-            print(f"== {BROKER_NAMES[name]}: {scenario.name} (load {load:.2f})",
-                  file=sys.stderr, flush=True)
+            speed = probe()  # each vCPU's speed just before (bench/cpuprobe.py says why)
+            print(f"== {BROKER_NAMES[name]}: {scenario.name} (load {load:.2f}, vCPU probe "
+                  f"{speed} ms)", file=sys.stderr, flush=True)
             result = stompload(opts.python, broker, scenario_args(scenario, opts),
                                label=f"{name}:{scenario.name}", timeout=opts.timeout)
             result.update(broker=name, name=scenario.name, loadavg_before=round(load, 2),
-                          run=opts.run_id, quick=opts.quick)
+                          cpu_probe_ms=speed, run=opts.run_id, quick=opts.quick)
             if name == "sluice":  # which build ran: the optional mypyc one says so at start
                 result["build"] = "mypyc" if "mypyc" in "".join(broker.log[:50]) else "pure"
             peak = max(peak, int(result.get("rss_peak_mib", 0) * MIB))
