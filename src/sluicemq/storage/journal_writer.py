@@ -10,6 +10,8 @@ everything queued after it. It shares the journal's state under ``_lock`` (decla
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import logging
 import os
 import threading
@@ -87,6 +89,31 @@ def zero_fill(records: int, nbytes: int) -> bool:
     one was prepared? Yes unless they averaged ``LARGE_RECORD``: small records need the
     fastest fdatasync (no extent to update), a stream of large ones the disk's full rate."""
     return records == 0 or nbytes < records * LARGE_RECORD
+
+
+SYNC_FILE_RANGE_WRITE = 2  # linux/fs.h: start writeback of the range's dirty pages, no wait
+
+
+@functools.cache
+def _sync_file_range() -> Callable[..., int] | None:
+    """libc's sync_file_range (Linux; ``os`` has no binding), or None where there is none."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    return fn
+
+
+def start_writeback(fd: int, start: int, end: int) -> None:
+    """Have the disk start on ``start:end`` now, without waiting for it. Why, for large
+    records: the writer copies a batch into the page cache, then fdatasyncs it, so the disk
+    sat idle while each batch was copied (a stream's batch is ~4 chunks: 266 batches a GiB).
+    Started chunk by chunk, the disk writes one while the next is copied, and the fdatasync
+    that still follows (and still comes before the report) waits only for the rest."""
+    fn = _sync_file_range()
+    if fn is not None:
+        fn(fd, start, end - start, SYNC_FILE_RANGE_WRITE)  # only advice: errors ignored
 
 
 FOLIO = 2 << 20
@@ -197,8 +224,9 @@ class JournalWriter:
                 self._drop_cached(*span)
 
     def _write(self, batch: list[Entry]) -> tuple[list[int], int, list[Span]]:
-        """Write the batch as one pwritev per contiguous run; returns (fds touched, bytes,
-        the (segment, fd, start, end) spans of its large records, for ``drop_cached``)."""
+        """Write the batch as one pwritev per contiguous run - up to and including each large
+        record, whose writeback starts at once (``start_writeback``); returns (fds touched,
+        bytes, the (segment, fd, start, end) spans of its large records, for ``drop_cached``)."""
         touched: list[int] = []
         large: list[Span] = []
         total = 0
@@ -230,6 +258,11 @@ class JournalWriter:
             if tail:
                 buffers.append(tail)
             run_end += HEADER_SIZE + loc.length
+            if loc.length >= LARGE_RECORD and self.sync:  # written now, on its way to disk
+                total += write_all(fd, buffers, run_start)
+                buffers = []
+                start_writeback(fd, run_start, run_end)
+                run_start = run_end
         if buffers:
             total += write_all(fd, buffers, run_start)
         return touched, total, large
