@@ -16,7 +16,7 @@ import io
 import re
 import time
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -99,30 +99,39 @@ def test_an_ended_websocket_connection_is_freed_without_a_garbage_collection(
     _without_gc(main)
 
 
+@contextlib.asynccontextmanager
+async def _one_admitted(tmp_path: Path) -> AsyncIterator[
+        tuple[BrokerServer, str, aiohttp.ClientSession, aiohttp.ClientWebSocketResponse]]:
+    """A broker that admits one connection per address (its CONNECT timeout out of the way)
+    and that one connection, open: every later upgrade from here is refused."""
+    server, url = await _started(tmp_path, max_connections_per_address=1,
+                                 connect_timeout=600)
+    try:
+        async with aiohttp.ClientSession() as http:
+            kept = await http.ws_connect(url, protocols=("v12.stomp",))
+            yield server, url, http, kept
+            await kept.close()
+    finally:
+        await server.stop()
+
+
 def test_a_refused_upgrade_whose_client_never_answers_the_close_is_freed(
         tmp_path: Path) -> None:
     """aiohttp keeps the timeout that ended the close handshake; its traceback held the
     response in a cycle (10,000 such refusals: collections of 230-330 ms)."""
     async def main() -> None:
-        server, url = await _started(tmp_path, max_connections_per_address=1,
-                                     connect_timeout=600)
-        try:
-            async with aiohttp.ClientSession() as http:
-                kept = await http.ws_connect(url, protocols=("v12.stomp",))
-                assert server.websocket is not None
-                connections = server.websocket.connections
-                await _until(lambda: len(connections) == 1, "the first one was admitted")
-                (admitted,) = connections
-                refused = await http.ws_connect(url, protocols=("v12.stomp",))
-                # it reads nothing: the broker's close waits REFUSED_CLOSE_SECONDS, times out
-                (response,) = (r for r in _responses() if r is not admitted.ws)
-                gone = weakref.ref(response)
-                del response, admitted
-                await _until(lambda: gone() is None, "the refused upgrade's response was freed")
-                await refused.close()
-                await kept.close()
-        finally:
-            await server.stop()
+        async with _one_admitted(tmp_path) as (server, url, http, _kept):
+            assert server.websocket is not None
+            connections = server.websocket.connections
+            await _until(lambda: len(connections) == 1, "the first one was admitted")
+            (admitted,) = connections
+            refused = await http.ws_connect(url, protocols=("v12.stomp",))
+            # it reads nothing: the broker's close waits REFUSED_CLOSE_SECONDS, times out
+            (response,) = (r for r in _responses() if r is not admitted.ws)
+            gone = weakref.ref(response)
+            del response, admitted
+            await _until(lambda: gone() is None, "the refused upgrade's response was freed")
+            await refused.close()
 
     _without_gc(main)
 
@@ -132,40 +141,33 @@ def test_refused_upgrades_waiting_for_their_close_are_bounded(tmp_path: Path) ->
     the close (or the wait ends), and nothing charges it: past ``max_refusing`` of them the
     next is refused before the upgrade, with an HTTP 503 whose body names the limit."""
     async def main() -> None:
-        server, url = await _started(tmp_path, max_connections_per_address=1,
-                                     connect_timeout=600)
-        try:
-            async with aiohttp.ClientSession() as http:
-                kept = await http.ws_connect(url, protocols=("v12.stomp",))
-                websocket = server.websocket
-                assert websocket is not None
-                websocket.max_refusing = 2
-                websocket.refused_close_seconds = SECONDS  # they wait while the spec runs
-                waiting = [await http.ws_connect(url, protocols=("v12.stomp",))
-                           for _ in range(2)]  # neither reads: both wait for their close
-                await _until(lambda: websocket.refusing == 2, "two refusals wait")
-                with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
-                    await http.ws_connect(url, protocols=("v12.stomp",))
-                assert refused.value.status == 503
-                async with http.get(url.replace("ws://", "http://"), headers={
-                        "Upgrade": "websocket", "Connection": "Upgrade",
-                        "Sec-WebSocket-Version": "13",
-                        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}) as resp:
-                    assert resp.status == 503
-                    assert await resp.text() == ("too many connections from 127.0.0.1 "
-                                                 "(limit 1, max_connections_per_address)\n")
-                parser = FrameParser(version="1.2")
-                for ws in waiting:  # they read their ERROR and answer the close
-                    error = await _frame(ws, parser)
-                    assert error.command == "ERROR"
-                    await ws.close()
-                await _until(lambda: websocket.refusing == 0, "their closes were answered")
-                again = await http.ws_connect(url, protocols=("v12.stomp",))
-                assert (await _frame(again, parser)).command == "ERROR"  # told over STOMP
-                await again.close()
-                await kept.close()
-        finally:
-            await server.stop()
+        async with _one_admitted(tmp_path) as (server, url, http, _kept):
+            websocket = server.websocket
+            assert websocket is not None
+            websocket.max_refusing = 2
+            websocket.refused_close_seconds = SECONDS  # they wait while the spec runs
+            waiting = [await http.ws_connect(url, protocols=("v12.stomp",))
+                       for _ in range(2)]  # neither reads: both wait for their close
+            await _until(lambda: websocket.refusing == 2, "two refusals wait")
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await http.ws_connect(url, protocols=("v12.stomp",))
+            assert refused.value.status == 503
+            async with http.get(url.replace("ws://", "http://"), headers={
+                    "Upgrade": "websocket", "Connection": "Upgrade",
+                    "Sec-WebSocket-Version": "13",
+                    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}) as resp:
+                assert resp.status == 503
+                assert await resp.text() == ("too many connections from 127.0.0.1 "
+                                             "(limit 1, max_connections_per_address)\n")
+            parser = FrameParser(version="1.2")
+            for ws in waiting:  # they read their ERROR and answer the close
+                error = await _frame(ws, parser)
+                assert error.command == "ERROR"
+                await ws.close()
+            await _until(lambda: websocket.refusing == 0, "their closes were answered")
+            again = await http.ws_connect(url, protocols=("v12.stomp",))
+            assert (await _frame(again, parser)).command == "ERROR"  # told over STOMP
+            await again.close()
 
     asyncio.run(main())
 
