@@ -11,6 +11,12 @@ Queued bytes are not all a burst leaves behind: 200 subscribers that stopped rea
 resident too (no queued bytes and too few connections went for either rule). So the heap's
 own free bytes are watched as well (glibc's ``mallinfo2``): a trim once at least ``min_drop``
 more lies free than the least seen since the last trim and it stopped growing.
+
+CPython's small objects do not live in glibc's heap but in 1 MiB arenas of its own, and an arena
+is returned only once every block in it is free. The interpreter's free lists (tuples, dicts,
+floats, ...) keep blocks made during a burst alive in otherwise empty arenas, and a full
+collection is what clears them: after each drained 100k burst it returned 3-5 of the 5-6 arenas
+the burst had added (2026-11-25, bench/memdump.py census). So the burst-drain trim collects first.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import ctypes
 import ctypes.util
 import gc
 import logging
+import time
 from collections.abc import Callable
 
 log = logging.getLogger("sluicemq.memory")
@@ -34,9 +41,11 @@ class HeapTrimmer:
     """Decides when to trim: ``observe`` the broker's queued bytes once a tick."""
 
     def __init__(self, trim: Callable[[], object] | None, *, min_drop: int = MIN_DROP,
-                 fraction: float = FRACTION, free: Callable[[], int] | None = None) -> None:
+                 fraction: float = FRACTION, free: Callable[[], int] | None = None,
+                 collect: Callable[[], object] = gc.collect) -> None:
         self._trim = trim
         self._free = free  # the heap's free bytes (mallinfo2), None where unknown
+        self._collect = collect  # a full collection: clears the free lists that pin arenas
         self.min_drop = min_drop
         self.fraction = fraction
         self.peak = 0
@@ -68,10 +77,15 @@ class HeapTrimmer:
                 or used > self.peak * self.fraction):
             return False
         dropped, self.peak = self.peak - used, used
+        started = time.perf_counter()
+        self._collect()
+        collected = time.perf_counter() - started
         if self._trim is None:
             return False
         self._trimmed()
-        log.info("heap trimmed after %d MiB of queued messages were released", dropped >> 20)
+        log.info("heap trimmed after %d MiB of queued messages were released (collection "
+                 "%.1f ms, trim %.1f ms)", dropped >> 20, collected * 1e3,
+                 (time.perf_counter() - started - collected) * 1e3)
         return True
 
     def observe_heap(self) -> bool:
@@ -116,7 +130,7 @@ class HeapTrimmer:
                 or count > peak * self.fraction):
             return False
         self._conns_peak = count
-        gc.collect()
+        self._collect()
         if self._trim is not None:
             self._trimmed()
         else:
