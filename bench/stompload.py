@@ -526,7 +526,8 @@ async def scenario_large(opts: argparse.Namespace) -> Result:
     chunk = opts.chunk_mib * MIB
     count = opts.total_mib // opts.chunk_mib
     body = os.urandom(chunk)
-    consumer = ChildConsumer(opts, dest, count, skip_bodies=True)
+    consumer = ChildConsumer(opts, dest, count, ack=opts.ack, prefetch=opts.prefetch,
+                             skip_bodies=True)
     await consumer.start()
     try:
         started_ns = time.monotonic_ns()
