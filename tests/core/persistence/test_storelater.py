@@ -179,3 +179,69 @@ def test_an_ack_auto_delivery_whose_bytes_stay_unread_is_written_with_its_remova
     later.removed(m)
     loop.advance(AUTO_SECONDS + 0.01)
     assert written == [("q:q", 1, True)]  # stored, and its removal journaled behind it
+
+
+def test_a_large_body_for_a_client_ack_consumer_is_due_a_delay_after_its_bytes_arrived(
+        ) -> None:
+    later, loop, written = make(delay=0.005)  # spill_bytes 64 KiB: this body is large
+    acked = [0]
+    m = msg(1, size=1 << 20)
+    later.add("q:q", m)
+    later.sent(m, None, (lambda: acked[0], 5 << 20), auto=False)
+    loop.advance(0.01)  # past the store delay, but still on its way behind earlier bytes
+    assert written == []
+    acked[0] = 5 << 20  # the consumer's TCP has it all: its ACK is now due within the delay
+    loop.advance(0.001)
+    loop.advance(0.003)
+    assert written == []
+    loop.advance(0.002)
+    assert written == [("q:q", 1, False)]
+
+
+def test_a_large_body_acked_soon_after_it_arrived_is_never_written() -> None:
+    later, loop, written = make(delay=0.005)
+    acked = [0]
+    m = msg(1, size=1 << 20)
+    later.add("q:q", m)
+    later.sent(m, None, (lambda: acked[0], 1 << 20), auto=False)
+    told: list[object] = []
+    later.wait(told.append)  # the producer's receipt
+    loop.advance(0.008)
+    acked[0] = 1 << 20
+    loop.advance(0.002)
+    assert later.removed(m)  # the consumer's ACK
+    assert told == [None]
+    loop.advance(1.0)
+    assert written == [] and later.skipped == 1
+
+
+def test_a_large_body_whose_bytes_never_arrive_is_written_after_the_auto_limit() -> None:
+    later, loop, written = make(delay=0.005)
+    m = msg(1, size=1 << 20)
+    later.add("q:q", m)
+    later.sent(m, None, (lambda: 0, 1 << 20), auto=False)
+    loop.advance(AUTO_SECONDS - 0.01)
+    assert written == []
+    loop.advance(0.02)
+    assert written == [("q:q", 1, False)]
+
+
+def test_a_small_body_for_a_client_ack_consumer_is_due_a_delay_after_publication() -> None:
+    later, loop, written = make(delay=0.005)
+    m = msg(1, size=100)
+    later.add("q:q", m)
+    later.sent(m, None, (lambda: 0, 100), auto=False)  # bytes not out: no matter below 64 KiB
+    loop.advance(0.006)
+    assert written == [("q:q", 1, False)]
+
+
+def test_where_the_peer_cannot_say_what_it_has_a_large_body_is_due_a_delay_after_the_send(
+        ) -> None:
+    later, loop, written = make(delay=0.005)
+    m = msg(1, size=1 << 20)
+    later.add("q:q", m)
+    later.sent(m, None, (lambda: -1, 1 << 20), auto=False)  # e.g. TLS, a closed connection
+    loop.advance(0.001)
+    assert written == []
+    loop.advance(0.005)
+    assert written == [("q:q", 1, False)]

@@ -10,6 +10,15 @@ its consumer. For ``ack:auto`` "acknowledged" means its bytes have left the brok
 the peer's TCP acknowledged every byte of the connection up to the message's end, so neither
 a kill -9 nor a reset can lose it any more; until then it counts as unacknowledged.
 
+When a large message is due: ``delay`` after its consumer *has* it. A client-ack consumer can
+only ACK what reached it, and a large body reaches it behind everything sent before: with 8
+MiB chunks in flight the last one arrives ~8 ms after its publication, so "5 ms after
+publication" wrote a third of a live stream's chunks that their consumer acked a moment later
+(each costing the disk a MiB and the journal a removal). So for bodies of ``spill_bytes`` and
+more the delay starts once the consumer's TCP acknowledged the message's last byte, and the
+write is due ``AUTO_SECONDS`` after the send at the latest (a consumer that stopped reading).
+The receipt still waits for the ACK or the write, whichever comes first.
+
 Order: deferred messages are written in the order they were published, and all of them before
 any other record (the store calls ``store_all`` before every append), so the journal holds
 everything in publish order; an acknowledged deferred message leaves no record at all.
@@ -42,7 +51,7 @@ MAX_BYTES = 16 << 20  # deferred bodies held at most; past it the oldest are wri
 
 
 class _Entry:
-    __slots__ = ("consumer", "due", "index", "key", "msg", "removed", "unsent")
+    __slots__ = ("arriving", "consumer", "due", "index", "key", "msg", "removed", "unsent")
 
     def __init__(self, key: str, msg: Message, index: int, due: float) -> None:
         self.key = key
@@ -51,6 +60,7 @@ class _Entry:
         self.due = due
         self.consumer: Consumer | None = None  # who it was last handed to
         self.unsent: Sent | None = None  # set when handed to an ack:auto consumer
+        self.arriving: Sent | None = None  # a large body on its way to a client-ack consumer
         self.removed = False  # an ack:auto consumer took it: nothing holds it any more
 
 
@@ -94,6 +104,8 @@ class StoreLater:
         self._waiters: list[tuple[int, int, Waiter]] = []
         self._order = itertools.count()
         self._timer: Any = None
+        self._timer_at = 0.0  # when the armed timer runs _due
+        self._timer_gen = 0  # a timer armed earlier than the current one ignores itself
         self._recheck: Any = None
         self._sent_auto: list[_Entry] = []
         self._storing = False
@@ -123,24 +135,30 @@ class StoreLater:
         self._keys[key] = self._keys.get(key, 0) + 1
         self.bytes += msg.size
         self.deferred += 1
-        if self._timer is None:
-            self._timer = self._later(self.delay, self._due)
+        self._arm(next(iter(self.entries.values())).due)  # nothing is written before the head
         if self.bytes > self.max_bytes:
             self._store_oldest(lambda: self.bytes > self.max_bytes)
 
-    def sent(self, msg: Message, consumer: Consumer | None, unsent: Sent | None) -> None:
-        """``msg`` was handed to ``consumer``; ``unsent`` when it acks automatically."""
+    def sent(self, msg: Message, consumer: Consumer | None, unsent: Sent | None, *,
+             auto: bool = True) -> None:
+        """``msg`` was handed to ``consumer``; ``unsent``: where its bytes end on the
+        connection, for a consumer that acks automatically (``auto``) or, for a large body,
+        one that acks itself (its store delay then counts from their arrival)."""
         entry = self.entries.get(id(msg))
         if entry is None:
             return
         entry.consumer = consumer
-        if unsent is not None:
+        if unsent is None or not (auto or msg.size >= self.spill_bytes):
+            return
+        if auto:
             entry.unsent = unsent
-            entry.due = max(entry.due, self._clock() + AUTO_SECONDS)
-            self._sent_auto.append(entry)
-            if self._recheck is None:
-                # call_soon runs after the transport's own flush scheduled by this delivery
-                self._recheck = self._soon(self._check_sent)
+        else:
+            entry.arriving = unsent
+        entry.due = max(entry.due, self._clock() + AUTO_SECONDS)
+        self._sent_auto.append(entry)
+        if self._recheck is None:
+            # call_soon runs after the transport's own flush scheduled by this delivery
+            self._recheck = self._soon(self._check_sent)
 
     def removed(self, msg: Message) -> bool:
         """A queue let go of ``msg`` (acked, expired, purged). True when it was deferred: it
@@ -175,24 +193,44 @@ class StoreLater:
         self._recheck = None
         waiting = self._sent_auto
         self._sent_auto = []
+        now = self._clock()
         for entry in waiting:
             if id(entry.msg) not in self.entries:
                 continue
-            if _out(entry):
+            arriving = entry.arriving
+            if arriving is not None:
+                if _arrived(arriving):  # its consumer has it: an ACK is due within the delay
+                    entry.arriving = None
+                    entry.due = now + self.delay
+                else:
+                    self._sent_auto.append(entry)
+            elif _out(entry):
                 self._settle(entry)
             else:
                 self._sent_auto.append(entry)
         self._release()
+        if self.entries:
+            self._arm(next(iter(self.entries.values())).due)
         if self._sent_auto:
             self._recheck = self._later(RECHECK_SECONDS, self._check_sent)
 
-    def _due(self) -> None:
+    def _arm(self, at: float) -> None:
+        """Have ``_due`` run at ``at``, unless a timer already runs it as early."""
+        if self._timer is not None and self._timer_at <= at:
+            return
+        self._timer_gen += 1
+        gen = self._timer_gen
+        self._timer_at = at
+        self._timer = self._later(max(0.0, at - self._clock()), lambda: self._due(gen))
+
+    def _due(self, gen: int) -> None:
+        if gen != self._timer_gen:
+            return  # an earlier timer replaced this one
         self._timer = None
         now = self._clock()
         self._store_oldest(lambda: next(iter(self.entries.values())).due <= now)
         if self.entries:
-            head = next(iter(self.entries.values()))
-            self._timer = self._later(max(0.0, head.due - now), self._due)
+            self._arm(next(iter(self.entries.values())).due)
 
     def _store_oldest(self, more: Callable[[], bool]) -> None:
         """Settle or journal deferred messages oldest first while ``more()`` says so."""
@@ -258,6 +296,14 @@ def _out(entry: _Entry) -> bool:
         return False
     acked, end = sent
     return acked() >= end
+
+
+def _arrived(sent: Sent) -> bool:
+    """Has the peer's TCP acknowledged every byte up to the message's end? Yes when that
+    cannot be known (the delay then counts from the send, as for a small message)."""
+    acked, end = sent
+    seen = acked()
+    return seen < 0 or seen >= end
 
 
 def _no_timer(delay: float, fn: Callable[[], None]) -> None:

@@ -129,13 +129,12 @@ class SessionContext:
             self.out.write(body)
             self.out.write(b"\x00")
         if msg.ticket is None and msg.persistent and self.broker.later.entries:
-            # deferred (concurrent store and dispatch): ack:auto settles once the bytes are out
-            if consumer.ack_mode != AUTO:
-                self.broker.later.sent(msg, consumer, None)
-            else:  # a transport that cannot tell what its peer has (WebSocket) never settles
-                acked = getattr(self.out, "bytes_acked", _unknown)
-                end = getattr(self.out, "bytes_out", 0)
-                self.broker.later.sent(msg, consumer, (acked, end))
+            # deferred (concurrent store and dispatch): ack:auto settles once the bytes are out,
+            # a large body's store delay counts from their arrival (storelater.py); a transport
+            # that cannot tell what its peer has (WebSocket) never settles an ack:auto one
+            acked = getattr(self.out, "bytes_acked", _unknown)
+            end = getattr(self.out, "bytes_out", 0)
+            self.broker.later.sent(msg, consumer, (acked, end), auto=consumer.ack_mode == AUTO)
 
     def _message_head(self, consumer: Consumer, msg: Message, body: bytes | memoryview,
                       resumed: bool) -> bytes:
