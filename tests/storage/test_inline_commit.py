@@ -40,6 +40,33 @@ def test_commit_now_leaves_big_batches_to_the_writer(open_journal) -> None:
     assert journal.durable_seq == tickets[-1].seq
 
 
+def test_commit_now_leaves_small_batches_to_the_writer_while_recent_ones_were_big(
+        open_journal) -> None:
+    """Under load a loop turn that appended a few records must not stall the loop for a sync."""
+    opened = open_journal()
+    journal = opened.journal
+    journal.wake_on_append = False
+    for _ in range(3):  # three group commits of 20 records: a loaded broker
+        tickets = [journal.append(1, b"x" * 100) for _ in range(20)]
+        journal.kick()
+        opened.watch.wait(tickets[-1].seq)
+    assert journal.stats.recent_batch > 4
+    lone = journal.append(1, b"lone")
+    assert journal.commit_now(max_records=4) is False
+    journal.kick()
+    opened.watch.wait(lone.seq)
+    quiet = 0
+    while True:  # the writer's small batches bring the average down: in place again
+        ticket = journal.append(1, b"quiet")
+        if journal.commit_now(max_records=4):
+            break
+        journal.kick()
+        opened.watch.wait(ticket.seq)
+        quiet += 1
+    assert journal.durable_seq == ticket.seq
+    assert 0 < quiet < 40
+
+
 def test_commit_now_refuses_large_payloads(open_journal) -> None:
     opened = open_journal(segment_bytes=4 << 20)
     journal = opened.journal

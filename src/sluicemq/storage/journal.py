@@ -272,7 +272,10 @@ class Journal(JournalReads, JournalWriter):
         Why: a lone synchronous producer waits for the fdatasync plus two thread hand-offs
         (loop → writer → loop); committing in place removes the hand-offs, which on this kind
         of machine are as slow as the sync itself. Under load the batch is bigger than
-        ``max_records`` and goes to the writer, which keeps the loop free while the disk works.
+        ``max_records`` and goes to the writer, which keeps the loop free while the disk works;
+        so does a small batch while recent batches averaged more than ``max_records``: under
+        load a loop turn that happened to append a few records would otherwise stall every
+        other connection for a fdatasync (8 producers x 8 in flight: 7.6 % of the loop's time).
         Returns False (nothing done) when the caller should ``kick()`` instead. With
         ``report=False`` on_durable is not called for this batch: the caller reads
         ``durable_seq`` itself, and the loop is not woken once more for nothing.
@@ -281,6 +284,7 @@ class Journal(JournalReads, JournalWriter):
             pending = self._pending
             if (not pending or not self._writer_idle or self._doomed or self._closing
                     or self._state != "running" or len(pending) > max_records
+                    or self.stats.recent_batch > max_records
                     or sum(e.loc.length for e in pending) > max_bytes):
                 return False
             self._pending = []

@@ -58,6 +58,7 @@ class JournalStats:
     last_batch: int = 0
     max_batch: int = 0
     failures: int = 0  # batches reported to on_failed
+    recent_batch: float = 0.0  # records per batch, moving average over the last ~8 batches
     fsync_latency_s: deque[float] = field(default_factory=lambda: deque(maxlen=1024))
 
     @property
@@ -214,6 +215,7 @@ class JournalWriter:
         stats.batches += 1
         stats.last_batch = len(batch)
         stats.max_batch = max(stats.max_batch, len(batch))
+        stats.recent_batch += (len(batch) - stats.recent_batch) / 8
         if report:
             try:
                 self._on_durable(last)
