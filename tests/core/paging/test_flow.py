@@ -15,6 +15,7 @@ from sluicemq.core.paging.flow import (
     MiB,
     Pacing,
     ResolvedLimits,
+    TooLarge,
     parse_size,
     resolve_limits,
 )
@@ -177,6 +178,21 @@ def test_message_size_limit_global_and_per_destination() -> None:
     assert flow.too_large(Policy(), 100) is None
     assert "exceeds the limit of 100" in (flow.too_large(Policy(), 101) or "")
     assert flow.too_large(Policy(max_message_bytes=10), 11) is not None
+
+
+def test_a_send_too_large_is_refused_before_any_wait_for_room() -> None:
+    """``refusal`` answers both questions of a SEND in one look (once per message): a
+    message larger than the destination takes is a ``TooLarge`` reason (an ERROR at once,
+    whatever else holds), a full or paced destination one to wait out."""
+    flow = flow_with(Usage(), MemoryAccount(10_000))
+    policy = Policy(max_message_bytes=10, max_consumer_lag="1k", memory_limit=50)
+    assert flow.refusal(policy, 10, False, 0, lag=0) is None
+    too_large = flow.refusal(policy, 11, False, 100, lag=1 << 20)
+    assert isinstance(too_large, TooLarge) and "exceeds the limit of 10" in too_large
+    assert isinstance(flow.refusal(policy, 10, False, 0, lag=1 << 10), Pacing)
+    full = flow.refusal(policy, 10, True, 50)
+    assert full is not None and not isinstance(full, TooLarge)
+    assert flow.full(policy, False, 0, lag=1 << 10) == flow.refusal(policy, 0, False, 0, 1 << 10)
 
 
 def test_each_policy_is_held_to_its_own_sizes_however_many_there_are() -> None:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from sluicemq.core.routing.message import Message
+from sluicemq.core.routing.message import (
+    HEADER_ENTRY_COST,
+    TYPICAL_HEADER_CHARS,
+    TYPICAL_HEADERS,
+    Message,
+    header_cost,
+)
 
 
 def test_a_copy_keeps_identity_content_and_costs_but_not_the_store_ticket() -> None:
@@ -21,3 +27,20 @@ def test_a_copy_keeps_identity_content_and_costs_but_not_the_store_ticket() -> N
     assert copy.body is msg.body and copy.headers == msg.headers
     assert copy.headers is not msg.headers  # its own: a DLQ move adds headers to it
     assert copy.group == "g" and copy.extra > 0
+
+
+def test_headers_cost_only_what_they_take_beyond_a_typical_message() -> None:
+    """Counted per SEND (a short loop for a few headers, joins for many); either way a
+    header's key and value count, and each header past the eighth costs its entry too."""
+    assert header_cost({}) == 0
+    assert header_cost({"k": "v" * (TYPICAL_HEADER_CHARS - 1)}) == 0
+    assert header_cost({"k": "v" * TYPICAL_HEADER_CHARS}) == 1
+    assert header_cost({"key": "x" * 1000}) == 1003 - TYPICAL_HEADER_CHARS
+    few = {f"h{i}": "v" for i in range(TYPICAL_HEADERS)}
+    assert header_cost(few) == 0
+    many = {f"h{i}": "v" for i in range(TYPICAL_HEADERS + 3)}  # short: only entries count
+    assert header_cost(many) == 3 * HEADER_ENTRY_COST
+    wide = {f"h{i:03d}": "v" * 100 for i in range(TYPICAL_HEADERS + 1)}
+    chars = sum(len(k) + len(v) for k, v in wide.items())
+    assert header_cost(wide) == chars - TYPICAL_HEADER_CHARS + HEADER_ENTRY_COST
+    assert Message(1, "/queue/q", wide, b"", persistent=False).extra == header_cost(wide)

@@ -133,7 +133,7 @@ class PendingList:
                 yield prio, lane
 
     def push(self, msg: Message) -> None:
-        lane = self._lane(msg.priority)
+        lane = self._lanes[msg.priority] or self._lane(msg.priority)  # once per message
         self._size += 1
         if self.pager is None or (not lane.tail and self._has_room(msg)):
             lane.head.append(msg)

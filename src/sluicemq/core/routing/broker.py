@@ -163,18 +163,20 @@ class Broker:
                            account=self.memory)
 
     def room_for(self, kind: str, name: str, persistent: bool,
-                 policy: Policy | None = None) -> str | None:
-        """Why ``kind/name`` cannot take a message now (producer flow control), or None."""
+                 policy: Policy | None = None, size: int = 0) -> str | None:
+        """Why ``kind/name`` cannot take a message of ``size`` body bytes now (producer flow
+        control; ``FlowControl.refusal``), or None."""
         policy = policy or self.policy(kind, name)
+        flow = self.flow
         if kind == QUEUE:  # consumer_lag, inlined: once per SEND
             q = self.queues.get(name)
             if q is None:
-                return self.flow.full(policy, persistent, 0, None)
-            return self.flow.full(policy, persistent, q.pending.memory,
-                                  q.lag() if q.consumers else None)
+                return flow.refusal(policy, size, persistent, 0, None)
+            return flow.refusal(policy, size, persistent, q.pending.memory,
+                                q.lag() if q.consumers else None)
         t = self.topics.get(name)
         used = sum(q.pending.memory for q in t.subscribers.values()) if t else 0
-        return self.flow.full(policy, persistent, used, self.consumer_lag(kind, name))
+        return flow.refusal(policy, size, persistent, used, self.consumer_lag(kind, name))
 
     def consumer_lag(self, kind: str, name: str) -> int | None:
         """Body bytes the destination's consumers are behind, as producer pacing sees it; None
@@ -227,7 +229,7 @@ class Broker:
     def publish(self, kind: str, name: str, msg: Message) -> None:
         """Route one message; a persistent one is journaled before any consumer sees it."""
         streams = self.large_streams
-        stream = streams.of(kind, name, msg)
+        stream = None if msg.group is None else streams.of(kind, name, msg)  # chunks have one
         if stream is not None and stream.state == DISCARDED:
             kind, name = QUEUE, f"{self.policy(kind, name).dlq_prefix}{name}"
         if kind == QUEUE:

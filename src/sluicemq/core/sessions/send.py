@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from sluicemq.core.dedup import producers as dedup
 from sluicemq.core.limits import txlimits
-from sluicemq.core.paging.flow import Pacing
+from sluicemq.core.paging.flow import Pacing, TooLarge
 from sluicemq.core.routing.message import (
     DEFAULT_PRIORITY,
     TRANSPORT_HEADERS,
@@ -92,7 +92,8 @@ def send(session: SessionContext, frame: Frame) -> None:
         session.received += 1
         session.broker.publish(kind, name,
                                message(session, kind, name, h, frame.body, destination))
-        session.receipt(frame)
+        if "receipt" in h:
+            session.receipt(frame)
         return
     s = Send(frame, kind, name, h.get("transaction"))
     for step in PIPELINE:
@@ -313,15 +314,17 @@ def no_room(session: SessionContext, frame: Frame, kind: str, name: str) -> bool
     broker = session.broker
     flow_control = broker.flow
     policy = broker.policy(kind, name)
-    too_large = flow_control.too_large(policy, len(frame.body))
-    if too_large is not None:
-        raise ProtocolError(too_large, fatal=False)
     if "transaction" in frame.headers:
+        too_large = flow_control.too_large(policy, len(frame.body))
+        if too_large is not None:
+            raise ProtocolError(too_large, fatal=False)
         return False
     persistent = frame.headers.get("persistent") == "true"
-    reason = broker.room_for(kind, name, persistent, policy)
+    reason = broker.room_for(kind, name, persistent, policy, len(frame.body))
     if reason is None:
         return False
+    if isinstance(reason, TooLarge):
+        raise ProtocolError(reason, fatal=False)
     if policy.fail_if_no_space:
         flow_control.failed_total += 1
         raise ProtocolError(f"/{kind}/{name} cannot take the message: {reason}", fatal=False)
@@ -338,18 +341,25 @@ def no_room(session: SessionContext, frame: Frame, kind: str, name: str) -> bool
 
 def message(session: SessionContext, kind: str, name: str, h: dict[str, str],
             body: bytes | memoryview, destination: str | None = None) -> Message:
-    headers = {k: v for k, v in h.items() if k not in TRANSPORT_HEADERS}
+    headers = h.copy()  # the stored headers: the SEND's, less the transport's own
+    headers.pop("destination", None)  # on every SEND, as content-length on nearly every one:
+    headers.pop("content-length", None)  # the rest are looked for in one C call, rarely found
+    if not _OTHER_TRANSPORT_HEADERS.isdisjoint(headers):
+        for key in _OTHER_TRANSPORT_HEADERS.intersection(headers):
+            del headers[key]
     broker = session.broker
     now = broker.now_ms()
     if "timestamp" not in headers:
         headers["timestamp"] = str(now)  # as ActiveMQ: when the broker got it
     priority = h.get("priority")
     expires = h.get("expires")
-    return Message(broker.allocate_mid(), destination or f"/{kind}/{name}", headers, bytes(body),
-                   persistent=h.get("persistent") == "true",
-                   priority=DEFAULT_PRIORITY if priority is None else parse_priority(priority),
-                   expires=0 if expires is None else parse_expires(expires),
-                   timestamp=now)
+    return Message(broker.allocate_mid(), destination or f"/{kind}/{name}", headers,
+                   body if type(body) is bytes else bytes(body), h.get("persistent") == "true",
+                   DEFAULT_PRIORITY if priority is None else parse_priority(priority),
+                   0 if expires is None else parse_expires(expires), now)
+
+
+_OTHER_TRANSPORT_HEADERS = TRANSPORT_HEADERS - {"destination", "content-length"}
 
 
 def _producer(frame: Frame) -> tuple[str, int] | None:
