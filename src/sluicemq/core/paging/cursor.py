@@ -40,6 +40,10 @@ if TYPE_CHECKING:
     from sluicemq.storage.snapshot import PackedRun
 
 REFILL_BATCH = 256
+MESSAGE_OBJECT_BYTES = 1024
+"""Estimated RAM of an in-memory message besides its body: the object, its headers dict and
+strings (measured at roughly 1 KiB for typical STOMP headers); larger headers add what they
+cost beyond that (``Message.extra``)."""
 
 
 class _Lane:
@@ -87,9 +91,10 @@ class PendingList:
 
     # -- accounting ----------------------------------------------------------------------------
     def _hold(self, msg: Message) -> None:
-        cost = footprint(msg)
+        body = msg.size if msg.body is not None else 0
+        cost = body + MESSAGE_OBJECT_BYTES + msg.extra  # what it holds (once per message)
         self.memory += cost
-        self.bytes += msg.size if msg.body is not None else 0
+        self.bytes += body
         account = self.account
         if account is not None:
             account.used += cost
@@ -104,9 +109,10 @@ class PendingList:
         self.stored_bytes += msg.size
 
     def _unhold(self, msg: Message) -> None:
-        cost = footprint(msg)
+        body = msg.size if msg.body is not None else 0
+        cost = body + MESSAGE_OBJECT_BYTES + msg.extra
         self.memory -= cost
-        self.bytes -= msg.size if msg.body is not None else 0
+        self.bytes -= body
         if self.account is not None:
             self.account.used -= cost
 
@@ -450,9 +456,3 @@ class PendingList:
             found |= lane.tail.relocate(moved)
         return found
 
-
-def footprint(msg: Message) -> int:
-    """Estimated RAM of one in-memory message: its body plus the object, headers dict and
-    strings (measured at roughly 1 KiB for typical STOMP headers), plus what larger headers
-    cost beyond that (``Message.extra``)."""
-    return (msg.size if msg.body is not None else 0) + 1024 + msg.extra

@@ -233,7 +233,7 @@ class Broker:
         if stream is not None and stream.state == DISCARDED:
             kind, name = QUEUE, f"{self.policy(kind, name).dlq_prefix}{name}"
         if kind == QUEUE:
-            q = self.queue(name)
+            q = self.queues.get(name) or self.queue(name)  # once per message
             if msg.persistent and stream is None and self.later.wants(q, msg):
                 self.later.add(q.key, msg)  # a consumer is ready: it may ack before the write
             elif msg.persistent:
