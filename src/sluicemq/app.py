@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sluicemq import protocol
+from sluicemq.buffers import InputBuffers
 from sluicemq.config import BrokerConfig
 from sluicemq.core.dedup.recovery import ProducersPart
 from sluicemq.core.paging.trim import heap_free, malloc_trim
@@ -104,7 +105,7 @@ def build_core(config: BrokerConfig, loop: Loop, *, clock: Callable[[], float] =
     broker.redelivery = scheduler.redeliver
     security = build_security(config)
     broker.durable_reader = security.durable_reader
-    services = Services(broker, security, RangeService(broker), scheduler)
+    services = Services(broker, security, RangeService(broker), scheduler, InputBuffers())
     counts = replay(broker, STATE_PARTS)
     waiting = scheduler.recover()
     store.start(loop.call_soon_threadsafe)

@@ -548,3 +548,39 @@ def test_a_large_body_not_ended_by_nul_where_content_length_says_is_refused() ->
         parser.feed(bad[5000:])
     with pytest.raises(ProtocolError, match="already rejected"):
         parser.feed(b"\n")
+
+
+@pytest.mark.parametrize("piece", [997, 65536, 200_000])
+def test_input_read_into_the_body_room_makes_the_same_frames_as_feeding_it(piece: int) -> None:
+    """A transport that reads into buffers puts a large body's bytes where ``body_room``
+    says and reports them with ``filled``; everything else (heads, the NUL after the body)
+    goes through ``feed``. The frames are the same as when every byte is fed."""
+    body, stream = _large_frames(300_001)
+    pool = BufferPool(keep=1, largest=1 << 20)
+    parser = FrameParser(body_buffers=pool.take)
+    frames: list[Frame] = []
+    pos = roomed = 0
+    while pos < len(stream):
+        room = parser.body_room()
+        n = min(piece, len(stream) - pos) if room is None else min(piece, len(room))
+        if room is None:
+            frames += parser.feed(stream[pos:pos + n])
+        else:
+            room[:n] = stream[pos:pos + n]
+            parser.filled(n)
+            roomed += n
+        pos += n
+    assert [f.body for f in frames] == [body, b"hi"]
+    assert 0 < roomed < len(body) and parser.body_room() is None and parser.buffered == 0
+
+
+def test_there_is_no_body_room_without_a_kept_buffer_or_between_frames() -> None:
+    body, stream = _large_frames(300_001)
+    assert FrameParser().body_room() is None
+    joined = FrameParser()  # no body_buffers: a large body is gathered in pieces and joined
+    joined.feed(stream[:1000])
+    assert joined.body_room() is None
+    kept = FrameParser(body_buffers=BufferPool(keep=1, largest=1 << 20).take)
+    kept.feed(stream[:1000])
+    room = kept.body_room()
+    assert room is not None and len(room) == len(body) - (1000 - stream.index(body))

@@ -114,6 +114,23 @@ class FrameParser:
         pend = self._pending
         return len(self._buf) + (pend.got if pend is not None else 0)
 
+    def body_room(self) -> memoryview | None:
+        """Where the next bytes of a large body being gathered into a kept buffer go: a
+        transport that reads into buffers (``asyncio.BufferedProtocol``) reads them there and
+        reports them with ``filled``, saving a copy of each byte. None when no such body is
+        due (then input goes through ``feed``; the NUL after a body always does)."""
+        pend = self._pending
+        if pend is None or pend.target is None or not pend.need:
+            return None
+        return pend.target[pend.got:pend.got + pend.need]
+
+    def filled(self, nbytes: int) -> None:
+        """``nbytes`` were read into the view ``body_room`` gave."""
+        pend = self._pending
+        assert pend is not None and pend.target is not None and 0 <= nbytes <= pend.need
+        pend.got += nbytes
+        pend.need -= nbytes
+
     def feed(self, data: bytes | bytearray | memoryview, max_frames: int = 0) -> list[Frame]:
         """Consume the next chunk of the stream and return the frames it completed, in order.
 

@@ -52,8 +52,15 @@ LINGER_SECONDS = 5.0  # input discarded after a close, before the socket is drop
 CONNECTION_BYTES = 6 << 10
 
 
-class StompProtocol(asyncio.Protocol):
-    """One connection. All methods run on the event-loop thread."""
+class StompProtocol(asyncio.BufferedProtocol):
+    """One connection. All methods run on the event-loop thread.
+
+    It reads into buffers (``BufferedProtocol``): the rest of a large SEND body straight into
+    the buffer its frame is gathered in (``SessionContext.body_room``), anything else into the
+    loop's scratch buffer, copied out at once as the loop's own transports do
+    (``InputBuffers``)."""
+
+    reads_bodies = True  # SessionContext: gather large bodies in kept buffers
 
     # The transport keeps what it is given by reference until its socket takes it, so a
     # message body from this size goes out apart from its head (``SessionContext.deliver``):
@@ -68,6 +75,8 @@ class StompProtocol(asyncio.Protocol):
         self.connections = connections
         self.transport: asyncio.Transport | None = None
         self.session: Session | None = None
+        self._scratch = services.inputs.scratch
+        self._into_body = False  # the last get_buffer handed out a body's room
         self.writable = True
         self._out: list[bytes | memoryview] = []
         self.bytes_out = 0  # every byte ever written (see bytes_acked)
@@ -129,6 +138,19 @@ class StompProtocol(asyncio.Protocol):
             seconds = self.broker.config.limits.connect_timeout
             log.warning("closing %s: %s", session.peer, connect_timeout_message(seconds))
             session.error(connect_timeout_message(seconds), fatal=True)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        room = self.session.body_room() if self.session is not None else None
+        self._into_body = room is not None
+        return self._scratch if room is None else room
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if not self._into_body:
+            self.data_received(self._scratch[:nbytes].tobytes())
+            return
+        self.last_received = time.monotonic()
+        if self.session is not None:
+            self.session.body_filled(nbytes)
 
     def data_received(self, data: bytes) -> None:
         self.last_received = time.monotonic()

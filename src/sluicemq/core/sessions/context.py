@@ -80,10 +80,13 @@ class SessionContext:
         self.transactions: dict[str, TxSpool] = {}
         limits = broker.config.limits
         self.tx_limit = parse_size(limits.max_transaction_bytes)
+        # a transport that reads into buffers gets large bodies read into kept ones
+        bodies = services.inputs.bodies.take if getattr(out, "reads_bodies", False) else None
         self.parser = FrameParser(max_frame_bytes=limits.max_frame_bytes,
                                   max_headers=limits.max_headers,
                                   max_header_line=limits.max_header_line,
-                                  max_header_bytes=limits.max_header_bytes, version="1.0")
+                                  max_header_bytes=limits.max_header_bytes, version="1.0",
+                                  body_buffers=bodies)
         self.on_version: Callable[[str], None] = lambda v: None
         self.received = 0
         self.send_targets: dict[str, tuple[str, str]] = {}  # send.remember: plain queues
@@ -190,6 +193,16 @@ class SessionContext:
             self._unparsed.append(data)
             return
         self._pump(data)
+
+    def body_room(self) -> memoryview | None:
+        """Where the transport may read the next input to (``FrameParser.body_room``): only
+        while nothing read earlier waits unparsed, which would come first."""
+        if self._unparsed is not None or self.closed:
+            return None
+        return self.parser.body_room()
+
+    def body_filled(self, nbytes: int) -> None:
+        self.parser.filled(nbytes)
 
     def _pump(self, data: bytes) -> None:
         """Parse ``data`` (and what the parser still holds) ``FRAMES_PER_TURN`` frames at a

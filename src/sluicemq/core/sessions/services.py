@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from sluicemq.buffers import InputBuffers
     from sluicemq.core.routing.broker import Broker
     from sluicemq.core.routing.queue import Queue
     from sluicemq.core.scheduling.scheduler import Scheduler
@@ -34,3 +35,4 @@ class Services:
     security: Security
     ranges: RangeReads
     scheduler: Scheduler
+    inputs: InputBuffers  # what TCP connections read into (transport/tcp.py)
