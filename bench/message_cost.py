@@ -1,0 +1,96 @@
+"""What one message costs the broker in process: 1 KiB SENDs fed to a real session, each
+delivered as a MESSAGE to an auto-ack consumer on the same queue (parse, SEND path, cursor,
+dispatch, MESSAGE encoding; no sockets).
+
+Why: on this VM the same code runs 1.5-1.8x slower at some moments (``cpuprobe.py``), so
+msgs/s and CPU-seconds cannot tell a 5 % change from the weather. ``--instructions`` counts
+the instructions instead (valgrind's callgrind, ~100x slower): it runs the load twice, with
+``--count`` and with ``--count`` + ``--extra`` messages, and divides the difference by the
+extra messages, so start-up cancels out. Repeat runs agreed within ~2 %.
+
+    .venv/bin/python bench/message_cost.py                      # µs of CPU a message
+    .venv/bin/python bench/message_cost.py --instructions       # instructions a message
+    PYTHONPATH=<a copy>/src .venv/bin/python bench/message_cost.py --instructions  # A/B
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# The in-process broker of the specs (tests/inprocess.py): the real core on a hand-driven loop.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from inprocess import InProcessBroker, config_for
+from sluicemq.protocol.codec import encode_frame
+from sluicemq.protocol.frames import Frame
+
+READ = 65536  # bytes per feed, as a socket read hands them over
+
+
+def run(count: int) -> float:
+    """Send and deliver ``count`` messages; the CPU seconds that took."""
+    with tempfile.TemporaryDirectory(prefix="sluice-cost-") as tmp:
+        broker = InProcessBroker(config_for(Path(tmp)))
+        try:
+            consumer = broker.connect(peer="c:1")
+            consumer.request("SUBSCRIBE", {"destination": "/queue/cost", "id": "1"})
+            producer = broker.connect(peer="p:1")
+            one = encode_frame(Frame("SEND", {"destination": "/queue/cost",
+                                              "content-type": "text/plain"}, b"x" * 1024))
+            stream = one * count
+            started = time.process_time()
+            for at in range(0, len(stream), READ):
+                producer.session.feed(stream[at:at + READ])
+                broker.loop.run()
+                consumer.out.data.clear()
+
+            def delivered() -> bool:
+                consumer.out.data.clear()
+                return consumer.session.delivered >= count
+
+            broker.loop.run_until(delivered, timeout=60)
+            return time.process_time() - started
+        finally:
+            broker.close()
+
+
+def instructions(count: int) -> int:
+    """Instructions the whole process took for ``count`` messages (valgrind --tool=callgrind)."""
+    done = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+         __file__, "--count", str(count)],
+        capture_output=True, text=True, timeout=1800, check=True,
+        env=dict(os.environ, PYTHONHASHSEED="0"))
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if found is None:
+        raise RuntimeError(f"no instruction count from valgrind:\n{done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--count", type=int, default=100_000)
+    ap.add_argument("--instructions", action="store_true",
+                    help="count instructions a message under valgrind (slow)")
+    ap.add_argument("--extra", type=int, default=10_000,
+                    help="with --instructions: messages between the two counts")
+    opts = ap.parse_args()
+    if opts.instructions:
+        base = min(opts.count, 2_000)
+        per = (instructions(base + opts.extra) - instructions(base)) / opts.extra
+        print(f"{per:,.0f} instructions a message ({opts.extra:,} messages, "
+              f"{time.strftime('%H:%M:%S')})")
+        return
+    seconds = run(opts.count)
+    print(f"{seconds / opts.count * 1e6:.2f} us CPU a message ({opts.count:,} messages)")
+
+
+if __name__ == "__main__":
+    main()
