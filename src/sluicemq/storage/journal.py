@@ -217,12 +217,14 @@ class Journal(JournalReads, JournalWriter):
     # ---------------------------------------------------------------- loop-thread API
 
     def append(self, rtype: int, payload: bytes | bytearray | memoryview,
-               tail: bytes | bytearray | memoryview = b"") -> Ticket:
+               tail: bytes | bytearray | memoryview = b"", holds: int = 0) -> Ticket:
         """Queue a record; returns at once. Mutable buffers are copied, bytes are kept.
 
         The record's payload is ``payload`` followed by ``tail``, written from both buffers:
         a large message body goes to disk as it arrived, not copied into one record first
         (a copy a MiB on the loop, and twice the memory while the chunk waits for its write).
+        ``holds``: ``retain`` it that many times in the same look under the lock (a queue's
+        message is held from its append on: one lock and call fewer per persistent SEND).
         """
         if not 1 <= rtype <= 255:
             raise ValueError(f"rtype must be 1..255, not {rtype}")
@@ -243,9 +245,13 @@ class Journal(JournalReads, JournalWriter):
             self._off += size
             weight = self._weight.get(loc.segment)
             if weight is None:
-                self._weight[loc.segment] = [size, 0]
+                self._weight[loc.segment] = [size, holds]
             else:
                 weight[0] += size
+                weight[1] += holds
+            if holds:  # as retain: the active segment is never reclaimed, so it is there
+                self._segs[loc.segment] += holds
+                self._horizon = (loc.segment, loc.offset)  # nothing retained lies beyond it
             self._seq += 1
             ticket = Ticket(self._seq, loc)
             self._pending.append(Entry(ticket, loc, rtype, data, rest))

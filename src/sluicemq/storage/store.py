@@ -164,8 +164,8 @@ class Store:
         return counts
 
     # -- appends -----------------------------------------------------------------------------
-    def _append(self, rtype: int, payload: bytes, tail: bytes = b"") -> TicketLike:
-        ticket = self.journal.append(rtype, payload, tail)
+    def _append(self, rtype: int, payload: bytes, tail: bytes = b"", holds: int = 0) -> TicketLike:
+        ticket = self.journal.append(rtype, payload, tail, holds)
         self.appended_seq = ticket.seq
         if not self._turn_scheduled:
             self._turn_scheduled = True
@@ -185,13 +185,14 @@ class Store:
             self.journal.kick()
 
     def append_message(self, key: str, mid: int, timestamp: int, expires: int, priority: int,
-                       headers: dict[str, str], body: bytes) -> TicketLike:
+                       headers: dict[str, str], body: bytes, holds: int = 0) -> TicketLike:
+        """Append a MSG record, ``hold`` by ``holds`` queues from the start (as ``hold``)."""
         self.pre_append(key)
         if len(body) >= SPLIT_BODY:  # written from its own buffer, not copied into the record
             head = records.encode_message_head(key, mid, timestamp, expires, priority, headers)
-            return self._append(records.MSG, head, body)
+            return self._append(records.MSG, head, body, holds)
         payload = records.encode_message(key, mid, timestamp, expires, priority, headers, body)
-        return self._append(records.MSG, payload)
+        return self._append(records.MSG, payload, b"", holds)
 
     def append_tx(self, txid: str, ops: list[tuple[int, bytes]], *, final: bool) -> TicketLike:
         self.pre_append(None)

@@ -92,6 +92,29 @@ def test_objects_settle_in_place_even_in_a_packed_block() -> None:
     assert msgs[3].mid not in fifo.objs and msgs[4].mid in fifo.objs
 
 
+def test_an_object_settles_by_its_position_and_only_while_it_is_an_object_there() -> None:
+    fifo, model = SpillFifo(), []
+    msgs = [Message(mid, "/queue/q", {}, b"x", persistent=True) for mid in range(1, 30)]
+    where = {}
+    for m in msgs:
+        where[m.mid] = fifo.append_obj(m)
+        model.append((m.mid, OBJ, 0, 0, 0, 0, m.size))
+    for _ in range(5):  # the front leaves: the others keep their positions
+        slot = fifo.popleft()
+        fifo.objs.pop(slot[0])
+        model.pop(0)
+    assert not fifo.settle_obj(msgs[2].mid, where[msgs[2].mid], JOURNAL, 7, 0, 55, 0)  # gone
+    for k in (5, 12, 28):
+        mid = msgs[k].mid
+        assert fifo.settle_obj(mid, where[mid], JOURNAL, 7, k * 10, 55, 0)
+        model[k - 5] = (mid, JOURNAL, 7, k * 10, 55, 0, msgs[k].size)
+    assert not fifo.settle_obj(msgs[12].mid, where[msgs[12].mid], JOURNAL, 9, 0, 1, 0)  # settled
+    assert fifo.settle_obj(msgs[20].mid, where[msgs[5].mid], JOURNAL, 7, 1, 55, 0)  # wrong hint
+    model[15] = (msgs[20].mid, JOURNAL, 7, 1, 55, 0, msgs[20].size)
+    check(fifo, model)
+    assert msgs[12].mid not in fifo.objs and msgs[13].mid in fifo.objs
+
+
 def test_bulk_extend_matches_slot_by_slot_appends() -> None:
     fifo = SpillFifo()
     fifo.append(*journal_slot(1))
@@ -185,8 +208,7 @@ def test_any_sequence_of_operations_matches_a_plain_list(ops: list[tuple[str, in
                 fifo.objs.pop(slot[0], None)
         elif op == "settle" and fifo.objs:
             m_id = sorted(fifo.objs)[x % len(fifo.objs)]
-            i = fifo.index_of(m_id)
-            fifo.settle(i, JOURNAL, 2, x, 11, 0)
+            assert fifo.settle_obj(m_id, x, JOURNAL, 2, x, 11, 0)  # x: mostly a wrong hint
             k = [s[0] for s in model].index(m_id)
             model[k] = (m_id, JOURNAL, 2, x, 11, 0, model[k][6])
         elif op == "move" and model:

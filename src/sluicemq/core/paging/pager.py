@@ -128,9 +128,8 @@ class Pager:
             loc = msg.ticket.loc
             if loc is None or fifo.objs.get(msg.mid) is not msg:
                 continue  # its batch failed (it stays an object), or it left the cursor
-            i = fifo.index_of(msg.mid, pos)
-            if i >= 0 and fifo.src_at(i) == OBJ:
-                fifo.settle(i, JOURNAL, loc.segment, loc.offset, loc.length, msg.inner)
+            if fifo.settle_obj(msg.mid, pos, JOURNAL, loc.segment, loc.offset, loc.length,
+                               msg.inner):
                 self.paged_out += 1
                 if settled is not None:
                     settled(msg)

@@ -185,9 +185,14 @@ class SpillFifo:
             runs.append(pos)
             if len(runs) > MAX_RUNS:
                 self._runs = None
-        fields = self._tail_fields()
-        for col, v in zip(fields, (mid, src, seg, off, length, inner, size), strict=True):
-            col.append(v)
+        c_mid, c_src, c_seg, c_off, c_length, c_inner, c_size = self._tail_fields()
+        c_mid.append(mid)  # column by column, unrolled: every paged-out message passes here
+        c_src.append(src)
+        c_seg.append(seg)
+        c_off.append(off)
+        c_length.append(length)
+        c_inner.append(inner)
+        c_size.append(size)
         block = self._blocks[-1]
         if block.n == 0:
             block.first = mid
@@ -418,10 +423,41 @@ class SpillFifo:
         """An OBJ slot becomes a compact one in place."""
         k, j = self._locate(i)
         self._fields(k)
-        fields = self._blocks[k].changed()
-        self.objs.pop(fields[0][j], None)
-        for col, v in zip(fields[1:6], (src, seg, off, length, inner), strict=True):
-            col[j] = v
+        c_mid, c_src, c_seg, c_off, c_length, c_inner, _size = self._blocks[k].changed()
+        self.objs.pop(c_mid[j], None)
+        c_src[j] = src  # unrolled: each persistent message paged out before its sync settles
+        c_seg[j] = seg
+        c_off[j] = off
+        c_length[j] = length
+        c_inner[j] = inner
+
+    def settle_obj(self, mid: int, position: int, src: int, seg: int, off: int, length: int,
+                   inner: int) -> bool:
+        """``settle`` of the OBJ slot of ``mid`` (hint: its absolute ``position``), found with
+        one look at its block, as each persistent message paged out before its sync is; False
+        when no OBJ slot of ``mid`` is left (it was taken, or settled already)."""
+        i = position - self.base + self._start
+        k = j = -1
+        if self._start <= i < self._end:
+            k, j = self._locate(i)
+            if self._fields(k)[0][j] != mid:
+                k = -1
+        if k < 0:
+            i = self.index_of(mid)
+            if i < 0:
+                return False
+            k, j = self._locate(i)
+        _mid, c_src, c_seg, c_off, c_length, c_inner, _size = self._fields(k)
+        if c_src[j] != OBJ:
+            return False
+        self._blocks[k].changed()  # the same columns: their packed copy is stale from now on
+        self.objs.pop(mid, None)
+        c_src[j] = src
+        c_seg[j] = seg
+        c_off[j] = off
+        c_length[j] = length
+        c_inner[j] = inner
+        return True
 
     def delete(self, i: int) -> Slot:
         """Remove the slot at array index ``i`` (admin removals)."""

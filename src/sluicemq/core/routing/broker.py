@@ -237,9 +237,8 @@ class Broker:
             if msg.persistent and stream is None and self.later.wants(q, msg):
                 self.later.add(q.key, msg)  # a consumer is ready: it may ack before the write
             elif msg.persistent:
-                msg.ticket = self._append_msg(q.key, msg)
+                msg.ticket = self._append_msg(q.key, msg, 1)  # held by q from the start
                 msg.inner = 0
-                self.store.hold(msg.ticket)
                 if msg.size >= self.config.journal.spill_bytes:
                     msg.body = None  # the journal has it; memory keeps the headers only
                 if stream is not None:
@@ -256,9 +255,8 @@ class Broker:
         ticket = None
         durable = [q for q in targets if q.durable]
         if msg.persistent and durable:
-            ticket = self._append_msg(keys.topic_key(name), msg)
+            ticket = self._append_msg(keys.topic_key(name), msg, len(durable))
             msg.inner = 0
-            self.store.hold(ticket, len(durable))
         if ticket is not None and msg.size >= self.config.journal.spill_bytes:
             msg.body = None
         if stream is not None and ticket is not None:
@@ -280,9 +278,9 @@ class Broker:
             payload = records.tx_op_at(payload, msg.inner)
         return records.message_body(payload)
 
-    def _append_msg(self, key: str, msg: Message) -> TicketLike:
+    def _append_msg(self, key: str, msg: Message, holds: int) -> TicketLike:
         return self.store.append_message(key, msg.mid, msg.timestamp, msg.expires,
-                                         msg.priority, msg.headers, msg.loaded_body)
+                                         msg.priority, msg.headers, msg.loaded_body, holds)
 
     # -- streams (the queues call these through QueueOwner) --------------------------------
     def stream_assigned(self, queue: Queue, stream_id: str, consumer: Consumer) -> None:

@@ -18,8 +18,7 @@ backlog, a SEND to the sender's own subscription) may come after its RECEIPT, as
 
 from __future__ import annotations
 
-import heapq
-import itertools
+from collections import deque
 from collections.abc import Callable
 
 from sluicemq.storage.store import Store
@@ -28,12 +27,15 @@ Waiter = Callable[[BaseException | None], None]
 
 
 class DurableWaits:
-    """Waiters ordered by the sequence number they wait for."""
+    """Waiters in the order they came, each with the sequence number it waits for.
+
+    A first-in first-out line, not a heap: each waits for the newest record appended when it
+    came, and that number only grows, so the line is already sorted (every receipted
+    persistent SEND passes through here twice)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._waiters: list[tuple[int, int, Waiter]] = []
-        self._order = itertools.count()
+        self._waiters: deque[tuple[int, Waiter]] = deque()
 
     def add(self, callback: Waiter) -> None:
         """Call back once everything appended so far is on disk."""
@@ -41,20 +43,16 @@ class DurableWaits:
         if seq <= self.store.durable_seq:
             callback(None)
             return
-        heapq.heappush(self._waiters, (seq, next(self._order), callback))
+        self._waiters.append((seq, callback))
 
     def durable(self, seq: int) -> None:
         waiters = self._waiters
         while waiters and waiters[0][0] <= seq:
-            heapq.heappop(waiters)[2](None)
+            waiters.popleft()[1](None)
 
     def failed(self, first: int, last: int, exc: BaseException) -> None:
         """Records [first, last] never reached the disk: their waiters get ``exc``."""
-        keep = []
-        for entry in self._waiters:
-            if first <= entry[0] <= last:
-                entry[2](exc)
-            else:
-                keep.append(entry)
-        heapq.heapify(keep)
-        self._waiters = keep
+        failing = [cb for seq, cb in self._waiters if first <= seq <= last]
+        self._waiters = deque(e for e in self._waiters if not first <= e[0] <= last)
+        for callback in failing:  # (one may add a waiter: it goes after those kept)
+            callback(exc)
