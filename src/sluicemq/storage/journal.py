@@ -234,31 +234,32 @@ class Journal(JournalReads, JournalWriter):
         if length > MAX_PAYLOAD:
             raise ValueError("payload larger than 4 GiB - 1")
         size = HEADER_SIZE + length
-        with self._lock:
+        with self._lock:  # (names read once into locals: every persistent SEND runs this)
             if self._state != "running" or self._closing:
                 raise StorageError("journal is not running")
-            if self._off and self._off + size > self.segment_bytes:
-                self._seg += 1
-                self._off = 0
-                self._segs.setdefault(self._seg, 0)
-            loc = Location(self._seg, self._off, length)
-            self._off += size
-            weight = self._weight.get(loc.segment)
+            seg, off = self._seg, self._off
+            if off and off + size > self.segment_bytes:
+                seg = self._seg = seg + 1
+                off = 0
+                self._segs.setdefault(seg, 0)
+            loc = Location(seg, off, length)
+            self._off = off + size
+            weight = self._weight.get(seg)
             if weight is None:
-                self._weight[loc.segment] = [size, holds]
+                self._weight[seg] = [size, holds]
             else:
                 weight[0] += size
                 weight[1] += holds
+            tail_at = self._tail = (seg, off)
             if holds:  # as retain: the active segment is never reclaimed, so it is there
-                self._segs[loc.segment] += holds
-                self._horizon = (loc.segment, loc.offset)  # nothing retained lies beyond it
-            self._seq += 1
-            ticket = Ticket(self._seq, loc)
+                self._segs[seg] += holds
+                self._horizon = tail_at  # nothing retained lies beyond it
+            seq = self._seq = self._seq + 1
+            ticket = Ticket(seq, loc)
             self._pending.append(Entry(ticket, loc, rtype, data, rest))
             self._unwritten[loc] = (data, rest) if rest else data
             self.unwritten_bytes += size
-            self._last[loc.segment] = (ticket.seq, loc.offset)
-            self._tail = (loc.segment, loc.offset)
+            self._last[seg] = (seq, off)
             if self._writer_idle and self.wake_on_append:
                 self._writer_idle = False
                 self._wake.notify()
