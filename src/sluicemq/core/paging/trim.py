@@ -34,7 +34,7 @@ MIN_DROP = 32 << 20  # a smaller drop is not worth walking the heap for
 MIN_CONNECTIONS_DROP = 256  # connections gone since their peak, for a trim after a storm
 FRACTION = 0.25  # trim once what is held fell to a quarter of the peak
 STILL = 2  # ... and held still for two looks: frames written out are freed after the account
-HEAP_LOOKS = 5  # looks between two trims for freed heap: a churning broker is not walked often
+HEAP_LOOKS = 5  # looks (4 a second) between two trims for freed heap: churn is not walked often
 
 
 class HeapTrimmer:
@@ -89,9 +89,9 @@ class HeapTrimmer:
         return True
 
     def observe_heap(self) -> bool:
-        """Once a tick: trim (and say so) when the heap's free bytes rose at least
-        ``min_drop`` above the least seen since the last trim and stopped rising, at most
-        once in ``HEAP_LOOKS`` looks."""
+        """A few times a second (the app's tick loop): trim (and say so) when the heap's free
+        bytes rose at least ``min_drop`` above the least seen since the last trim and stopped
+        rising, at most once in ``HEAP_LOOKS`` looks."""
         if self._free is None or self._trim is None:
             return False
         free = self._free()

@@ -310,7 +310,6 @@ class Broker:
         self.destinations.charge()
         self.flow.tick()
         self.flow.trimmer.observe_connections(self.admission.total)
-        self.flow.trimmer.observe_heap()
         if self.advisories.enabled:
             self.advisories.check_slow(now, self.subscriptions.consumer_queues())
         self.large_streams.tick(now)
