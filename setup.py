@@ -19,6 +19,7 @@ from setuptools import setup
 
 ACCELERATED = (
     "src/sluicemq/protocol/codec.py",
+    "src/sluicemq/protocol/encoder.py",
     "src/sluicemq/protocol/frames.py",
     "src/sluicemq/protocol/headers.py",
     "src/sluicemq/core/sessions/heads.py",

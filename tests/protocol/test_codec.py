@@ -101,6 +101,22 @@ class TestFraming:
         assert parser.feed(kind(data)) == [Frame("SEND", {"content-length": "3"}, b"abc")]
         assert parser.feed(kind(b"f\x00")) == [Frame("SEND", {}, b"def")]
 
+    @pytest.mark.parametrize("size", [10, 1000, 5000, 20_000])
+    def test_a_frame_held_over_from_one_read_completes_with_the_next_whatever_its_length(
+            self, size: int) -> None:
+        """A short partial frame is joined to the next read, a long one added to in place:
+        either way the same frames, every body its own bytes, nothing held at the end."""
+        frames = [Frame("SEND", {"destination": "/q", "n": str(i), "content-length": str(size)},
+                        bytes([65 + i]) * size) for i in range(4)]
+        stream = b"".join(encode_frame(f) for f in frames)
+        for read in (size // 2 + 7, size + 33, 3 * size + 1):
+            parser = FrameParser()
+            got: list[Frame] = []
+            for at in range(0, len(stream), read):
+                got += parser.feed(stream[at:at + read])
+            assert got == frames
+            assert all(type(f.body) is bytes for f in got) and parser.buffered == 0
+
     def test_frames_do_not_alias_a_buffer_the_caller_reuses(self) -> None:
         parser = FrameParser()
         chunk = bytearray(b"SEND\ncontent-length:3\n\nabc\x00SEND\ncontent-length:2\n\nx")
@@ -199,6 +215,10 @@ class TestLineEndingsAndHeartBeats:
     def test_crlf_blank_line_wins_over_a_later_lf_blank_line_in_the_body(self) -> None:
         data = b"SEND\r\na:1\r\n\r\nx\n\ny\x00"
         assert parse_all(data) == [Frame("SEND", {"a": "1"}, b"x\n\ny")]
+
+    def test_a_cr_ending_a_header_line_does_not_end_the_headers(self) -> None:
+        data = b"SEND\na:1\r\nb:2\n\nx\r\n\r\ny\x00"
+        assert parse_all(data) == [Frame("SEND", {"a": "1", "b": "2"}, b"x\r\n\r\ny")]
 
 
 class TestHeaders:

@@ -1,4 +1,5 @@
-"""Sans-IO STOMP framing: an incremental parser (bytes -> frames) and an encoder (frames -> bytes).
+"""Sans-IO STOMP framing: an incremental parser (bytes -> frames); the encoder (frames -> bytes)
+is ``encoder.py``, imported from here by its callers.
 
 This is the broker's hottest path, so the parser is written for the common case: a whole frame,
 with a content-length, already in the buffer. Everything else (split reads, CRLF line endings,
@@ -10,12 +11,16 @@ stopped, and a body announced by content-length is only length-checked until it 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import NoReturn
 
 from sluicemq.errors import ProtocolError
+from sluicemq.protocol.encoder import encode_frame, encode_frames, encode_head, header_lines_12
 from sluicemq.protocol.frames import Frame
-from sluicemq.protocol.headers import UNESCAPED_COMMANDS, VERSIONS, escape, unescape
+from sluicemq.protocol.headers import UNESCAPED_COMMANDS, VERSIONS, unescape
+
+__all__ = ["MAX_COMMAND_LINE", "FrameParser", "encode_frame", "encode_frames", "encode_head",
+           "header_lines_12"]
 
 MAX_COMMAND_LINE = 64
 """Longest command line accepted (real commands have at most 11 letters): rejects garbage early."""
@@ -23,6 +28,9 @@ MAX_COMMAND_LINE = 64
 _EOL = (10, 13)
 _EOLS = re.compile(rb"[\r\n]*")
 _SMALL_BODY = 2048
+_JOIN_TAIL = 2 * _SMALL_BODY
+"""A partial frame held at most this long is joined to the next read (copying it once more)
+so that the frames after it are parsed from bytes; a longer one is added to in place."""
 _NO_LIMIT = 1 << 62  # frames per feed when the caller sets no limit
 _GATHER_BODY = 64 << 10
 """A body at least this large that has not fully arrived is gathered piece by piece (the reads
@@ -149,11 +157,14 @@ class FrameParser:
                     return frames
                 data = rest
             buf = self._buf
-            if buf or type(data) is not bytes:
-                buf += data
-                src: bytes | bytearray = buf
+            if type(data) is bytes and len(buf) <= _JOIN_TAIL:
+                # parse immutable bytes in place (bodies are sliced out with one copy): the
+                # caller's, or a frame's tail left by the last read joined to them
+                src: bytes | bytearray = b"".join((buf, data)) if buf else data
+                buf.clear()
             else:
-                src = data  # nothing buffered: parse the caller's immutable bytes in place
+                buf += data
+                src = buf
             used = self._parse(src, frames, max_frames or _NO_LIMIT)
         except ProtocolError as exc:
             self._failed = str(exc)
@@ -172,6 +183,7 @@ class FrameParser:
         n = len(b)
         p = 0
         limit = self.max_frame_bytes
+        head_fast = min(self.max_header_bytes, limit - 1)  # a head this long passes both limits
         if self._pending is not None:
             p = self._finish_pending(b, n, frames)
             if not p:
@@ -185,7 +197,19 @@ class FrameParser:
                 return p
             start = p + self._scan
             i = b.find(b"\n\n", start)
-            if i < 0:
+            text = None
+            if p <= i <= p + head_fast:  # the common head: LF lines, within every limit
+                try:
+                    text = b[p:i].decode()
+                except UnicodeDecodeError:
+                    text = None  # the careful path below says why
+                else:  # a CR LF blank line can end the head before this LF LF only after a CR
+                    if "\r" in text and b.find(b"\n\r\n", start, i + 2) >= 0:
+                        text = None
+            if text is not None:
+                hdr_end = i
+                body_start = i + 2
+            elif i < 0:
                 hdr_end = b.find(b"\n\r\n", start)
                 if hdr_end < 0:
                     self._check_partial_headers(b, p, n)
@@ -204,7 +228,7 @@ class FrameParser:
             if hdr_end - p > self.max_header_bytes:
                 raise ProtocolError(
                     f"frame headers exceed max_header_bytes={self.max_header_bytes}")
-            command, headers = self._parse_head(b, p, hdr_end)
+            command, headers = self._parse_head(b, p, hdr_end, text)
 
             length = headers.get("content-length")
             if length is None:
@@ -243,7 +267,12 @@ class FrameParser:
                     return n
                 if b[body_end]:
                     raise ProtocolError("frame body not followed by NUL where content-length ends")
-            body = b[body_start:body_end] if type(b) is bytes else _slice(b, body_start, body_end)
+            if type(b) is bytes:
+                body = b[body_start:body_end]
+            elif body_end - body_start <= _SMALL_BODY:  # as _slice does, without the call
+                body = bytes(b[body_start:body_end])
+            else:
+                body = _slice(b, body_start, body_end)
             frames.append(Frame(command, headers, body))
             p = body_end + 1
 
@@ -304,15 +333,18 @@ class FrameParser:
         self._pending = None
         return end + 1
 
-    def _parse_head(self, b: bytes | bytearray, p: int, end: int) -> tuple[str, dict[str, str]]:
-        """Decode the command line and header lines occupying ``b[p:end]``."""
-        try:
-            text = b[p:end].decode()
-        except UnicodeDecodeError as exc:
-            first_line = b[p:end].split(b"\n", 1)[0].rstrip(b"\r").decode("latin-1")
-            if not (first_line.isalpha() and first_line.isascii()):
-                _reject_command(first_line)
-            raise ProtocolError(f"frame headers are not valid UTF-8: {exc.reason}") from None
+    def _parse_head(self, b: bytes | bytearray, p: int, end: int,
+                    text: str | None = None) -> tuple[str, dict[str, str]]:
+        """Decode the command line and header lines occupying ``b[p:end]`` (``text``: already
+        decoded)."""
+        if text is None:
+            try:
+                text = b[p:end].decode()
+            except UnicodeDecodeError as exc:
+                first_line = b[p:end].split(b"\n", 1)[0].rstrip(b"\r").decode("latin-1")
+                if not (first_line.isalpha() and first_line.isascii()):
+                    _reject_command(first_line)
+                raise ProtocolError(f"frame headers are not valid UTF-8: {exc.reason}") from None
         lines = raw_lines = text.split("\n")
         if "\r" in text:
             lines = [line[:-1] if line[-1:] == "\r" else line for line in lines]
@@ -403,98 +435,3 @@ def _slice(b: bytes | bytearray, start: int, end: int) -> bytes:
         return bytes(b[start:end])
     with memoryview(b) as view:
         return view[start:end].tobytes()
-
-
-def encode_head(frame: Frame, version: str = "1.2", body_length: int | None = None) -> bytes:
-    """Encode everything before the body: command, escaped headers, content-length, blank line.
-
-    Lets a transport write ``head``, the body and ``b"\\0"`` separately so a large body is never
-    copied. content-length is always computed from the body: a stale value in ``frame.headers``
-    (say, from a forwarded SEND) is ignored; ``body_length`` gives it for a body written in
-    pieces (``frame.body`` empty) that is never joined. Raises ValueError for a header the
-    version cannot represent (a newline, a colon in a key, or a trailing CR in an unescaped
-    header; a NUL anywhere), because sending it would corrupt the peer's view of the stream.
-    """
-    command = frame.command
-    parts = [command]
-    append = parts.append
-    if version == "1.2" and command not in UNESCAPED_COMMANDS:
-        lines = header_lines_12(frame.headers)
-        if lines:
-            append(lines)
-    elif version == "1.1" and command not in UNESCAPED_COMMANDS:
-        for key, value in frame.headers.items():
-            if key != "content-length":
-                if value[-1:] == "\r":
-                    raise ValueError(f"STOMP 1.1 cannot carry a trailing CR in header {key!r}")
-                append(f"{escape(key, version)}:{escape(value, version)}")
-    else:
-        if version not in VERSIONS:
-            raise ValueError(f"unknown STOMP version {version!r}")
-        for key, value in frame.headers.items():
-            if key != "content-length":
-                _check_raw(key, value)
-                append(f"{key}:{value}")
-    size = len(frame.body) if body_length is None else body_length
-    if size:
-        append(f"content-length:{size}")
-    append("\n")
-    head = "\n".join(parts)
-    if "\0" in head:
-        raise ValueError("a NUL in a header would end the frame early for NUL-delimited readers")
-    return head.encode()
-
-
-def header_lines_12(headers: dict[str, str]) -> str:
-    """The ``key:value`` lines of ``headers`` as STOMP 1.2 sends them (escaped, joined by
-    newlines, without content-length, which belongs to the body): for a sender that writes
-    the rest of a head itself, with values it knows need no escaping. ValueError for a NUL,
-    which no escape can carry."""
-    out: list[str] = []
-    append = out.append
-    for key, value in headers.items():
-        if key != "content-length":
-            wire_key = _WIRE_KEYS_12.get(key)
-            if wire_key is None:
-                wire_key = _wire_key_12(key)
-            if "\\" in value or ":" in value or "\n" in value or "\r" in value:
-                value = escape(value, "1.2")
-            append(f"{wire_key}:{value}")
-    lines = "\n".join(out)
-    if "\0" in lines:
-        raise ValueError("a NUL in a header would end the frame early for NUL-delimited readers")
-    return lines
-
-
-_WIRE_KEYS_12: dict[str, str] = {}
-_WIRE_KEYS_MAX = 4096
-
-
-def _wire_key_12(key: str) -> str:
-    """Escape a header name, remembering it: a broker sends the same few names all day long.
-
-    The memo is capped so that a peer inventing new header names cannot grow it without bound.
-    """
-    wire_key = escape(key, "1.2")
-    if len(_WIRE_KEYS_12) < _WIRE_KEYS_MAX:
-        _WIRE_KEYS_12[key] = wire_key
-    return wire_key
-
-
-def encode_frame(frame: Frame, version: str = "1.2") -> bytes:
-    """Encode one frame for a peer speaking ``version`` (see encode_head for header rules)."""
-    return b"".join((encode_head(frame, version), frame.body, b"\0"))
-
-
-def encode_frames(frames: Iterable[Frame], version: str = "1.2") -> bytes:
-    """Encode several frames into one buffer, for a single write."""
-    out: list[bytes | memoryview] = []
-    for frame in frames:
-        out += (encode_head(frame, version), frame.body, b"\0")
-    return b"".join(out)
-
-
-def _check_raw(key: str, value: str) -> None:
-    """Refuse a header that would corrupt an unescaped (1.0 or handshake) frame."""
-    if "\n" in key or ":" in key or "\n" in value or value[-1:] == "\r":
-        raise ValueError(f"header {key!r} cannot be sent unescaped (newline, colon or CR)")
