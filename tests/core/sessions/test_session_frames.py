@@ -53,6 +53,22 @@ def test_persistent_send_is_receipted_and_delivered_in_order(node: InProcessBrok
     assert len(node.broker.queues["orders"].pending) == 0
 
 
+def test_a_message_states_its_priority_expiry_and_persistence_default_or_not(
+        node: InProcessBroker) -> None:
+    producer, consumer = node.connect(), node.connect(peer="spec:2")
+    sends = [{}, {"persistent": "true"}, {"priority": "7"},
+             {"expires": "4102444800000", "persistent": "true"}]
+    for i, extra in enumerate(sends):
+        producer.request("SEND", {"destination": "/queue/kinds", **extra}, b"%d" % i)
+    consumer.request("SUBSCRIBE", {"destination": "/queue/kinds", "id": "s1"})
+    got = {m.body: {k: m.headers[k] for k in ("priority", "expires", "persistent")}
+           for m in consumer.messages(len(sends))}
+    assert got == {b"0": {"priority": "4", "expires": "0", "persistent": "false"},
+                   b"1": {"priority": "4", "expires": "0", "persistent": "true"},
+                   b"2": {"priority": "7", "expires": "0", "persistent": "false"},
+                   b"3": {"priority": "4", "expires": "4102444800000", "persistent": "true"}}
+
+
 def test_an_unknown_ack_id_is_an_error_that_keeps_the_connection(node: InProcessBroker) -> None:
     conn = node.connect()
     answer = conn.request("ACK", {"id": "9-99"})

@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
-from sluicemq.core.routing.message import MESSAGE_ID_PREFIX, Message
+from sluicemq.core.routing.message import DEFAULT_PRIORITY, MESSAGE_ID_PREFIX, Message
 from sluicemq.core.routing.queue import Consumer
 from sluicemq.core.streams.chunks import RESUMED
 from sluicemq.protocol.codec import header_lines_12
 from sluicemq.protocol.headers import escape
 
 _WIRE_ID_PREFIX = escape(MESSAGE_ID_PREFIX, "1.2")
+_DEFAULT = f"\npriority:{DEFAULT_PRIORITY}\nexpires:0\npersistent:false\n"
+_DEFAULT_PERSISTENT = f"\npriority:{DEFAULT_PRIORITY}\nexpires:0\npersistent:true\n"
 
 
 def message_head_12(consumer: Consumer, msg: Message, size: int, resumed: bool) -> bytes:
@@ -28,11 +30,16 @@ def message_head_12(consumer: Consumer, msg: Message, size: int, resumed: bool) 
     if ("timestamp" in stored and msg.deliveries <= 1 and not resumed and "priority" not in stored
             and "expires" not in stored and "persistent" not in stored):
         # a first delivery of a message with the broker's timestamp: nearly every MESSAGE
-        persistent = "true" if msg.persistent else "false"
+        if msg.priority == DEFAULT_PRIORITY and not msg.expires:  # the constant middle
+            middle = _DEFAULT_PERSISTENT if msg.persistent else _DEFAULT
+        else:
+            persistent = "true" if msg.persistent else "false"
+            middle = (f"\npriority:{msg.priority}\nexpires:{msg.expires}\npersistent:"
+                      f"{persistent}\n")
         lines = header_lines_12(stored)
         length = f"\ncontent-length:{size}" if size else ""
-        return (f"{start}{mid}{sub}{mid}{ack}{mid}\npriority:{msg.priority}\nexpires:"
-                f"{msg.expires}\npersistent:{persistent}\n{lines}{length}\n\n").encode()
+        digits = str(mid)  # written three times, formatted once
+        return f"{start}{digits}{sub}{digits}{ack}{digits}{middle}{lines}{length}\n\n".encode()
     head = f"{start}{mid}{sub}{mid}{ack}{mid}"
     if "priority" not in stored:
         head += f"\npriority:{msg.priority}"
