@@ -423,13 +423,7 @@ class SpillFifo:
         """An OBJ slot becomes a compact one in place."""
         k, j = self._locate(i)
         self._fields(k)
-        c_mid, c_src, c_seg, c_off, c_length, c_inner, _size = self._blocks[k].changed()
-        self.objs.pop(c_mid[j], None)
-        c_src[j] = src  # unrolled: each persistent message paged out before its sync settles
-        c_seg[j] = seg
-        c_off[j] = off
-        c_length[j] = length
-        c_inner[j] = inner
+        self._settle_at(k, j, src, seg, off, length, inner)
 
     def settle_obj(self, mid: int, position: int, src: int, seg: int, off: int, length: int,
                    inner: int) -> bool:
@@ -447,17 +441,22 @@ class SpillFifo:
             if i < 0:
                 return False
             k, j = self._locate(i)
-        _mid, c_src, c_seg, c_off, c_length, c_inner, _size = self._fields(k)
-        if c_src[j] != OBJ:
+        if self._fields(k)[1][j] != OBJ:
             return False
-        self._blocks[k].changed()  # the same columns: their packed copy is stale from now on
-        self.objs.pop(mid, None)
-        c_src[j] = src
+        self._settle_at(k, j, src, seg, off, length, inner)
+        return True
+
+    def _settle_at(self, k: int, j: int, src: int, seg: int, off: int, length: int,
+                   inner: int) -> None:
+        """Slot ``j`` of block ``k`` (its columns unpacked) becomes compact: its packed copy is
+        stale from now on."""
+        c_mid, c_src, c_seg, c_off, c_length, c_inner, _size = self._blocks[k].changed()
+        self.objs.pop(c_mid[j], None)
+        c_src[j] = src  # unrolled: each persistent message paged out before its sync settles
         c_seg[j] = seg
         c_off[j] = off
         c_length[j] = length
         c_inner[j] = inner
-        return True
 
     def delete(self, i: int) -> Slot:
         """Remove the slot at array index ``i`` (admin removals)."""
