@@ -186,7 +186,7 @@ class Store:
 
     def append_message(self, key: str, mid: int, timestamp: int, expires: int, priority: int,
                        headers: dict[str, str], body: bytes, holds: int = 0) -> TicketLike:
-        """Append a MSG record, ``hold`` by ``holds`` queues from the start (as ``hold``)."""
+        """Append a MSG record, held by ``holds`` queues from the start (as ``hold``)."""
         self.pre_append(key)
         if len(body) >= SPLIT_BODY:  # written from its own buffer, not copied into the record
             head = records.encode_message_head(key, mid, timestamp, expires, priority, headers)

@@ -215,6 +215,10 @@ class TooLarge(str):
     __slots__ = ()
 
 
+def _too_large(size: int, limit: int) -> TooLarge:
+    return TooLarge(f"message of {size} bytes exceeds the limit of {limit} bytes")
+
+
 class FlowControl:
     """Decides whether a destination can take a message now, and resumes waiting producers.
 
@@ -256,9 +260,7 @@ class FlowControl:
 
     def too_large(self, policy: Policy, size: int) -> str | None:
         limit = self.sizes_of(policy)[1]
-        if size > limit:
-            return f"message of {size} bytes exceeds the limit of {limit} bytes"
-        return None
+        return _too_large(size, limit) if size > limit else None
 
     def full(self, policy: Policy, persistent: bool, dest_memory: int,
              lag: int | None = None) -> str | None:
@@ -272,12 +274,9 @@ class FlowControl:
         """``too_large`` and ``full`` in one look at the policy's sizes, as a SEND of ``size``
         body bytes asks (once per message: two lookups were a tenth of the plain SEND path).
         A ``TooLarge`` reason is final; any other is waited out."""
-        entry = self._sizes.get(id(policy))
-        if entry is None or entry[0] is not policy:
-            entry = self.sizes_of(policy)
-        _, largest, most, dest_limit = entry
+        _, largest, most, dest_limit = self.sizes_of(policy)
         if size > largest:
-            return TooLarge(f"message of {size} bytes exceeds the limit of {largest} bytes")
+            return _too_large(size, largest)
         if (lag is not None and most and lag >= most
                 and (policy.pace_persistent or not persistent)):
             return Pacing(f"consumers are {lag} bytes behind (max_consumer_lag {most})")
