@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluicemq.core.paging import spill
+from sluicemq.core.paging import chain, spill
 from sluicemq.core.paging.spill import JOURNAL, OBJ, TEMP, Slot, SpillFifo
 from sluicemq.core.routing.message import Message
 from sluicemq.storage import slotpack
@@ -24,7 +24,7 @@ from sluicemq.storage.segment import Location
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Blocks of 8 slots and 2 open at a time, so a few dozen slots cross many blocks."""
     monkeypatch.setattr(spill, "BLOCK", 8)
-    monkeypatch.setattr(spill, "OPEN_BLOCKS", 2)
+    monkeypatch.setattr(chain, "OPEN_BLOCKS", 2)
     yield
 
 
@@ -48,7 +48,7 @@ def journal_slot(mid: int, seg: int = 1) -> Slot:
 
 def test_a_million_slots_take_a_few_bytes_each(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(spill, "BLOCK", 4096)
-    monkeypatch.setattr(spill, "OPEN_BLOCKS", 4)
+    monkeypatch.setattr(chain, "OPEN_BLOCKS", 4)
     fifo = SpillFifo()
     off = 0
     for mid in range(1_000_000):

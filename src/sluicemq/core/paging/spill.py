@@ -9,9 +9,9 @@ transaction records) and its body size.
 Slots live in *blocks* of up to ``BLOCK`` consecutive ones. A full block is sealed: its columns
 are joined and zlib-packed (``storage/slotpack.py``), 2-3 bytes a slot. A few blocks are kept
 open (unpacked) at a time: the one being appended to, and the last ones read or changed, so a
-consumer draining the front unpacks each block once. Packed bytes are never modified (a change
-unpacks the block and packs it anew later), so an index snapshot can keep references to them
-instead of copying the backlog.
+consumer draining the front unpacks each block once (``chain.py`` keeps that row of blocks).
+Packed bytes are never modified (a change unpacks the block and packs it anew later), so an
+index snapshot can keep references to them instead of copying the backlog.
 
 Callers address slots by *array index* (valid until the FIFO changes) or by *absolute position*
 (``base`` + index, stable until the slot is removed). Range reads find messages by id: each
@@ -27,13 +27,14 @@ hold another record.
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Iterator
 from itertools import compress, count, islice
 from operator import lt
 from typing import TYPE_CHECKING
 
 from sluicemq.core.paging.blocks import JOURNAL, OBJ, TEMP, Block
+from sluicemq.core.paging.chain import BlockChain
 from sluicemq.storage import slotpack
 from sluicemq.storage.slotpack import Fields
 
@@ -45,11 +46,10 @@ __all__ = ["BLOCK", "JOURNAL", "OBJ", "TEMP", "Slot", "SpillFifo"]
 
 Slot = tuple[int, int, int, int, int, int, int]  # mid, src, seg, off, length, inner, size
 BLOCK = 4096  # slots per block: ~130 KiB open, ~10 KiB packed
-OPEN_BLOCKS = 4  # sealed blocks kept unpacked besides the one being appended to
 MAX_RUNS = 64  # beyond this many sorted runs, forget them and rescan when next asked
 
 
-class SpillFifo:
+class SpillFifo(BlockChain):
     """FIFO of paged-out messages in packed blocks; pops from the front in O(1) amortised.
 
     Ids usually ascend front to back (they are handed out in enqueue order); late arrivals such
@@ -57,57 +57,16 @@ class SpillFifo:
     FIFO knows where its runs start, and each run is binary-searchable (``bisect``).
     """
 
-    __slots__ = ("_blocks", "_end", "_last", "_open", "_runs", "_start", "_starts", "base",
-                 "objs")
+    __slots__ = ("_last", "_runs", "base", "objs")
 
     def __init__(self) -> None:
+        super().__init__()
         self.objs: dict[int, Message] = {}  # OBJ slots, by message id
-        self._blocks: list[Block] = []
-        self._starts: list[int] = []  # array index of each block's offset 0
-        self._open: list[Block] = []  # opened sealed blocks, least recently used first
-        self._start = 0  # array index of the front slot
-        self._end = 0  # array index just past the back slot
         self._last = -1  # id of the back slot
         self.base = 0  # slots ever popped from the front: absolute position = base + index
         self._runs: list[int] | None = []  # absolute positions where ascending runs start
 
-    def __len__(self) -> int:
-        return self._end - self._start
-
-    @property
-    def end(self) -> int:
-        return self._end
-
-    def indexes(self) -> range:
-        return range(self._start, self._end)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes this FIFO's slots take (packed and open blocks)."""
-        return sum(b.nbytes for b in self._blocks)
-
-    # -- blocks ------------------------------------------------------------------------------
-    def _locate(self, i: int) -> tuple[int, int]:
-        """(block number, offset in it) of array index ``i``."""
-        k = bisect_right(self._starts, i) - 1
-        return k, i - self._starts[k]
-
-    def _fields(self, k: int) -> Fields:
-        """Block ``k`` open, remembered as recently used (the last block is always open)."""
-        block = self._blocks[k]
-        if k == len(self._blocks) - 1 and block.packed is None:
-            return block.open()
-        opened = self._open
-        if opened and opened[-1] is block:
-            return block.open()
-        if block in opened:
-            opened.remove(block)
-        opened.append(block)
-        fields = block.open()
-        while len(opened) > OPEN_BLOCKS:
-            opened.pop(0).seal()
-        return fields
-
+    # -- the back: its block and its runs -----------------------------------------------------
     def _tail_fields(self) -> Fields:
         """The block appends go to: a new one when the last is full or sealed."""
         blocks = self._blocks
@@ -120,44 +79,6 @@ class SpillFifo:
         blocks.append(Block(fields))
         self._starts.append(self._end)
         return fields
-
-    def _remember(self, block: Block) -> None:
-        """A block stops being the last one: it joins the opened ones and may get sealed."""
-        if block.fields is None or block in self._open:
-            return
-        self._open.append(block)
-        while len(self._open) > OPEN_BLOCKS:
-            self._open.pop(0).seal()
-
-    def _forget(self, block: Block) -> None:
-        if block in self._open:
-            self._open.remove(block)
-
-    def _drop_front_blocks(self) -> None:
-        """Forget blocks whose slots all lie before the front."""
-        starts, blocks = self._starts, self._blocks
-        k = 0
-        while k < len(blocks) and starts[k] + blocks[k].n <= self._start:
-            k += 1
-        if k:
-            for block in blocks[:k]:
-                self._forget(block)
-            del blocks[:k], starts[:k]
-
-    def _renumber(self, k: int) -> None:
-        """Drop empty blocks from ``k`` on and recount the starts after them."""
-        blocks, starts = self._blocks, self._starts
-        j = k
-        pos = starts[k] if k < len(starts) else self._end
-        while j < len(blocks):
-            block = blocks[j]
-            if block.n == 0:
-                self._forget(block)
-                del blocks[j], starts[j]
-                continue
-            starts[j] = pos
-            pos += block.n
-            j += 1
 
     def _note_ids(self, ids: array, at: int) -> None:
         """Ids were appended at absolute position ``at``: note where ascending runs start."""
@@ -522,10 +443,7 @@ class SpillFifo:
 
     def clear(self) -> None:
         self.objs.clear()
-        self._blocks.clear()
-        self._starts.clear()
-        self._open.clear()
         self.base += self._end - self._start
-        self._start = self._end
+        self._clear_blocks()
         self._runs = []
 
