@@ -99,7 +99,8 @@ def build_core(config: BrokerConfig, loop: Loop, *, clock: Callable[[], float] =
     data_dir.mkdir(parents=True, exist_ok=True)
     js = config.journal
     journal = Journal(data_dir / "journal", segment_bytes=js.segment_bytes,
-                      preallocate=js.preallocate, sync=js.sync, dir_lock=fence is None)
+                      preallocate=js.preallocate, sync=js.sync, dir_lock=fence is None,
+                      recycle_bytes=js.recycle_bytes)
     journal.fence = fence
     store = Store(journal, loop.call_soon)
     broker = Broker(config, store, loop.call_soon, clock=clock, trim_heap=trim_heap,

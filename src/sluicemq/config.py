@@ -182,6 +182,9 @@ class JournalSettings:
 
     segment_bytes: int = 64 << 20
     preallocate: bool = True  # zero-fill segments ahead so fdatasync has no metadata to flush
+    # Reclaimed segment files kept (renamed) for reuse, at most: appending into blocks written
+    # before syncs fastest (storage/recycle.py); 0: reclaimed segments are deleted.
+    recycle_bytes: int = 1 << 30
     sync: bool = True  # False only for throwaway benchmarks: receipts would lie
     spill_bytes: int = 64 << 10  # persistent bodies this large are read back from the journal
     snapshot_records: int = 50_000  # index snapshot after this many journal records; 0: never

@@ -43,9 +43,48 @@ while True:
 """
 
 
-def run_and_kill(directory: Path, rng: random.Random) -> list[int]:
+# The same producer on a journal that reuses reclaimed segments' files: it holds each record
+# (holds=1) and lets go of all but its last 300, so segments are reclaimed, kept as spares and
+# written again while it is killed.
+RECYCLING = r"""
+import os, random, sys, threading
+from pathlib import Path
+from sluicemq.storage.journal import Journal
+
+journal = Journal(Path(sys.argv[1]), segment_bytes=128 << 10, recycle_bytes=4 << 20)
+base, held = 0, []
+for _, payload, loc in journal.recover():
+    base = int(payload[:12])
+    held.append(loc)
+for loc in held:
+    journal.retain(loc)
+reported = threading.Condition()
+
+def durable(seq):
+    os.write(1, b"D %d\n" % (base + seq))
+    with reported:
+        reported.notify()
+
+journal.start(durable, lambda first, last, exc: os.write(1, b"F %r\n" % exc))
+rng = random.Random(base)
+seq = 0
+while True:
+    seq += 1
+    payload = b"%012d" % (base + seq) + os.urandom(rng.randrange(4000))
+    held.append(journal.append(1 + seq % 200, payload, holds=1).loc)
+    if seq % 64 == 0:
+        with reported:
+            reported.wait_for(lambda: journal.durable_seq >= seq - 256)
+        for loc in held[:-300]:
+            journal.release(loc)
+        del held[:-300]
+        journal.reclaim()
+"""
+
+
+def run_and_kill(directory: Path, rng: random.Random, program: str = PRODUCER) -> list[int]:
     """Start the producer, kill -9 it at a random moment; the ids it reported durable."""
-    proc = subprocess.Popen([sys.executable, "-c", PRODUCER, str(directory)],
+    proc = subprocess.Popen([sys.executable, "-c", program, str(directory)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None
     first = proc.stdout.readline()  # wait until it is really writing
@@ -76,3 +115,23 @@ def test_every_record_reported_durable_survives_kill_9(tmp_path: Path) -> None:
         assert ids == list(range(1, len(ids) + 1)), "records are recovered in order, no gaps"
         assert len(ids) >= promised, f"durable id {promised} lost; recovered {len(ids)}"
     assert len(list(tmp_path.glob("*.log"))) > 2  # the rounds crossed segment boundaries
+
+
+def test_kill_9_while_writing_into_reused_segment_files_loses_nothing_held(
+        tmp_path: Path) -> None:
+    rng = random.Random(20261126)
+    promised, stale = 0, 0
+    for _ in range(4):
+        printed = run_and_kill(tmp_path, rng, RECYCLING)
+        assert printed == sorted(printed) and printed, "on_durable must be monotonic"
+        promised = max(promised, printed[-1])
+        journal = Journal(tmp_path, segment_bytes=128 << 10, recycle_bytes=4 << 20)
+        ids = [int(payload[:12]) for _, payload, _ in journal.recover()]
+        journal.close()
+        assert journal.report is not None
+        stale += journal.report.stale_bytes
+        assert ids == list(range(ids[0], ids[0] + len(ids))), "in order, no gaps, no old ones"
+        assert ids[-1] >= promised, f"durable id {promised} lost; recovered up to {ids[-1]}"
+        assert len(ids) >= 300
+    assert stale > 0, "files were reused: earlier records lay after their segments' last"
+    assert list(tmp_path.glob("*.spare"))

@@ -148,6 +148,12 @@ class BrokerCollector(Collector):
         js = journal.stats
         yield GaugeMetricFamily("sluice_journal_disk_bytes",
                                 "Bytes of live journal segment files", value=journal.disk_bytes())
+        yield GaugeMetricFamily("sluice_journal_spare_bytes",
+                                "Bytes of reclaimed segment files kept for reuse",
+                                value=journal.pool.spare_bytes)
+        yield CounterMetricFamily("sluice_journal_segments_reused",
+                                  "Segments made from a kept file since start",
+                                  value=journal.pool.taken)
         yield CounterMetricFamily("sluice_journal_written_bytes", "Bytes appended to the journal",
                                   value=js.bytes)
         yield CounterMetricFamily("sluice_journal_records", "Records made durable",

@@ -226,6 +226,7 @@ def overview(broker: Broker, store: Store | None, sessions: Iterable[Session],
         lat = sorted(js.fsync_latency_s.copy())
         journal = {
             "disk_bytes": store.journal.disk_bytes(), "records": js.records,
+            "spare_bytes": store.journal.pool.spare_bytes,
             "bytes": js.bytes, "fsyncs": js.fsyncs, "batches": js.batches,
             "mean_batch": js.mean_batch, "max_batch": js.max_batch, "failures": js.failures,
             "fsync_p50_ms": lat[len(lat) // 2] * 1000 if lat else None,

@@ -211,7 +211,8 @@ def stats(console: Console, as_json: bool) -> None:
     ]
     if j:
         p99 = j["fsync_p99_ms"]
-        lines += [("journal", f"{_size(j['disk_bytes'])} on disk, {j['records']} records, "
+        spare = f" (+{_size(j['spare_bytes'])} spare)" if j.get("spare_bytes") else ""
+        lines += [("journal", f"{_size(j['disk_bytes'])} on disk{spare}, {j['records']} records, "
                               f"{j['batches']} group commits (mean {j['mean_batch']:.1f})"),
                   ("fsync p99", f"{p99:.2f} ms" if p99 is not None else "n/a")]
     lines.append(("streams in progress", o["streams_in_progress"]))

@@ -13,11 +13,15 @@ Threads and invariants:
 - One writer thread takes the whole pending batch at a time, writes it with pwritev, fdatasyncs
   each segment it touched once, then calls on_durable with the batch's highest seq. While it
   syncs, new appends pile up into the next batch: that is the group commit.
-- A helper thread zero-fills the next segment ahead of need (`preallocate=True`).
+- A helper thread zero-fills the next segment ahead of need (`preallocate=True`), or renames
+  a spare to it: reclaimed segments' files, kept up to `recycle_bytes` (`recycle.py`).
 - `_lock` guards all state shared by those threads: the pending batch, the append position,
   the segment table (segment -> live count, oldest first), open fds, the durable seq. Only the
   writer writes segment files once they are in use; nothing does I/O while holding the lock
   except opening a file.
+- A reclaimed segment's file is deleted or kept as a spare, and a spare becomes a segment
+  numbered above every one the file was: records are checksummed with their segment number
+  and offset, so what the file held before never checks out again (`recycle.py`).
 - Locations are assigned at append time, in seq order, so seq order is log order and a loc
   is final as soon as append() returns. A failed batch rewinds the append position to its
   first record and fails every record queued after it too (their locs assumed it was there).
@@ -47,6 +51,7 @@ from sluicemq.errors import StorageError
 from sluicemq.storage.journal_reads import EXTENT_BYTES, EXTENTS_KEPT, JournalReads
 from sluicemq.storage.journal_writer import Entry, JournalStats, JournalWriter, Ticket
 from sluicemq.storage.recovery import Recovery, RecoveryReport
+from sluicemq.storage.recycle import SegmentPool
 from sluicemq.storage.segment import (
     HEADER_SIZE,
     MAX_PAYLOAD,
@@ -72,9 +77,11 @@ class Journal(JournalReads, JournalWriter):
         preallocate: bool = True,
         sync: bool = True,
         dir_lock: bool = True,
+        recycle_bytes: int = 0,
     ) -> None:
         """``dir_lock=False`` skips the flock on the directory: a lease master (whose fencing
-        replaces it) must open the journal while a paused, fenced predecessor still holds it."""
+        replaces it) must open the journal while a paused, fenced predecessor still holds it.
+        ``recycle_bytes``: reclaimed segment files kept for reuse, at most (0: deleted)."""
         if segment_bytes <= HEADER_SIZE:
             raise ValueError("segment_bytes must exceed the record header size")
         self.directory = Path(directory)
@@ -83,6 +90,7 @@ class Journal(JournalReads, JournalWriter):
         self.preallocate = preallocate
         self.sync = sync
         self.stats = JournalStats()
+        self.pool = SegmentPool(self.directory, segment_bytes, recycle_bytes)
         self.report: RecoveryReport | None = None
         self._dir_lock = _lock_directory(self.directory) if dir_lock else -1
         self._lock = threading.Lock()
@@ -144,6 +152,7 @@ class Journal(JournalReads, JournalWriter):
         recovery = Recovery(self.directory, after)
         yield from recovery.raw_records()
         self.report = recovery.report
+        self.pool.adopt(recovery.spares, recovery.reused)
         self._seg, self._off = recovery.active, recovery.end
         self._segs = dict.fromkeys(recovery.segments, 0)
         self._segs.setdefault(self._seg, 0)
@@ -392,7 +401,8 @@ class Journal(JournalReads, JournalWriter):
         return loc.offset + HEADER_SIZE
 
     def disk_bytes(self) -> int:
-        """Bytes held by live segment files (preallocated space included)."""
+        """Bytes held by live segment files (preallocated space included; spares are
+        ``pool.spare_bytes``)."""
         with self._lock:
             segments = list(self._segs)
         total = 0

@@ -22,8 +22,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sluicemq.storage.recycle import SegmentPool
 from sluicemq.storage.segment import (
     HEADER_SIZE,
+    REUSED,
     Location,
     create_segment,
     encode_header,
@@ -145,6 +147,7 @@ class JournalWriter:
     preallocate: bool
     sync: bool
     stats: JournalStats
+    pool: SegmentPool
     fence: Callable[[], None] | None
     unwritten_bytes: int
     _lock: threading.Lock
@@ -240,7 +243,7 @@ class JournalWriter:
         buffers: list[bytes | memoryview] = []
         fd = -1
         run_start = run_end = -1
-        run_seg = 0
+        run_seg = flags = 0
         for entry in batch:
             loc = entry.loc
             if loc.segment != run_seg or loc.offset != run_end:
@@ -251,6 +254,7 @@ class JournalWriter:
                     fd = self._writer_fd(loc.segment)
                     touched.append(fd)
                     run_seg = loc.segment
+                    flags = REUSED if self.pool.reused(run_seg) else 0
                 run_start = run_end = loc.offset
             if loc.length >= LARGE_RECORD:
                 end = run_end + HEADER_SIZE + loc.length
@@ -260,7 +264,7 @@ class JournalWriter:
                     large.append((run_seg, fd, run_end, end))
             tail = entry.tail
             buffers.append(encode_header(entry.rtype, entry.payload, loc.segment, loc.offset,
-                                         tail))
+                                         tail, flags))
             buffers.append(entry.payload)
             if tail:
                 buffers.append(tail)
@@ -342,8 +346,7 @@ class JournalWriter:
         elif self.segment_path(seg).exists():
             fd = os.open(self.segment_path(seg), os.O_RDWR)
         else:
-            size = self.segment_bytes if self.preallocate else 0
-            fd = create_segment(self.directory, seg, size, fence=self.fence)
+            fd = self._new_segment(seg, self.preallocate, True)
         spare_kept = self.segment_path(seg + 1).exists()  # recovery keeps a zeroed next one
         if self._helper is not None and self._prep is None and not spare_kept:
             self._prepare(seg + 1)
@@ -361,12 +364,21 @@ class JournalWriter:
         written, size = self._prep_mark
         self._prep_mark = (stats.records, stats.bytes)
         zero = zero_fill(stats.records - written, stats.bytes - size)
-        future = self._helper.submit(create_segment, self.directory, seg, self.segment_bytes,
-                                     zero=zero, fence=self.fence)
+        future = self._helper.submit(self._new_segment, seg, True, zero)
         self._prep = (seg, future)
 
+    def _new_segment(self, seg: int, preallocate: bool, zero: bool) -> int:
+        """An fd of new segment ``seg``: a spare renamed to it if the pool has one, else a new
+        file (zero-filled or allocated to the segment size with ``preallocate``, else empty)."""
+        fd = self.pool.take(seg, self.fence)
+        if fd is not None:
+            return fd
+        size = self.segment_bytes if preallocate else 0
+        return create_segment(self.directory, seg, size, zero=zero, fence=self.fence)
+
     def _delete(self, doomed: list[int]) -> None:
-        """Unlink reclaimed segments in order; a failure keeps it and every later one queued."""
+        """Unlink reclaimed segments in order, or keep their files as spares (``recycle.py``);
+        a failure keeps it and every later one queued."""
         if self.fence is not None:
             self.fence()
         self._undeleted.extend(doomed)
@@ -378,7 +390,9 @@ class JournalWriter:
             if fd is not None:
                 os.close(fd)
             try:
-                self.segment_path(seg).unlink(missing_ok=True)
+                path = self.segment_path(seg)
+                if not self.pool.offer(seg, path):
+                    path.unlink(missing_ok=True)
             except OSError:
                 log.exception("journal: cannot delete segment %d; will retry", seg)
                 break

@@ -13,6 +13,18 @@ With ``after`` (the last record an index snapshot accounts for) only the log aft
 is scanned and settled: segments before it are left alone, since everything up to that record
 was durable before the snapshot was written, and segments are deleted oldest first, so while the
 anchoring record exists every later segment does too.
+
+A segment whose records carry REUSED was written into a reclaimed segment's file
+(``recycle.py``): what follows its last intact record is that file's earlier contents, which
+can never check out under the new number. Such a trailing range is counted as stale bytes, not
+damage, and is not zeroed; only the part that headers of this very segment cover (records being
+written when the process stopped) is a torn tail, reported and zeroed as above. A segment file
+holding only the stamp a spare gets as it becomes a segment (``segment.reuse_stamp``: a header
+of that segment at offset 0, rtype 0) and its earlier contents is a spare made ready before the
+stop: kept as the next segment like a zero-filled one. The price: in a reused file, the last
+record of a segment whose own header was damaged cannot be told from the earlier contents and
+is counted as stale - PostgreSQL and RocksDB likewise end a recycled log at the first record
+that is not their own.
 """
 
 from __future__ import annotations
@@ -24,14 +36,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sluicemq.storage.recycle import SPARE_SUFFIX, parse_spare_name
 from sluicemq.storage.segment import (
     HEADER_SIZE,
     TMP_SUFFIX,
     Location,
     fsync_dir,
+    own_headers_end,
     parse_segment_name,
+    reused_at,
     scan,
     segment_name,
+    stamped,
 )
 
 _ZEROS = bytes(1 << 20)
@@ -44,6 +60,7 @@ class RecoveryReport:
     segments: int = 0
     records: int = 0
     bytes_scanned: int = 0
+    stale_bytes: int = 0  # a reused file's earlier contents after its segment's last record
     dropped: list[tuple[int, int, int, str]] = field(default_factory=list)
     elapsed_s: float = 0.0
 
@@ -65,6 +82,8 @@ class Recovery:
         self.end = 0
         self.last = (0, -1)  # (segment, offset) of the last intact record
         self.spare: int | None = None  # a zero-filled segment after `active`, kept for reuse
+        self.reused: set[int] = set()  # segments written into a reused file (REUSED)
+        self.spares: list[int] = []  # spare files found (their former segment numbers)
         self._sizes: dict[int, int] = {}
 
     def records(self) -> Iterator[tuple[int, bytes, Location]]:
@@ -78,9 +97,10 @@ class Recovery:
         started = time.perf_counter()
         for leftover in self.directory.glob("*" + TMP_SUFFIX):
             leftover.unlink(missing_ok=True)
-        numbers = sorted(
-            n for p in self.directory.iterdir() if (n := parse_segment_name(p.name)) is not None
-        )
+        names = [p.name for p in self.directory.iterdir()]
+        numbers = sorted(n for name in names if (n := parse_segment_name(name)) is not None)
+        self.spares = sorted(n for name in names if name.endswith(SPARE_SUFFIX)
+                             and (n := parse_spare_name(name)) is not None)
         first_seg, first_off, last = 0, 0, None
         if self.after is not None:
             first_seg, offset, first_off = self.after
@@ -92,7 +112,8 @@ class Recovery:
                 continue
             damage[number] = []
             start = first_off if number == first_seg else 0
-            for offset, rtype, payload in self._scan_file(number, damage[number], start):
+            known = last[1] if last is not None and number == first_seg else -1
+            for offset, rtype, payload in self._scan_file(number, damage[number], start, known):
                 records += 1
                 last = (number, offset, offset + HEADER_SIZE + len(payload))
                 yield rtype, payload, number, offset
@@ -101,8 +122,10 @@ class Recovery:
         self.report.elapsed_s = time.perf_counter() - started
 
     def _scan_file(
-        self, number: int, dropped: list[tuple[int, int, str]], start: int
+        self, number: int, dropped: list[tuple[int, int, str]], start: int, known: int
     ) -> Iterator[tuple[int, int, bytes]]:
+        """Scan one segment from ``start``; ``known``: the offset of an intact record before
+        ``start`` (the snapshot's anchor), or -1."""
         path = self.directory / segment_name(number)
         size = path.stat().st_size
         self._sizes[number] = size
@@ -111,7 +134,29 @@ class Recovery:
         if size <= start:
             return
         with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            yield from scan(mm, number, dropped, start)
+            last = known
+            for found in scan(mm, number, dropped, start):
+                last = found[0]
+                yield found
+            self._stale_end(mm, number, dropped, last)
+
+    def _stale_end(self, mm: mmap.mmap, number: int, dropped: list[tuple[int, int, str]],
+                   last: int) -> None:
+        """Note a reused file and take its earlier contents out of ``dropped``: the range after
+        the last intact record (``last``; -1: none, then offset 0 tells), but for what this
+        segment's own headers cover."""
+        if not (reused_at(mm, last) if last >= 0 else stamped(mm, number)):
+            return  # written into a new file: whatever follows is damage
+        self.reused.add(number)
+        if not dropped or dropped[-1][0] <= last:
+            return
+        pos, nbytes, reason = dropped[-1]
+        torn = own_headers_end(mm, number, pos, pos + nbytes) - pos
+        if torn:
+            dropped[-1] = (pos, torn, reason)
+        else:
+            dropped.pop()
+        self.report.stale_bytes += nbytes - torn
 
     def _repair(
         self,

@@ -7,7 +7,8 @@ Each record is a 16-byte little-endian header followed by the payload:
     0       2     magic   b"\\xffS": never zero and never valid UTF-8, so neither preallocated
                           space nor text looks like a header
     2       1     rtype   1..255; 0 is reserved so that a zeroed header is never a record
-    3       1     flags   reserved, written as 0
+    3       1     flags   bit 0 REUSED: the segment's file held an earlier segment (its
+                          records may follow this segment's last one); other bits 0
     4       4     length  payload bytes
     8       4     pcrc    crc32(payload)
     12      4     hcrc    crc32(bytes 0..11), seeded with crc32(segment number, offset)
@@ -17,6 +18,10 @@ header checksum rejects a false candidate in O(1) before its `length` is trusted
 checksum a possibly huge payload. Why the position seed: a byte-exact copy of a valid record
 (a journal file sent as a message body, stale bytes) only validates where it was first written,
 so resynchronisation cannot surface phantom records.
+
+The position seed is also what makes reusing a reclaimed segment's file safe (``recycle.py``):
+the file gets a number above every one it had, so none of its old records check out under the
+new one. A journal written before REUSED existed has flags 0 everywhere and recovers as it did.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ MAGIC = b"\xffS"
 HEADER = struct.Struct("<2sBBIII")
 HEADER_SIZE = HEADER.size
 _HEAD12 = struct.Struct("<2sBBII")
+REUSED = 0x01
 _POSITION = struct.Struct("<QQ")
 MAX_PAYLOAD = 0xFFFFFFFF
 _IOV_MAX = 1024
@@ -79,13 +85,13 @@ def _seed(segment: int, offset: int) -> int:
 
 
 def encode_header(rtype: int, payload: bytes, segment: int, offset: int,
-                  tail: bytes = b"") -> bytes:
+                  tail: bytes = b"", flags: int = 0) -> bytes:
     """The header for `payload` (followed by `tail`: the record's payload is both, written
     from two buffers) at (segment, offset); checksums the payload."""
     pcrc = crc32(payload)
     if tail:
         pcrc = crc32(tail, pcrc)
-    head = _HEAD12.pack(MAGIC, rtype, 0, len(payload) + len(tail), pcrc)
+    head = _HEAD12.pack(MAGIC, rtype, flags, len(payload) + len(tail), pcrc)
     return head + crc32(head, _seed(segment, offset)).to_bytes(4, "little")
 
 
@@ -141,6 +147,43 @@ def intact_at(buf: bytes | memoryview, at: int, segment: int, offset: int,
     return (magic == MAGIC and rtype != 0 and stored == length
             and crc(buf[at:at + 12], _seed(segment, offset)) == hcrc
             and crc(buf[at + HEADER_SIZE:at + HEADER_SIZE + length]) == pcrc)
+
+
+def reused_at(buf: Buffer, pos: int) -> bool:
+    """Whether the intact record at ``buf[pos]`` says its segment's file was reused."""
+    return bool(buf[pos + 3 : pos + 4][0] & REUSED)
+
+
+def reuse_stamp(segment: int) -> bytes:
+    """What a reused file gets at offset 0 before it becomes segment ``segment``: a header of
+    that position with rtype 0 (never a record) and REUSED, until the first record replaces
+    it. Why: a file holding only its earlier contents is a ready spare, not damage."""
+    head = _HEAD12.pack(MAGIC, 0, REUSED, 0, 0)
+    return head + crc32(head, _seed(segment, 0)).to_bytes(4, "little")
+
+
+def stamped(buf: Buffer, segment: int) -> bool:
+    """Whether offset 0 holds a header of ``segment`` with REUSED (the stamp, or the first
+    record's, intact or torn)."""
+    head = buf[0:HEADER_SIZE]
+    return (len(head) == HEADER_SIZE and head[:2] == MAGIC and bool(head[3] & REUSED)
+            and crc32(head[:12], _seed(segment, 0)) == int.from_bytes(head[12:], "little"))
+
+
+def own_headers_end(buf: Buffer, segment: int, start: int, end: int) -> int:
+    """Where the last header in [start, end) that checks out for ``segment`` at its offset
+    claims its record ends (at most ``end``); ``start`` if there is none. In a reused file, a
+    range no intact record follows is the file's earlier contents (headers seeded with other
+    numbers) except for what this number's headers cover: records of this segment that were
+    being written when the process stopped, a torn tail."""
+    last = start
+    pos = buf.find(MAGIC, start)
+    while 0 <= pos < end:
+        header = parse_header(buf[pos : pos + HEADER_SIZE], segment, pos)
+        if not isinstance(header, str):
+            last = max(last, min(end, pos + HEADER_SIZE + header[1]))
+        pos = buf.find(MAGIC, pos + 1)
+    return last
 
 
 def first_nonzero(buf: Buffer, start: int, end: int) -> int:

@@ -1,0 +1,232 @@
+"""Spec of segment recycling: reclaimed segments' files become new segments, and what they held
+before never comes back, whatever recovery finds after a segment's last record."""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+from pathlib import Path
+
+from sluicemq.storage.checksum import crc32
+from sluicemq.storage.journal import Journal, Location
+from sluicemq.storage.recycle import spare_name
+from sluicemq.storage.segment import HEADER_SIZE, REUSED, segment_name
+
+SEG = 64 << 10
+
+
+def fill(opened, sizes: list[int], seed: int) -> list[tuple[bytes, Location]]:
+    """Append records of ``sizes`` (held once each), numbered in their first bytes; wait
+    until they are durable."""
+    rng = random.Random(seed)
+    out = []
+    for i, size in enumerate(sizes):
+        payload = (b"%d.%06d " % (seed, i) + rng.randbytes(size))[:max(size, 10)]
+        ticket = opened.journal.append(1, payload, holds=1)
+        out.append((payload, ticket.loc))
+    opened.watch.wait(ticket.seq)
+    return out
+
+
+def consume(opened, records: list[tuple[bytes, Location]]) -> list[int]:
+    """Release them all, reclaim, and return once the writer has kept or deleted the files."""
+    for _, loc in records:
+        opened.journal.release(loc)
+    gone = opened.journal.reclaim()
+    for _ in range(2):  # the writer renames reclaimed files in its turn: two turns later, done
+        opened.watch.wait(opened.journal.append(9, b"").seq)
+    return gone
+
+
+def left(records: list[tuple[bytes, Location]], gone: list[int]) -> list[bytes]:
+    """The payloads of ``records`` whose segment was not reclaimed (released, not deleted)."""
+    return [p for p, loc in records if loc.segment not in gone]
+
+
+def spares(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.glob("*.spare"))
+
+
+def inode(path: Path) -> int:
+    return path.stat().st_ino
+
+
+def recover_closed(directory: Path, **kwargs) -> tuple[list[bytes], Journal]:
+    kwargs.setdefault("segment_bytes", SEG)
+    journal = Journal(directory, **kwargs)
+    payloads = [bytes(p) for rtype, p, _ in journal.recover() if rtype == 1]
+    journal.close()
+    return payloads, journal
+
+
+def test_reclaimed_files_are_kept_up_to_the_bound_and_become_the_next_segments(
+        open_journal) -> None:
+    opened = open_journal(segment_bytes=SEG, recycle_bytes=3 * SEG, preallocate=False)
+    old = fill(opened, [3000] * 150, seed=1)  # ~7 segments
+    kept_files = {n: inode(opened.directory / segment_name(n)) for n in (1, 2, 3)}
+    gone = consume(opened, old)
+    assert len(gone) >= 5
+    assert spares(opened.directory) == [spare_name(n) for n in (1, 2, 3)]  # oldest first
+    assert not any((opened.directory / segment_name(n)).exists() for n in gone)
+    assert opened.journal.pool.spare_bytes == sum(
+        (opened.directory / spare_name(n)).stat().st_size for n in (1, 2, 3))
+    new = fill(opened, [3000] * 100, seed=2)
+    made = sorted({loc.segment for _, loc in new} - {loc.segment for _, loc in old})
+    assert [inode(opened.directory / segment_name(n)) for n in made[:3]] == list(
+        kept_files.values())
+    assert opened.journal.pool.taken == 3 and spares(opened.directory) == []
+    assert all(n > max(gone) for n in made)  # a file never gets back a number it had
+
+
+def test_old_records_left_after_the_tail_of_reused_files_never_come_back(
+        open_journal) -> None:
+    opened = open_journal(segment_bytes=SEG, recycle_bytes=16 * SEG, preallocate=False)
+    old = fill(opened, [2000] * 200, seed=1)
+    expected = left(old, consume(opened, old))
+    # Same-sized records: each old record sits exactly where a new one would, and is intact
+    # but for the segment number its header checksum is seeded with.
+    expected += [p for p, _ in fill(opened, [2000] * 40, seed=2)]
+    assert opened.journal.pool.taken
+    rng = random.Random(3)
+    tail = fill(opened, [rng.randrange(50, 5000) for _ in range(30)], seed=3)
+    expected += [p for p, _ in tail]
+    last = tail[-1][1]
+    path = opened.directory / segment_name(last.segment)
+    opened.journal.close()
+    after_tail = path.read_bytes()[last.offset + HEADER_SIZE + last.length:]
+    assert after_tail.strip(b"\0"), "the active segment's file holds its earlier records"
+
+    payloads, journal = recover_closed(opened.directory)
+    assert payloads == expected
+    assert journal.report is not None and journal.report.dropped == []
+    assert journal.report.stale_bytes > 0
+    assert path.read_bytes()[last.offset + HEADER_SIZE + last.length:] == after_tail  # kept
+
+    again = open_journal(opened.directory, segment_bytes=SEG, recycle_bytes=16 * SEG)
+    more = fill(again, [2000] * 10, seed=4)
+    again.journal.close()
+    payloads, journal = recover_closed(opened.directory)
+    assert payloads == expected + [p for p, _ in more]
+    assert journal.report is not None and journal.report.dropped == []
+
+
+def test_a_torn_record_in_a_reused_file_is_the_torn_tail_and_only_it_is_zeroed(
+        open_journal) -> None:
+    opened = open_journal(segment_bytes=SEG, recycle_bytes=16 * SEG, preallocate=False)
+    old = fill(opened, [2000] * 100, seed=1)
+    before = left(old, consume(opened, old))
+    new = fill(opened, [1500] * 60, seed=2)  # on into files of the pool
+    last = new[-1][1]
+    assert opened.journal.pool.reused(last.segment)
+    opened.journal.close()
+    path = opened.directory / segment_name(last.segment)
+    end = last.offset + HEADER_SIZE + last.length
+    with open(path, "r+b") as fh:  # the last record's payload never fully reached the disk
+        os.pwrite(fh.fileno(), bytes(100), last.offset + HEADER_SIZE + 700)
+    stale = path.read_bytes()[end:]
+
+    payloads, journal = recover_closed(opened.directory)
+    assert payloads == before + [p for p, _ in new[:-1]]
+    assert journal.report is not None
+    assert [(s, o, n) for s, o, n, _ in journal.report.dropped] == [
+        (last.segment, last.offset, end - last.offset)]
+    assert journal.report.dropped[0][3].startswith("torn tail")
+    data = path.read_bytes()
+    assert data[last.offset:end] == bytes(end - last.offset) and data[end:] == stale
+
+    again = open_journal(opened.directory, segment_bytes=SEG, recycle_bytes=16 * SEG)
+    more = fill(again, [400] * 3, seed=3)
+    again.journal.close()
+    payloads, journal = recover_closed(opened.directory)
+    assert payloads == before + [p for p, _ in new[:-1] + more]
+    assert journal.report is not None and journal.report.dropped == []
+
+
+def test_a_spare_made_ready_before_a_stop_is_the_next_segment_after_it(open_journal) -> None:
+    opened = open_journal(segment_bytes=SEG, recycle_bytes=16 * SEG)
+    old = fill(opened, [2000] * 100, seed=1)
+    before = left(old, consume(opened, old))
+    new = fill(opened, [2000] * 40, seed=2)  # into the next segment: the one after is made
+    active = new[-1][1].segment
+    ready = opened.directory / segment_name(active + 1)
+    opened.journal.close()
+    assert ready.exists() and opened.journal.pool.reused(active + 1)
+    ready_inode = inode(ready)
+
+    payloads, journal = recover_closed(opened.directory)
+    assert payloads == before + [p for p, _ in new]
+    assert journal.report is not None and journal.report.dropped == []
+    assert inode(ready) == ready_inode  # kept, not deleted and made again
+
+    again = open_journal(opened.directory, segment_bytes=SEG, recycle_bytes=16 * SEG)
+    assert again.journal.pool.reused(active + 1)
+    more = fill(again, [2000] * 40, seed=3)  # rolls into it
+    assert active + 1 in {loc.segment for _, loc in more}
+    again.journal.close()
+    with open(ready, "rb") as fh:
+        assert fh.read(HEADER_SIZE)[3] & REUSED
+    payloads, journal = recover_closed(opened.directory)
+    assert payloads == before + [p for p, _ in new + more]
+    assert journal.report is not None and journal.report.dropped == []
+
+
+def v1_record(payload: bytes, segment: int, offset: int) -> bytes:
+    """A record as the format before REUSED wrote it (flags 0), from its documented layout."""
+    head = struct.pack("<2sBBII", b"\xffS", 1, 0, len(payload), crc32(payload))
+    seed = crc32(struct.pack("<QQ", segment, offset))
+    return head + struct.pack("<I", crc32(head, seed)) + payload
+
+
+def test_a_journal_written_before_reuse_existed_recovers_as_it_did(
+        tmp_path: Path, open_journal) -> None:
+    directory = tmp_path / "journal"
+    directory.mkdir()
+    rng = random.Random(7)
+    written: list[bytes] = []
+    for segment in (1, 2):
+        data, offset = b"", 0
+        while True:
+            payload = rng.randbytes(rng.randrange(100, 3000))
+            record = v1_record(payload, segment, offset)
+            if offset + len(record) > SEG:
+                break
+            data += record
+            offset += len(record)
+            written.append(payload)
+        (directory / segment_name(segment)).write_bytes(data.ljust(SEG, b"\0"))
+    torn = v1_record(b"t" * 1000, 2, offset)[:600]  # a torn tail after the last record
+    with open(directory / segment_name(2), "r+b") as fh:
+        os.pwrite(fh.fileno(), torn, offset)
+
+    opened = open_journal(directory, segment_bytes=SEG, recycle_bytes=16 * SEG)
+    assert [p for _, p, _ in opened.records] == written
+    report = opened.journal.report
+    assert report is not None and report.stale_bytes == 0
+    assert [(s, o, r.startswith("torn tail")) for s, o, _, r in report.dropped] == [
+        (2, offset, True)]
+    assert (directory / segment_name(2)).read_bytes()[offset:] == bytes(SEG - offset)
+    for _, _, loc in opened.records:
+        opened.journal.retain(loc)
+    old = [(p, loc) for _, p, loc in opened.records]
+    before = left(old, consume(opened, old))
+    assert spares(directory) == [spare_name(1)]  # 2 is the active segment
+    new = fill(opened, [2500] * 60, seed=8)
+    opened.journal.close()
+    payloads, journal = recover_closed(directory)
+    assert payloads == before + [p for p, _ in new]
+    assert journal.report is not None and journal.report.dropped == []
+
+
+def test_spares_beyond_the_bound_or_larger_than_a_segment_are_deleted_at_start(
+        tmp_path: Path) -> None:
+    directory = tmp_path / "journal"
+    directory.mkdir()
+    for n in (2, 3, 4):
+        (directory / spare_name(n)).write_bytes(os.urandom(SEG))
+    (directory / spare_name(1)).write_bytes(os.urandom(SEG * 2))
+    journal = Journal(directory, segment_bytes=SEG, recycle_bytes=2 * SEG)
+    assert list(journal.recover()) == []
+    journal.close()
+    assert spares(directory) == [spare_name(2), spare_name(3)]
+    assert journal.pool.spare_bytes == 2 * SEG
