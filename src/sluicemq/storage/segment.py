@@ -7,8 +7,8 @@ Each record is a 16-byte little-endian header followed by the payload:
     0       2     magic   b"\\xffS": never zero and never valid UTF-8, so neither preallocated
                           space nor text looks like a header
     2       1     rtype   1..255; 0 is reserved so that a zeroed header is never a record
-    3       1     flags   bit 0 REUSED: the segment's file held an earlier segment (its
-                          records may follow this segment's last one); other bits 0
+    3       1     flags   bit 0 REUSED: the segment's file held earlier segments, whose
+                          bytes may follow this segment's last record; other bits 0
     4       4     length  payload bytes
     8       4     pcrc    crc32(payload)
     12      4     hcrc    crc32(bytes 0..11), seeded with crc32(segment number, offset)
