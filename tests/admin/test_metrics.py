@@ -7,7 +7,7 @@ import urllib.request
 from console_client import send
 from prometheus_client.parser import text_string_to_metric_families
 
-from sluice_testing import eventually
+from sluice_testing import RawStomp, eventually
 
 EXPECTED_FAMILIES = {
     "sluice_destination_depth", "sluice_destination_consumers",
@@ -58,3 +58,38 @@ def test_metrics_expose_destinations_journal_and_process(broker, raw) -> None:
     assert value(families["sluice_journal_records"], "_total") >= 3
     assert value(families["sluice_memory_rss_bytes"]) > 1 << 20
     assert value(families["sluice_streams_in_progress"]) == 0
+
+
+SPARES = """
+[journal]
+segment_bytes = 262144
+recycle_bytes = 1048576
+store_delay_ms = 0
+"""
+
+
+def test_reclaimed_segment_files_are_counted_as_spares_then_reused(broker_factory) -> None:
+    broker = broker_factory(config_text=SPARES)
+    conn = RawStomp(broker.host, broker.port)
+    conn.connect()
+    body = "x" * 50_000
+
+    def through(round_: int) -> None:  # ~1 MB: four segments, then all consumed
+        for i in range(20):
+            conn.send("SEND", {"destination": "/queue/s", "persistent": "true",
+                               "receipt": f"{round_}.{i}"}, body.encode())
+            assert conn.recv().headers.get("receipt-id") == f"{round_}.{i}"
+        conn.send("SUBSCRIBE", {"destination": "/queue/s", "id": str(round_)})
+        for _ in range(20):
+            assert conn.recv().command == "MESSAGE"
+        conn.send("UNSUBSCRIBE", {"id": str(round_)})
+
+    def family(name: str, suffix: str = "") -> float:
+        return value(scrape(broker.console_url)[name], suffix)
+
+    through(0)
+    eventually(lambda: family("sluice_journal_spare_bytes") > 0, "reclaimed files kept")
+    assert family("sluice_journal_spare_bytes") <= 1048576
+    through(1)
+    eventually(lambda: family("sluice_journal_segments_reused", "_total") > 0, "a spare reused")
+    conn.close()
