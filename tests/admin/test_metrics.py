@@ -69,6 +69,7 @@ store_delay_ms = 0
 
 
 def test_reclaimed_segment_files_are_counted_as_spares_then_reused(broker_factory) -> None:
+    """The spares are disk the journal holds besides its live segments: operators see them."""
     broker = broker_factory(config_text=SPARES)
     conn = RawStomp(broker.host, broker.port)
     conn.connect()
@@ -90,6 +91,7 @@ def test_reclaimed_segment_files_are_counted_as_spares_then_reused(broker_factor
     through(0)
     eventually(lambda: family("sluice_journal_spare_bytes") > 0, "reclaimed files kept")
     assert family("sluice_journal_spare_bytes") <= 1048576
+    assert broker.api("overview")["journal"]["spare_bytes"] == family("sluice_journal_spare_bytes")
     through(1)
     eventually(lambda: family("sluice_journal_segments_reused", "_total") > 0, "a spare reused")
     conn.close()
