@@ -371,3 +371,30 @@ def test_a_large_send_body_is_read_into_its_own_buffer_and_arrives_whole(
             assert len(into_bodies) == 2, "three bodies read into the two kept buffers"
 
     asyncio.run(spec())
+
+
+def test_a_send_waiting_for_its_receipt_lets_go_of_its_kept_body_buffer(
+        tmp_path: Path) -> None:
+    """A receipt may come long after its SEND was handled (a persistent chunk waits for its
+    consumer's ACK or its write); meanwhile the SEND's kept input buffer must be free for the
+    next bodies, or each later body is gathered in fresh memory (a 1 GiB stream of 1 MiB
+    chunks, 8 in flight: 712 fresh 1 MiB buffers and 3,051 pieces of 256 KiB; 0 and 959 once
+    a waiting receipt let go of its frame)."""
+    async def spec() -> None:
+        async with broker(tmp_path) as b:
+            consumer = await b.connected(address="10.0.0.8")
+            consumer.send("SUBSCRIBE", {"destination": "/queue/big", "id": "s", "receipt": "r",
+                                        "ack": "client-individual"})
+            await turns(lambda: "RECEIPT" in consumer.commands())
+            producer = await b.connected()
+            scratch = b.core.services.inputs.scratch.obj
+            for i in range(4):
+                frame = Frame("SEND", {"destination": "/queue/big", "persistent": "true",
+                                       "receipt": f"s{i}"}, bytes([i]) * 700_000)
+                handed = read_in(producer.protocol, encode_frame(frame, "1.2"))
+                assert any(h is not scratch for h in handed), f"body {i} gathered afresh"
+            await turns(lambda: consumer.commands().count("MESSAGE") == 4)
+            assert producer.commands().count("RECEIPT") < 4  # unacked: some still waiting
+
+    asyncio.run(spec())
+

@@ -384,8 +384,8 @@ class SessionContext:
             elif exc is None:
                 headers = {"receipt-id": receipt_id, **(extra or {})}
                 self.out.write(encode_frame(Frame("RECEIPT", headers), self.version))
-            else:
-                self.error(f"not stored: {exc}", frame, fatal=False)
+            else:  # (not the frame: its body may be a view of a kept input buffer)
+                self.error(f"not stored: {exc}", fatal=False, extra={"receipt-id": receipt_id})
 
         self.broker.when_durable(done)
 
