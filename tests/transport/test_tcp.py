@@ -398,3 +398,22 @@ def test_a_send_waiting_for_its_receipt_lets_go_of_its_kept_body_buffer(
 
     asyncio.run(spec())
 
+
+def test_write_now_sends_at_once_behind_what_already_waits(tmp_path: Path) -> None:
+    """``write_now`` (a receipt answered by an in-place commit) goes out in the same loop
+    turn when nothing waits for the flush, and queues behind what does: order is kept."""
+    async def spec() -> None:
+        async with broker(tmp_path) as b:
+            p = await b.connected()
+            await turns(lambda: not p.protocol._out)
+            sent = len(p.transport.writes())
+            p.protocol.write_now(b"A")
+            assert p.transport.writes()[sent:] == [b"A"]
+            p.protocol.write(b"B")
+            p.protocol.write_now(b"C")
+            assert p.transport.writes()[sent:] == [b"A"]  # C waits behind B
+            await turns(lambda: len(p.transport.writes()) > sent + 1)
+            assert b"".join(p.transport.writes()[sent:]) == b"ABC"
+            assert p.protocol.bytes_out == sum(map(len, p.transport.writes()))
+
+    asyncio.run(spec())

@@ -82,6 +82,8 @@ class SessionContext:
         self.tx_limit = parse_size(limits.max_transaction_bytes)
         # a transport that reads into buffers gets large bodies read into kept ones
         bodies = services.inputs.bodies.take if getattr(out, "reads_bodies", False) else None
+        # a transport that can send a frame at once takes receipts of in-place commits so
+        self._write_now: Callable[[bytes], None] | None = getattr(out, "write_now", None)
         self.parser = FrameParser(max_frame_bytes=limits.max_frame_bytes,
                                   max_headers=limits.max_headers,
                                   max_header_line=limits.max_header_line,
@@ -379,8 +381,12 @@ class SessionContext:
             if self.closed:
                 return
             if exc is None and not extra:  # the usual one, written directly (as encode_frame)
-                self.out.write(b"RECEIPT\nreceipt-id:%s\n\n\x00"
-                               % escape(receipt_id, self.version).encode())
+                data = (b"RECEIPT\nreceipt-id:%s\n\n\x00"
+                        % escape(receipt_id, self.version).encode())
+                if self._write_now is not None and self.broker.store.in_place:
+                    self._write_now(data)
+                else:
+                    self.out.write(data)
             elif exc is None:
                 headers = {"receipt-id": receipt_id, **(extra or {})}
                 self.out.write(encode_frame(Frame("RECEIPT", headers), self.version))
