@@ -13,6 +13,11 @@ part of a receipt's time is in that figure alone, so this measures, in one run:
 A broker whose persistent receipt costs its own round trip plus one fdatasync adds nothing of
 its own: `persistent - (round trip + gapped fdatasync)` is what the broker could still save.
 
+`--brokers bare` is the least any server can do here: a process that answers each frame
+with a RECEIPT straight from its socket loop (no STOMP, no event loop), without the disk
+and with a pwrite + fdatasync of the frame first - the floor no broker gets under on this
+machine, to set the goal against.
+
     .venv/bin/python bench/receipt_path.py                       # SluiceMQ only
     .venv/bin/python bench/receipt_path.py --brokers activemq,rabbitmq,sluice
 """
@@ -23,14 +28,16 @@ import argparse
 import json
 import os
 import socket
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare import CONNECT_ARGS, TMP, Broker, start_activemq, start_rabbitmq, start_sluice
-from stompload import fdatasync_waits
+from stompload import MIB, fdatasync_waits
 
 
 def _p(sorted_ns: list[int], q: float) -> float:
@@ -58,6 +65,24 @@ def _read_frame(sock: socket.socket, buf: bytearray) -> bytes:
         if not chunk:
             raise ConnectionError("broker closed the connection")
         buf += chunk
+
+
+def _read_sized(sock: socket.socket, buf: bytearray) -> bytes:
+    """Read one frame whose head says its content-length (the body may hold NULs)."""
+    while (end := buf.find(b"\n\n")) < 0:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("client closed the connection")
+        buf += chunk
+    length = int(buf[:end].split(b"content-length:")[1].split(b"\n")[0])
+    while len(buf) < end + 2 + length + 1:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("client closed the connection")
+        buf += chunk
+    frame = bytes(buf[:end + 2 + length])
+    del buf[:end + 3 + length]
+    return frame
 
 
 def receipt_us(host: str, port: int, samples: int, *, persistent: bool,
@@ -96,9 +121,51 @@ def _connect_headers(name: str) -> dict[str, str]:
                if "--login" in pairs else {})}
 
 
+def _serve_bare(directory: Path) -> None:
+    """The bare server: accept one connection at a time; answer the first frame with
+    CONNECTED and every other with a RECEIPT, after pwrite + fdatasync when it is persistent."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    print("listening on", listener.getsockname()[1], flush=True)
+    fd, name = tempfile.mkstemp(dir=directory, prefix="bare-")
+    os.unlink(name)
+    for i in range(16):
+        os.pwrite(fd, bytes(MIB), i * MIB)
+    os.fsync(fd)
+    at = 0
+    while True:
+        conn, _ = listener.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        buf = bytearray()
+        with conn:
+            try:
+                conn.sendall(b"CONNECTED\nversion:1.2\n\n\0" if _read_frame(conn, buf) else b"")
+                while True:
+                    frame = _read_sized(conn, buf)
+                    if b"\npersistent:true\n" in frame:
+                        os.pwrite(fd, frame, at)
+                        os.fdatasync(fd)
+                        at = (at + len(frame)) % (15 * MIB)
+                    conn.sendall(b"RECEIPT\nreceipt-id:x\n\n\0")
+            except ConnectionError:
+                continue
+
+
+def start_bare(python: str, directory: Path) -> Broker:
+    """The bare server in a process of its own (its own interpreter lock, as a broker has)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen([python, __file__, "--serve-bare", str(directory)],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    port = int(proc.stdout.readline().split()[-1])
+    return Broker("bare", port=port, pid=proc.pid, proc=proc)
+
+
 def measure_broker(name: str, opts: argparse.Namespace) -> dict[str, Any]:
     starters = {"activemq": start_activemq, "rabbitmq": start_rabbitmq}
-    broker: Broker = starters[name]() if name in starters else start_sluice(opts.python, [])
+    if name == "bare":
+        broker = start_bare(opts.python, TMP / "sluice-bench" / "disk")
+    else:
+        broker = starters[name]() if name in starters else start_sluice(opts.python, [])
     try:
         headers = _connect_headers(name)
         receipt_us(broker.host, broker.port, opts.samples // 4, persistent=True,
@@ -116,10 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--brokers", default="sluice",
-                        help="comma-separated: activemq, rabbitmq, sluice")
+                        help="comma-separated: activemq, rabbitmq, sluice, bare")
     parser.add_argument("--samples", type=int, default=3000)
     parser.add_argument("--python", default=sys.executable, help="interpreter for the broker")
+    parser.add_argument("--serve-bare", type=Path, help=argparse.SUPPRESS)  # start_bare's child
     opts = parser.parse_args(argv)
+    if opts.serve_bare is not None:
+        _serve_bare(opts.serve_bare)
+        return 0
     disk_dir = TMP / "sluice-bench" / "disk"
     result: dict[str, Any] = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_1min": os.getloadavg()[0],
