@@ -6,7 +6,10 @@ Why: on this VM the same code runs 1.5-1.8x slower at some moments (``cpuprobe.p
 msgs/s and CPU-seconds cannot tell a 5 % change from the weather. ``--instructions`` counts
 the instructions instead (valgrind's callgrind, ~100x slower): it runs the load twice, with
 ``--count`` and with ``--count`` + ``--extra`` messages, and divides the difference by the
-extra messages, so start-up cancels out. Repeat runs agreed within ~2 %.
+extra messages, so start-up cancels out. Under valgrind the loop turn's input budget
+(``turn_budget_ms``, wall-clock time) is raised by ``SLOWDOWN``: at the default 4 ms the ~50x
+slower run broke every read into turns of a few frames, so the count carried per-turn costs a
+native run does not pay (it parses a 64 KiB read in one turn) and varied by ~2 % run to run.
 
     .venv/bin/python bench/message_cost.py                      # µs of CPU a message
     .venv/bin/python bench/message_cost.py --instructions       # instructions a message
@@ -28,16 +31,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from inprocess import InProcessBroker, config_for
+from sluicemq.config import Limits
 from sluicemq.protocol.codec import encode_frame
 from sluicemq.protocol.frames import Frame
 
 READ = 65536  # bytes per feed, as a socket read hands them over
+SLOWDOWN = 100  # under valgrind: the turn budget is this many times the default
+TURN_BUDGET_MS = Limits().turn_budget_ms
 
 
-def run(count: int) -> float:
+def run(count: int, turn_budget_ms: float = TURN_BUDGET_MS) -> float:
     """Send and deliver ``count`` messages; the CPU seconds that took."""
     with tempfile.TemporaryDirectory(prefix="sluice-cost-") as tmp:
-        broker = InProcessBroker(config_for(Path(tmp)))
+        broker = InProcessBroker(config_for(Path(tmp),
+                                            limits=Limits(turn_budget_ms=turn_budget_ms)))
         try:
             consumer = broker.connect(peer="c:1")
             consumer.request("SUBSCRIBE", {"destination": "/queue/cost", "id": "1"})
@@ -65,7 +72,8 @@ def instructions(count: int) -> int:
     """Instructions the whole process took for ``count`` messages (valgrind --tool=callgrind)."""
     done = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-         __file__, "--count", str(count)],
+         __file__, "--count", str(count),
+         "--turn-budget-ms", str(TURN_BUDGET_MS * SLOWDOWN)],
         capture_output=True, text=True, timeout=1800, check=True,
         env=dict(os.environ, PYTHONHASHSEED="0"))
     found = re.search(r"Collected : (\d+)", done.stderr)
@@ -81,6 +89,8 @@ def main() -> None:
                     help="count instructions a message under valgrind (slow)")
     ap.add_argument("--extra", type=int, default=10_000,
                     help="with --instructions: messages between the two counts")
+    ap.add_argument("--turn-budget-ms", type=float, default=TURN_BUDGET_MS,
+                    help="the loop turn's input budget (raised under valgrind)")
     opts = ap.parse_args()
     if opts.instructions:
         base = min(opts.count, 2_000)
@@ -88,7 +98,7 @@ def main() -> None:
         print(f"{per:,.0f} instructions a message ({opts.extra:,} messages, "
               f"{time.strftime('%H:%M:%S')})")
         return
-    seconds = run(opts.count)
+    seconds = run(opts.count, opts.turn_budget_ms)
     print(f"{seconds / opts.count * 1e6:.2f} us CPU a message ({opts.count:,} messages)")
 
 

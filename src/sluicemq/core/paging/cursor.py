@@ -116,14 +116,6 @@ class PendingList:
         if self.account is not None:
             self.account.used -= cost
 
-    def _has_room(self, msg: Message) -> bool:
-        """May ``msg`` stay in memory? The per-destination window bounds persistent messages
-        (paging one out costs a journal read later); a non-persistent one stays while the
-        broker-wide memory budget allows, since paging it out means writing a temp file."""
-        if msg.persistent and self._in_head >= self.window:
-            return False
-        return self.account is None or self.account.cursor_room()
-
     # -- producers and redelivery --------------------------------------------------------------
     def _lane(self, priority: int) -> _Lane:
         lane = self._lanes[priority]
@@ -141,10 +133,27 @@ class PendingList:
     def push(self, msg: Message) -> None:
         lane = self._lanes[msg.priority] or self._lane(msg.priority)  # once per message
         self._size += 1
-        if self.pager is None or (not lane.tail and self._has_room(msg)):
+        account = self.account
+        # May it stay in memory? The per-destination window bounds persistent messages
+        # (paging one out costs a journal read later); a non-persistent one stays while the
+        # broker-wide memory budget allows, since paging it out means writing a temp file.
+        # (That test, ``MemoryAccount.cursor_room`` and ``_hold`` are written out here: this
+        # runs once per message.)
+        if self.pager is None or (not lane.tail
+                                  and (not msg.persistent or self._in_head < self.window)
+                                  and (account is None
+                                       or account.used + account.output + account.connections
+                                       + account.objects < account.high_water)):
             lane.head.append(msg)
             self._in_head += 1
-            self._hold(msg)
+            body = msg.size if msg.body is not None else 0
+            cost = body + MESSAGE_OBJECT_BYTES + msg.extra
+            self.memory += cost
+            self.bytes += body
+            if account is not None:
+                account.used += cost
+                if account.used > account.peak:
+                    account.peak = account.used
             return
         if self.pager.page_out(lane.tail, msg, self._settled):
             self.stored_bytes += msg.size
@@ -210,7 +219,12 @@ class PendingList:
                 msg = lane.head.popleft()
                 self._size -= 1
                 self._in_head -= 1
-                self._unhold(msg)
+                body = msg.size if msg.body is not None else 0  # ``_unhold``, inlined
+                cost = body + MESSAGE_OBJECT_BYTES + msg.extra
+                self.memory -= cost
+                self.bytes -= body
+                if self.account is not None:
+                    self.account.used -= cost
                 return msg
         return None
 

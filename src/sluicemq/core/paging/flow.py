@@ -274,7 +274,10 @@ class FlowControl:
         """``too_large`` and ``full`` in one look at the policy's sizes, as a SEND of ``size``
         body bytes asks (once per message: two lookups were a tenth of the plain SEND path).
         A ``TooLarge`` reason is final; any other is waited out."""
-        _, largest, most, dest_limit = self.sizes_of(policy)
+        entry = self._sizes.get(id(policy))
+        if entry is None or entry[0] is not policy:
+            entry = self.sizes_of(policy)
+        _, largest, most, dest_limit = entry  # (``sizes_of``'s look-up, written out)
         if size > largest:
             return _too_large(size, largest)
         if (lag is not None and most and lag >= most
@@ -292,7 +295,9 @@ class FlowControl:
         # A store cursor pages a non-persistent message to a temp file when memory is short,
         # so a full memory budget (held by other destinations, say a durable subscription's
         # backlog) does not stop it; only the temp files' own limit does.
-        if (not persistent and not self.memory.cursor_room()
+        memory = self.memory  # (``cursor_room``, written out: once per SEND)
+        if (not persistent and memory.used + memory.output + memory.connections
+                + memory.objects >= memory.high_water
                 and self._temp_used() >= self.limits.temp):
             return f"temp limit reached ({self.limits.temp} bytes)"
         return None

@@ -172,8 +172,9 @@ class Broker:
             q = self.queues.get(name)
             if q is None:
                 return flow.refusal(policy, size, persistent, 0, None)
-            return flow.refusal(policy, size, persistent, q.pending.memory,
-                                q.lag() if q.consumers else None)
+            pending = q.pending  # and ``Queue.lag``
+            return flow.refusal(policy, size, persistent, pending.memory,
+                                pending.memory + pending.stored_bytes if q.consumers else None)
         t = self.topics.get(name)
         used = sum(q.pending.memory for q in t.subscribers.values()) if t else 0
         return flow.refusal(policy, size, persistent, used, self.consumer_lag(kind, name))

@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
+from sluicemq.config import Policy
 from sluicemq.core.paging.flow import parse_size
 from sluicemq.core.routing import keys
 from sluicemq.core.routing.destinations import owner_of
@@ -91,7 +92,8 @@ class SessionContext:
                                   body_buffers=bodies)
         self.on_version: Callable[[str], None] = lambda v: None
         self.received = 0
-        self.send_targets: dict[str, tuple[str, str]] = {}  # send.remember: plain queues
+        # send.remember: plain queues (name, destination, policy)
+        self.send_targets: dict[str, tuple[str, str, Policy]] = {}
         self.delivered = 0
         self._output_waiters: list[Callable[[], None]] = []
         self.turns = broker.turns

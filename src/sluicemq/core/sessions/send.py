@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sluicemq.config import Policy
 from sluicemq.core.dedup import producers as dedup
 from sluicemq.core.limits import txlimits
 from sluicemq.core.paging.flow import Pacing, TooLarge
@@ -81,13 +82,14 @@ def send(session: SessionContext, frame: Frame) -> None:
             return
         kind, name = target
         authorize_target(session, kind, name)
-        destination = remember(session.send_targets, h["destination"], kind, name)
+        destination = remember(session, h["destination"], kind, name)
+        policy = None
     else:  # routed and authorized before: only the queue may have gone meanwhile
-        kind, (name, destination) = QUEUE, known
+        kind, (name, destination, policy) = QUEUE, known
         if name not in session.broker.queues:
             session.admit_destination(kind, name)
     if h.keys().isdisjoint(_SPECIAL):  # the plain path: what most SENDs are
-        if no_room(session, frame, kind, name):
+        if no_room(session, frame, kind, name, policy):
             return
         session.received += 1
         session.broker.publish(kind, name,
@@ -101,18 +103,19 @@ def send(session: SessionContext, frame: Frame) -> None:
             return
 
 
-def remember(known: dict[str, tuple[str, str]], destination: str, kind: str,
-             name: str) -> str | None:
-    """Keep a plain queue a session sends to, routed and authorized: whether it may write
-    there and where the name leads do not change during a session (a temporary or a topic,
-    whose virtual queues come and go, is routed every time). Bounded: a client naming
-    thousands of queues only costs itself the routing. Returns the destination's name for
-    its messages (one string shared by all of them), None when not kept."""
+def remember(session: SessionContext, destination: str, kind: str, name: str) -> str | None:
+    """Keep a plain queue a session sends to, routed and authorized, with its policy: whether
+    it may write there, where the name leads and the config's policy for it do not change
+    during a session (a temporary or a topic, whose virtual queues come and go, is routed
+    every time). Bounded: a client naming thousands of queues only costs itself the routing.
+    Returns the destination's name for its messages (one string shared by all of them), None
+    when not kept."""
     if kind != QUEUE or name.startswith(TEMP_PREFIX) or destination != f"/queue/{name}":
         return None
+    known = session.send_targets
     if len(known) >= MAX_KNOWN_TARGETS:
         known.clear()
-    known[destination] = (name, destination)
+    known[destination] = (name, destination, session.broker.policy(kind, name))
     return destination
 
 
@@ -304,16 +307,19 @@ def send_composite(session: SessionContext, frame: Frame, targets: list[tuple[st
     session.receipt(frame)
 
 
-def no_room(session: SessionContext, frame: Frame, kind: str, name: str) -> bool:
+def no_room(session: SessionContext, frame: Frame, kind: str, name: str,
+            policy: Policy | None = None) -> bool:
     """Producer flow control: True when this SEND was refused or must wait for room.
 
     Waiting pauses reading this connection (its later frames wait behind the SEND, in order)
     until the destination has room; other connections carry on. A transactional SEND only
-    goes to the spool, so only its size is checked.
+    goes to the spool, so only its size is checked. ``policy``: the destination's, when the
+    caller has it (``remember``).
     """
     broker = session.broker
     flow_control = broker.flow
-    policy = broker.policy(kind, name)
+    if policy is None:
+        policy = broker.policy(kind, name)
     if "transaction" in frame.headers:
         too_large = flow_control.too_large(policy, len(frame.body))
         if too_large is not None:
