@@ -262,7 +262,17 @@ class SessionContext:
                     return
                 if turns.clock() + turns.owed >= deadline:
                     break
-                self.handle(frames.popleft())
+                frame = frames.popleft()
+                if self.held is not None:  # a login is being checked: ``handle`` holds it
+                    self.handle(frame)
+                    continue
+                try:  # ``handle`` and ``guarded``, written out: once per frame
+                    self.dispatch(frame)
+                except ProtocolError as exc:
+                    self.error(str(exc), frame, fatal=exc.fatal)
+                except Exception:
+                    log.exception("internal error handling %s from %s", frame.command, self.peer)
+                    self.error("internal broker error", frame, fatal=True)
         finally:
             turns.charge(self.use, started)
         if self.closed:
@@ -310,13 +320,7 @@ class SessionContext:
         if self._waiting is not None:  # reading is paused: only what was already parsed
             self._waiting.append(frame)
             return
-        try:  # ``guarded``, inlined: once per frame
-            self.dispatch(frame)
-        except ProtocolError as exc:
-            self.error(str(exc), frame, fatal=exc.fatal)
-        except Exception:
-            log.exception("internal error handling %s from %s", frame.command, self.peer)
-            self.error("internal broker error", frame, fatal=True)
+        self.guarded(self.dispatch, frame)
 
     def dispatch(self, frame: Frame) -> None:
         """Hand ``frame`` to its handler (``Session`` knows the handlers)."""
