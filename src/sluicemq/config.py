@@ -185,6 +185,9 @@ class JournalSettings:
     # Reclaimed segment files kept (renamed) for reuse, at most: appending into blocks written
     # before syncs fastest (storage/recycle.py); 0: reclaimed segments are deleted.
     recycle_bytes: int = 1 << 30
+    # Spares live within [limits] store_limit together with the live segments, and are given
+    # back (deleted) while the journal's filesystem has less than this free; 0: 5 % of its size.
+    recycle_min_free: int = 0
     sync: bool = True  # False only for throwaway benchmarks: receipts would lie
     spill_bytes: int = 64 << 10  # persistent bodies this large are read back from the journal
     snapshot_records: int = 50_000  # index snapshot after this many journal records; 0: never

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import os
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from sluice_testing import BrokerProcess, RawStomp, tmpfs
+from sluice_testing import BrokerProcess, RawStomp, eventually, tmpfs
 
 CONFIG = """
 [limits]
@@ -205,6 +207,72 @@ def test_a_full_disk_refuses_sends_loses_nothing_receipted_and_recovers(
         broker.stop()
         broker.start()  # the journal it left is intact and fully consumed
         assert "recovered 0 messages" in broker.log().split("sluice: stopped")[-1]
+    finally:
+        broker.kill()
+
+
+SPARES_ON_A_SMALL_DISK = """
+[limits]
+store_limit = "1 GiB"
+[journal]
+segment_bytes = 262144
+recycle_bytes = 8388608
+recycle_min_free = 4194304
+store_delay_ms = 0
+"""
+
+
+def journal_metric(broker: BrokerProcess, name: str) -> float:
+    with urllib.request.urlopen(f"{broker.console_url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                return sample.value
+    raise AssertionError(f"no sample {name}")
+
+
+def free_bytes(path: Path) -> int:
+    fs = os.statvfs(path)
+    return fs.f_bavail * fs.f_frsize
+
+
+def test_spare_segment_files_give_their_room_back_below_the_free_floor(
+        tiny_disk: Path, tmp_path: Path) -> None:
+    """A drained stream leaves spare journal files; when something else fills the disk below
+    ``recycle_min_free`` the broker deletes them within a tick, so that writer gets the room
+    and the next persistent producer is neither blocked nor refused."""
+    config = tmp_path / "spares.toml"
+    config.write_text(SPARES_ON_A_SMALL_DISK)
+    broker = BrokerProcess(tiny_disk / "data", ["--config", str(config)])
+    broker.start()
+    try:
+        producer, consumer = client(broker), client(broker)
+        for i in range(60):  # a 3 MiB stream, then drained: ~11 segments reclaimed
+            send(producer, "/queue/chunks", i, body=bytes([i]) * 51200)
+            assert receipt_within(producer, 30) == str(i)
+        consumer.send("SUBSCRIBE", {"destination": "/queue/chunks", "id": "c"})
+        for i in range(60):
+            assert int(consumer.recv(timeout=30).headers["n"]) == i
+        eventually(lambda: journal_metric(broker, "sluice_journal_spare_bytes") >= 2 << 20,
+                   "the drained stream's segment files kept as spares")
+        spare = journal_metric(broker, "sluice_journal_spare_bytes")
+        assert journal_metric(broker, "sluice_journal_spares_released_total") == 0
+
+        others = tiny_disk / "others"  # another writer takes the disk down to 1.5 MiB free
+        others.write_bytes(bytes(free_bytes(tiny_disk) - (3 << 19)))
+        eventually(lambda: free_bytes(tiny_disk) >= 4 << 20, "spares given back to the floor")
+        assert journal_metric(broker, "sluice_journal_spare_bytes") <= spare - (5 << 19)
+        assert journal_metric(broker, "sluice_journal_spares_released_total") >= 10
+        with others.open("ab") as more:  # the room is the other writer's now
+            more.write(bytes(2 << 20))
+        eventually(lambda: journal_metric(broker, "sluice_journal_spare_bytes") == 0,
+                   "below the floor again: the rest given back too")
+
+        for i in range(100, 110):  # and the journal still takes persistent messages at once
+            send(producer, "/queue/chunks", i, body=b"p" * 51200)
+            assert receipt_within(producer, 10) == str(i)
+            assert int(consumer.recv(timeout=30).headers["n"]) == i
     finally:
         broker.kill()
 

@@ -230,3 +230,47 @@ def test_spares_beyond_the_bound_or_larger_than_a_segment_are_deleted_at_start(
     journal.close()
     assert spares(directory) == [spare_name(2), spare_name(3)]
     assert journal.pool.spare_bytes == 2 * SEG
+
+
+def test_spares_stay_within_the_limit_together_with_the_live_segments(open_journal) -> None:
+    """Spares are journal disk: reclaim keeps no more than the limit leaves after the log, and a
+    start with a lower limit deletes what no longer fits."""
+    opened = open_journal(segment_bytes=SEG, recycle_bytes=16 * SEG, preallocate=False)
+    opened.journal.pool.bound(6 * SEG, min_free=1)
+    old = fill(opened, [3000] * 150, seed=11)  # ~7 segments
+    keep = fill(opened, [3000] * 30, seed=12)  # ~1.5 segments that stay live
+    gone = consume(opened, old)
+    live = opened.journal.segment_count()
+    assert len(gone) >= 5 and live >= 2
+    assert len(spares(opened.directory)) == 6 - live
+    assert opened.journal.pool.released == 0  # refused at reclaim: deleted, not released
+    opened.journal.close()
+    journal = Journal(opened.directory, segment_bytes=SEG, recycle_bytes=16 * SEG)
+    journal.pool.bound(live * SEG + SEG, min_free=1)
+    payloads = [bytes(p) for rtype, p, _ in journal.recover() if rtype == 1]
+    journal.close()
+    assert payloads == left(old, gone) + [p for p, _ in keep]
+    assert len(spares(opened.directory)) == 1 and journal.pool.released == 6 - live - 1
+
+
+def test_spares_are_given_back_while_the_filesystem_is_below_its_free_floor(
+        open_journal) -> None:
+    """Below the floor no reclaimed file is kept and the kept ones are deleted, oldest first;
+    the log itself is untouched."""
+    opened = open_journal(segment_bytes=SEG, recycle_bytes=16 * SEG, preallocate=False)
+    journal = opened.journal
+    journal.pool.bound(0, min_free=1)
+    gone = consume(opened, fill(opened, [3000] * 150, seed=13))
+    assert len(spares(opened.directory)) == len(gone)
+    journal.trim_spares()  # nothing pressing: nothing goes
+    assert len(spares(opened.directory)) == len(gone) and not journal.pool.pressed()
+    fs = os.statvfs(opened.directory)
+    journal.pool.bound(0, min_free=fs.f_bavail * fs.f_frsize + (1 << 40))  # above the disk
+    assert journal.pool.pressed()
+    journal.trim_spares()
+    assert spares(opened.directory) == [] and journal.pool.spare_bytes == 0
+    assert journal.pool.released == len(gone)
+    later = fill(opened, [3000] * 150, seed=14)
+    consume(opened, later)
+    assert spares(opened.directory) == []  # reclaimed files deleted, not kept
+    assert journal.pool.released == len(gone)

@@ -151,6 +151,10 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily("sluice_journal_spare_bytes",
                                 "Bytes of reclaimed segment files kept for reuse",
                                 value=journal.pool.spare_bytes)
+        yield CounterMetricFamily("sluice_journal_spares_released",
+                                  "Kept files deleted since start to give their room back "
+                                  "(store limit, free-space floor)",
+                                  value=journal.pool.released)
         yield CounterMetricFamily("sluice_journal_segments_reused",
                                   "Segments made from a kept file since start",
                                   value=journal.pool.taken)

@@ -21,7 +21,9 @@ Threads and invariants:
   except opening a file.
 - A reclaimed segment's file is deleted or kept as a spare, and a spare becomes a segment
   numbered above every one the file was: records are checksummed with their segment number
-  and offset, so what the file held before never checks out again (`recycle.py`).
+  and offset, so what the file held before never checks out again (`recycle.py`). Spares
+  and live segments together stay within the pool's bound (the store limit), and spares are
+  deleted first while the filesystem is below its free-space floor (`trim_spares`).
 - Locations are assigned at append time, in seq order, so seq order is log order and a loc
   is final as soon as append() returns. A failed batch rewinds the append position to its
   first record and fails every record queued after it too (their locs assumed it was there).
@@ -91,6 +93,7 @@ class Journal(JournalReads, JournalWriter):
         self.sync = sync
         self.stats = JournalStats()
         self.pool = SegmentPool(self.directory, segment_bytes, recycle_bytes)
+        self.pool.live = self.segment_count
         self.report: RecoveryReport | None = None
         self._dir_lock = _lock_directory(self.directory) if dir_lock else -1
         self._lock = threading.Lock()
@@ -156,6 +159,7 @@ class Journal(JournalReads, JournalWriter):
         self._seg, self._off = recovery.active, recovery.end
         self._segs = dict.fromkeys(recovery.segments, 0)
         self._segs.setdefault(self._seg, 0)
+        self.pool.trim()  # bounds set before recovery (the broker's) apply to spares found
         self._horizon = recovery.last
         self._tail = recovery.last
         self._state = "recovered"
@@ -395,6 +399,18 @@ class Journal(JournalReads, JournalWriter):
 
     def segment_path(self, segment: int) -> Path:
         return self.directory / segment_name(segment)
+
+    def trim_spares(self) -> None:
+        """Once a second (loop thread): if spares hold room their bounds want back (the store
+        limit, the free-space floor: ``recycle.py``), delete them on the helper thread."""
+        if not self.pool.pressed():
+            return
+        helper = self._helper
+        if helper is None or self._state != "running":
+            self.pool.trim(self.fence)
+            return
+        with contextlib.suppress(RuntimeError):  # shut down by a close meanwhile
+            helper.submit(self.pool.trim, self.fence)
 
     def payload_offset(self, loc: Location) -> int:
         """Absolute offset of loc's payload in its segment file (for os.sendfile)."""

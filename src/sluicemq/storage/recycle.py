@@ -16,9 +16,17 @@ are exactly as dead as a torn tail. Records written into a reused file carry ``R
 header flags, which tells recovery that non-records after a segment's last record are the file's
 earlier contents, not damage (``recovery.py``).
 
+What keeps them from costing room (``bound``): spares are disk the log itself may need, so they
+live inside the journal's budget and give it back first, as PostgreSQL removes rather than
+recycles WAL segments beyond its limits. Live segments plus spares stay within the store limit
+(flow control counts live segments only, so a spare never blocks a producer: by the time the
+log needs that room the spare has become its next segment or been deleted), and while the
+filesystem's free space is below ``min_free`` no file is kept and spares are deleted, oldest
+first, until it is back above it (checked at each reclaim and once a second, ``trim``).
+
 Threads: ``offer`` runs on the journal's writer thread (reclaim), ``take`` on the helper that
-prepares the next segment (or the writer), ``reused`` on the writer; ``_lock`` guards the pool
-and the set of reused segments, and no I/O happens under it.
+prepares the next segment (or the writer), ``trim`` on either helper, ``reused`` on the writer;
+``_lock`` guards the pool and the set of reused segments, and no I/O happens under it.
 """
 
 from __future__ import annotations
@@ -57,6 +65,10 @@ class SegmentPool:
         self.segment_bytes = segment_bytes
         self.keep = keep_bytes // segment_bytes if keep_bytes > 0 else 0
         self.taken = 0  # segments made from a spare (counter, advisory)
+        self.released = 0  # spares deleted to give their room back (counter, advisory)
+        self.limit = 0  # live segments + spares stay within this many bytes; 0: no bound
+        self.min_free = 0  # bytes the filesystem keeps free before spares are kept; 0: none
+        self.live: Callable[[], int] = lambda: 0  # segments in the log now (the journal's)
         self._lock = threading.Lock()
         self._spares: list[tuple[int, int]] = []  # (former number, file size)
         self._reused: set[int] = set()
@@ -80,17 +92,72 @@ class SegmentPool:
             self._spares = kept
             self._reused = set(reused)
 
+    def bound(self, limit: int, min_free: int = 0) -> None:
+        """Spares from now on stay within ``limit`` bytes together with the live segments (the
+        store limit; 0: none) and are given back while the filesystem has less than
+        ``min_free`` bytes free (0: 5 % of its size)."""
+        self.limit = limit
+        if min_free <= 0:
+            fs = os.statvfs(self.directory)
+            min_free = fs.f_blocks * fs.f_frsize // 20
+        self.min_free = min_free
+
+    def _room(self) -> tuple[int, int]:
+        """(spares the bounds allow now, bytes the filesystem lacks below ``min_free``)."""
+        slots = self.keep
+        if self.limit > 0:
+            slots = min(slots, max(0, self.limit // self.segment_bytes - self.live()))
+        short = 0
+        if self.min_free > 0:
+            fs = os.statvfs(self.directory)
+            short = max(0, self.min_free - fs.f_bavail * fs.f_frsize)
+        return slots, short
+
+    def pressed(self) -> bool:
+        """Do spares hold room the bounds want back now? (a statvfs: cheap enough per second)"""
+        with self._lock:
+            if not self._spares:
+                return False
+            count = len(self._spares)
+        slots, short = self._room()
+        return count > slots or short > 0
+
+    def trim(self, fence: Callable[[], None] | None = None) -> int:
+        """Delete spares, oldest first, until the bounds hold; how many went."""
+        return self._give_back(*self._room(), fence=fence)
+
+    def _give_back(self, slots: int, short: int,
+                   fence: Callable[[], None] | None = None) -> int:
+        """Delete the oldest spares beyond ``slots`` and enough more to free ``short`` bytes.
+        No directory fsync: a deletion lost to a crash leaves a spare that the next start's
+        ``adopt`` and ``trim`` judge again."""
+        doomed: list[int] = []
+        with self._lock:
+            while self._spares and (len(self._spares) > slots or short > 0):
+                old, size = self._spares.pop(0)
+                short -= size
+                doomed.append(old)
+            self.released += len(doomed)
+        if doomed and fence is not None:
+            fence()
+        for old in doomed:
+            with contextlib.suppress(OSError):
+                (self.directory / spare_name(old)).unlink(missing_ok=True)
+        return len(doomed)
+
     def offer(self, segment: int, path: Path) -> bool:
-        """Keep reclaimed ``segment``'s file (fd closed) as a spare if there is room and it is
-        no larger than a segment; False: the caller deletes it. The caller fsyncs the
-        directory."""
+        """Keep reclaimed ``segment``'s file (fd closed) as a spare if the bounds leave room and
+        it is no larger than a segment; False: the caller deletes it (and spares the bounds no
+        longer allow are deleted here). The caller fsyncs the directory."""
         with self._lock:
             self._reused.discard(segment)
-            if len(self._spares) >= self.keep:
-                return False
         try:
             size = os.stat(path).st_size
-            if size > self.segment_bytes:
+            slots, short = self._room()
+            with self._lock:
+                full = len(self._spares) >= slots
+            if full or short > 0 or size > self.segment_bytes:
+                self._give_back(slots, short - size)  # deleting this file frees `size` of it
                 return False
             os.rename(path, self.directory / spare_name(segment))
         except OSError:

@@ -110,6 +110,8 @@ class Broker:
         self.consumer_waits = ConsumerWaits(config.limits,
                                             self.subscriptions.consumer_count)
         self.limits = resolve_limits(config.limits, config.data_dir)
+        # spares are journal disk too: within the store limit, and given back under pressure
+        store.journal.pool.bound(self.limits.store, config.journal.recycle_min_free)
         self.memory = MemoryAccount(self.limits.memory)
         # connections, every transport; their output is held within the memory limit
         self.admission = Admission(config.limits, self.memory.room)
@@ -301,10 +303,12 @@ class Broker:
 
     def tick(self) -> None:
         """Once a second: abandon silent streams, answer consumer waits that timed out,
-        compact the journal, resume producers whose destinations have room."""
+        compact the journal, give spare segment files back if their room is needed, resume
+        producers whose destinations have room."""
         now = self._clock()
         self.consumer_waits.check(now)
         self.compactor.tick()
+        self.store.journal.trim_spares()
         self.stager.tick(int(now * 1000))
         self.producers.tick(int(now * 1000))
         self.destinations.sweep(now)
