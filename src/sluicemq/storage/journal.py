@@ -66,6 +66,7 @@ __all__ = ["Journal", "JournalStats", "Location", "RecoveryReport", "Ticket"]
 log = logging.getLogger(__name__)
 
 LOCK_NAME = "journal.lock"
+SMALL_BATCH = 4  # records: group commits averaging more mean the journal is loaded
 
 
 class Journal(JournalReads, JournalWriter):
@@ -285,7 +286,7 @@ class Journal(JournalReads, JournalWriter):
                 self._writer_idle = False
                 self._wake.notify()
 
-    def commit_now(self, max_records: int = 4, max_bytes: int = 256 << 10, *,
+    def commit_now(self, max_records: int = SMALL_BATCH, max_bytes: int = 256 << 10, *,
                    report: bool = True) -> bool:
         """Write and sync a small pending batch on the calling (loop) thread, if the writer is idle.
 
@@ -296,6 +297,8 @@ class Journal(JournalReads, JournalWriter):
         so does a small batch while recent batches averaged more than ``max_records``: under
         load a loop turn that happened to append a few records would otherwise stall every
         other connection for a fdatasync (8 producers x 8 in flight: 7.6 % of the loop's time).
+        A caller that knows a loaded batch is complete and its loop quiet passes a larger
+        ``max_records`` (``Store._end_turn``).
         Returns False (nothing done) when the caller should ``kick()`` instead. With
         ``report=False`` on_durable is not called for this batch: the caller reads
         ``durable_seq`` itself, and the loop is not woken once more for nothing.
@@ -319,6 +322,21 @@ class Journal(JournalReads, JournalWriter):
                     self._wake.notify()
         return True
 
+
+    @property
+    def loaded(self) -> bool:
+        """Have recent group commits averaged more than ``SMALL_BATCH`` records?"""
+        return self.stats.recent_batch > SMALL_BATCH
+
+    @property
+    def writer_idle(self) -> bool:
+        """Is the writer thread waiting for a batch (advisory: read without the lock)?"""
+        return self._writer_idle
+
+    @property
+    def pending_records(self) -> int:
+        """Records appended and not yet taken by a commit (advisory: read without the lock)."""
+        return len(self._pending)
 
     def retain(self, loc: Location) -> None:
         """One more live record in loc's segment: the segment must stay."""
