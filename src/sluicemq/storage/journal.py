@@ -322,7 +322,6 @@ class Journal(JournalReads, JournalWriter):
                     self._wake.notify()
         return True
 
-
     @property
     def loaded(self) -> bool:
         """Have recent group commits averaged more than ``SMALL_BATCH`` records?"""

@@ -83,7 +83,8 @@ class SessionContext:
         self.tx_limit = parse_size(limits.max_transaction_bytes)
         # a transport that reads into buffers gets large bodies read into kept ones
         bodies = services.inputs.bodies.take if getattr(out, "reads_bodies", False) else None
-        # a transport that can send a frame at once takes receipts of in-place commits so
+        # a transport that can send a frame at once gets the receipts of in-place commits
+        # that way (a lone synchronous producer's receipt skips a loop iteration)
         self._write_now: Callable[[bytes], None] | None = getattr(out, "write_now", None)
         self.parser = FrameParser(max_frame_bytes=limits.max_frame_bytes,
                                   max_headers=limits.max_headers,
