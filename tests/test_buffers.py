@@ -1,11 +1,14 @@
 """Spec: a BufferPool hands a kept buffer out again only once nothing views it, keeps at most
-``keep`` of them, each sized to the requests that made it, and declines what is too large."""
+``keep`` of them, each sized to the requests that made it, and declines what is too large;
+a large SEND body is read into bytes of its own, which are what it was filled with."""
 
 from __future__ import annotations
 
 import threading
 
-from sluicemq.buffers import BufferPool, exported
+import pytest
+
+from sluicemq.buffers import BufferPool, InputBuffers, exported, fresh_bytes
 
 
 def test_a_buffer_is_handed_out_again_only_once_no_view_of_it_is_alive() -> None:
@@ -71,3 +74,24 @@ def test_exported_tells_whether_a_view_is_alive_and_leaves_the_buffer_as_it_was(
     with memoryview(buf):
         assert exported(buf)
     assert not exported(buf) and buf == b"abc"
+
+
+def test_fresh_bytes_are_what_their_view_was_filled_with_and_behave_as_any_bytes() -> None:
+    data, view = fresh_bytes(3 << 20)
+    payload = bytes(range(256)) * (3 << 12)
+    view[:1000] = payload[:1000]  # in pieces, as reads come
+    view[1000:] = payload[1000:]
+    del view
+    assert type(data) is bytes and data == payload and hash(data) == hash(payload)
+    assert data[5:9] == payload[5:9] and data + b"!" == payload + b"!"
+    with pytest.raises(ValueError):
+        fresh_bytes(1)  # the interpreter's shared short bytes are never handed out
+
+
+def test_input_bodies_are_fresh_bytes_each_time_and_large_ones_are_declined() -> None:
+    inputs = InputBuffers(largest=4 << 20)
+    first = inputs.body(1 << 20)
+    second = inputs.body(1 << 20)
+    assert isinstance(first, tuple) and isinstance(second, tuple)
+    assert first[0] is not second[0] and len(first[0]) == len(first[1]) == 1 << 20
+    assert inputs.body((4 << 20) + 1) is None

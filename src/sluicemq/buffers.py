@@ -13,6 +13,7 @@ pool's lock, so it is in use before any other taker looks.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 
 
@@ -54,17 +55,62 @@ class InputBuffers:
 
     ``scratch``: ordinary input, copied out at once into the bytes a parser takes (what the
     loop's own transports do with theirs), so one buffer serves every connection of the loop.
-    ``bodies``: large SEND bodies, read from the socket straight into the buffer the frame is
-    gathered in. Why: a 1 MiB chunk was copied from the loop's buffer into 256 KiB bytes, then
-    joined into one body - two passes over every byte on the loop thread (a quarter of its
-    time in a 1 GiB stream, perf 22:50) before the one into the message. Bodies above
-    ``largest``, or while ``keep`` buffers are all still viewed, are gathered as before.
+    ``body``: where a large SEND body is read from the socket (``FrameParser``'s
+    ``body_buffers``): into the very bytes object the frame's body becomes. Why: a 1 MiB chunk
+    was copied from the loop's buffer into 256 KiB bytes, then joined into one body - two passes
+    over every byte on the loop thread (a quarter of its time in a 1 GiB stream, perf 22:50);
+    gathered into a kept buffer instead, it was still copied once more into the message's own
+    bytes (``bytes(body)``: 0.13 s of the loop's 0.44 CPU-s a GiB, perf 2026-11-26 02:02). Bodies
+    above ``largest`` are gathered as pieces and joined; where ``fresh_bytes`` is unavailable,
+    into kept buffers (``bodies``) and copied as before.
     """
 
     def __init__(self, *, scratch_bytes: int = 256 << 10, keep: int = 2,
                  largest: int = 4 << 20) -> None:
         self.scratch = memoryview(bytearray(scratch_bytes))
         self.bodies = BufferPool(keep=keep, largest=largest)
+        self.largest = largest
+
+    def body(self, size: int) -> tuple[bytes, memoryview] | memoryview | None:
+        if size > self.largest:
+            return None
+        if _FILLABLE:
+            return fresh_bytes(size)
+        return self.bodies.take(size)
+
+
+_new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
+_new_bytes.restype = ctypes.py_object
+_new_bytes.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
+_SVAL = bytes.__basicsize__ - 1  # CPython: the bytes' storage follows the header in one block
+
+
+def fresh_bytes(size: int) -> tuple[bytes, memoryview]:
+    """A new bytes object of ``size`` bytes, not yet filled, and a writable view of its storage.
+
+    This is what C code reading into a bytes object does (``PyBytes_FromStringAndSize(NULL,
+    n)``, then fill): the caller fills the view completely and drops it before anything else
+    sees the bytes, which are immutable from then on. Its contents are undefined until then
+    (malloc, no zeroing), and the view does not keep the bytes alive: the caller holds both."""
+    if size < 2:  # the interpreter shares its empty and 1-byte bytes: never fill those
+        raise ValueError("fresh_bytes is for bodies of 2 bytes or more")
+    data = _new_bytes(None, size)
+    view = memoryview((ctypes.c_char * size).from_address(id(data) + _SVAL)).cast("B")
+    return data, view
+
+
+def _fillable() -> bool:
+    """Does ``fresh_bytes`` write where the bytes are (this interpreter's layout)?"""
+    try:
+        data, view = fresh_bytes(64)
+        view[:] = bytes(range(64))
+        del view
+        return data == bytes(range(64))
+    except (AttributeError, TypeError, ValueError, OSError):
+        return False
+
+
+_FILLABLE = _fillable()
 
 
 def exported(buf: bytearray) -> bool:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sluicemq.buffers import BufferPool
+from sluicemq.buffers import BufferPool, InputBuffers
 from sluicemq.errors import ProtocolError
 from sluicemq.protocol.codec import (
     MAX_COMMAND_LINE,
@@ -570,14 +570,17 @@ def test_a_large_body_not_ended_by_nul_where_content_length_says_is_refused() ->
         parser.feed(b"\n")
 
 
+@pytest.mark.parametrize("own_bytes", [False, True])
 @pytest.mark.parametrize("piece", [997, 65536, 200_000])
-def test_input_read_into_the_body_room_makes_the_same_frames_as_feeding_it(piece: int) -> None:
+def test_input_read_into_the_body_room_makes_the_same_frames_as_feeding_it(
+        piece: int, own_bytes: bool) -> None:
     """A transport that reads into buffers puts a large body's bytes where ``body_room``
     says and reports them with ``filled``; everything else (heads, the NUL after the body)
-    goes through ``feed``. The frames are the same as when every byte is fed."""
+    goes through ``feed``. The frames are the same as when every byte is fed; read into bytes
+    of its own (the broker's ``InputBuffers.body``), the body is those bytes, not a view."""
     body, stream = _large_frames(300_001)
     pool = BufferPool(keep=1, largest=1 << 20)
-    parser = FrameParser(body_buffers=pool.take)
+    parser = FrameParser(body_buffers=InputBuffers().body if own_bytes else pool.take)
     frames: list[Frame] = []
     pos = roomed = 0
     while pos < len(stream):
@@ -592,6 +595,7 @@ def test_input_read_into_the_body_room_makes_the_same_frames_as_feeding_it(piece
         pos += n
     assert [f.body for f in frames] == [body, b"hi"]
     assert 0 < roomed < len(body) and parser.body_room() is None and parser.buffered == 0
+    assert type(frames[0].body) is (bytes if own_bytes else memoryview)
 
 
 def test_there_is_no_body_room_without_a_kept_buffer_or_between_frames() -> None:

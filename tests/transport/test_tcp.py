@@ -344,11 +344,10 @@ def read_in(protocol: StompProtocol, data: bytes, piece: int = 100_000) -> list[
 
 def test_a_large_send_body_is_read_into_its_own_buffer_and_arrives_whole(
         tmp_path: Path) -> None:
-    """The rest of a large SEND body is read from the socket straight into the buffer its
-    frame is gathered in (one copy fewer for every byte); heads, small frames and the NUL after
-    the body go through the loop's scratch buffer. Bodies of successive frames never mix: a
-    kept buffer is used again only once nothing views it (the next frame's head is parsed
-    before the frame before it is handled, so two kept buffers take turns)."""
+    """The rest of a large SEND body is read from the socket straight into the bytes its
+    message keeps (two copies fewer for every byte); heads, small frames and the NUL after the
+    body go through the loop's scratch buffer. Bodies of successive frames never mix: each is
+    read into bytes of its own, never written again once its frame is whole."""
     async def spec() -> None:
         async with broker(tmp_path) as b:
             consumer = await b.connected(address="10.0.0.8")
@@ -368,7 +367,7 @@ def test_a_large_send_body_is_read_into_its_own_buffer_and_arrives_whole(
             assert got == [*bodies, b"hi"]
             scratch = b.core.services.inputs.scratch.obj
             into_bodies = {id(h) for h in handed if h is not scratch}
-            assert len(into_bodies) == 2, "three bodies read into the two kept buffers"
+            assert len(into_bodies) == 3, "three bodies read into bytes of their own"
 
     asyncio.run(spec())
 

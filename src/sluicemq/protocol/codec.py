@@ -45,7 +45,7 @@ class _PendingBody:
     """
 
     __slots__ = ("body_end", "body_start", "command", "got", "headers", "need", "parts", "scan",
-                 "target")
+                 "target", "whole")
 
     def __init__(
         self, command: str, headers: dict[str, str], body_start: int, body_end: int, scan: int
@@ -59,6 +59,7 @@ class _PendingBody:
         # FrameParser's body_buffers), body bytes still missing, bytes held.
         self.parts: list[bytes | memoryview] | None = None
         self.target: memoryview | None = None
+        self.whole: bytes | None = None  # the bytes ``target`` fills in place, if any
         self.need = 0
         self.got = 0
 
@@ -84,7 +85,8 @@ class FrameParser:
         max_headers: int = 1000,
         max_header_line: int = 8192,
         max_header_bytes: int = 1 << 20,
-        body_buffers: Callable[[int], memoryview | None] | None = None,
+        body_buffers: Callable[[int], tuple[bytes, memoryview] | memoryview | None]
+        | None = None,
     ) -> None:
         self.version = version
         self.max_frame_bytes = max_frame_bytes
@@ -97,7 +99,9 @@ class FrameParser:
         self.max_header_bytes = max_header_bytes
         # Where a large body is gathered: a buffer of at least the asked size (None: join the
         # pieces into fresh bytes). The frame's body is then a memoryview of that buffer,
-        # which the caller's pool may hand out again once nothing views it (``buffers.py``).
+        # which the caller's pool may hand out again once nothing views it (``buffers.py``);
+        # or (bytes, a writable view of them): the body is read into those bytes in place and
+        # the frame's body is the bytes (``buffers.fresh_bytes``), the view dropped with it.
         self._body_buffers = body_buffers
         self._buf = bytearray()
         self._scan = 0  # where the search for the end of the headers resumes (frame-relative)
@@ -254,7 +258,12 @@ class FrameParser:
                     if body_end - body_start < _GATHER_BODY:
                         return p
                     size = body_end - body_start
-                    kept = self._body_buffers(size) if self._body_buffers else None
+                    given = self._body_buffers(size) if self._body_buffers else None
+                    kept: memoryview | None = None
+                    if isinstance(given, tuple):
+                        pend.whole, kept = given
+                    else:
+                        kept = given
                     with memoryview(b) as view:  # b may be our buffer: copy what is here
                         if kept is None:
                             pend.parts = [view[body_start:n].tobytes()]
@@ -300,7 +309,7 @@ class FrameParser:
         view = memoryview(data)
         if target is not None:
             target[pend.got:] = view[:need]
-            body: bytes | memoryview = target
+            body: bytes | memoryview = target if pend.whole is None else pend.whole
         else:
             parts.append(view[:need])
             body = b"".join(parts)

@@ -81,8 +81,8 @@ class SessionContext:
         self.transactions: dict[str, TxSpool] = {}
         limits = broker.config.limits
         self.tx_limit = parse_size(limits.max_transaction_bytes)
-        # a transport that reads into buffers gets large bodies read into kept ones
-        bodies = services.inputs.bodies.take if getattr(out, "reads_bodies", False) else None
+        # a transport that reads into buffers gets large bodies read into their own bytes
+        bodies = services.inputs.body if getattr(out, "reads_bodies", False) else None
         # a transport that can send a frame at once gets the receipts of in-place commits
         # that way (a lone synchronous producer's receipt skips a loop iteration)
         self._write_now: Callable[[bytes], None] | None = getattr(out, "write_now", None)
