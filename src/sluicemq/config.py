@@ -346,6 +346,10 @@ def _from_toml(data: dict[str, Any]) -> BrokerConfig:
         raw_tls = {k: Path(v) if k in ("cert", "key", "ca") else v
                    for k, v in data["tls"].items()}
         kwargs["tls"] = _section(TlsSettings, raw_tls, "tls")
+        for name in ("cert", "key", "ca"):  # as --tls-*, before anything starts: ssl names no file
+            path = getattr(kwargs["tls"], name)
+            if path is not None and not path.is_file():
+                raise ValueError(f"[tls] {name} = {str(path)!r}: no such file")
     return BrokerConfig(**kwargs)
 
 
@@ -353,9 +357,16 @@ def _security(raw: dict[str, Any]) -> SecuritySettings:
     raw = dict(raw)
     users = tuple(_section(UserEntry, dict(u, groups=tuple(u.get("groups", ()))), "security.users")
                   for u in raw.pop("users", []))
+    from argon2 import extract_parameters  # here: client commands read this module too
+
     for user in users:
         if not user.password.startswith("$argon2"):
             raise ValueError(f"user {user.name!r}: password must be a hash from `sluice passwd`")
+        try:  # a placeholder or a hash cut short would refuse every login, silently
+            extract_parameters(user.password)
+        except ValueError:
+            raise ValueError(f"user {user.name!r}: password is not a whole hash from "
+                             "`sluice passwd`") from None
     acl = tuple(_section(AclEntry, {k: v if k == "destination" else tuple(v)
                                     for k, v in a.items()}, "security.acl")
                 for a in raw.pop("acl", []))

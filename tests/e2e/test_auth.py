@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -333,3 +336,19 @@ def test_publishing_or_discarding_a_staged_batch_needs_write_on_its_destinations
     assert done.headers["sluice-stage-result"] == "published"  # the refusals changed nothing
     with login(secured, "rita") as reader:
         assert reader.subscribe("/queue/orders.staged").get(5).body == b"staged body"
+
+
+def test_a_password_that_is_not_a_whole_hash_stops_the_broker_at_start(tmp_path: Path) -> None:
+    """README's [[security.users]] placeholder (a hash cut short with "…") used to start a
+    broker whose every login as that user waited for connect-timeout instead of an ERROR."""
+    config = tmp_path / "broker.toml"
+    config.write_text('[[security.users]]\nname = "app"\n'
+                      'password = "$argon2id$v=19$m=65536,t=3,p=4$\u2026"\n', encoding="utf-8")
+    out = subprocess.run([sys.executable, "-m", "sluicemq", "broker", "--port", "0",
+                          "--console-port", "off", "--ws-port", "off", "--config", str(config),
+                          "--data-dir", str(tmp_path / "data")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out.stderr
+    assert "bad configuration: user 'app': password is not a whole hash from `sluice passwd`" \
+        in out.stderr
+    assert not (tmp_path / "data").exists()

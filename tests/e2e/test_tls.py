@@ -171,3 +171,19 @@ def test_cli_uses_tls_settings_from_the_environment(broker_factory: Any, pki: Pa
 
 def test_tls_contexts_refuse_old_protocols(pki: Path) -> None:
     assert client_context(pki / "ca.crt").minimum_version >= ssl.TLSVersion.TLSv1_2
+
+
+def test_a_tls_file_that_is_not_there_is_named_before_the_broker_starts(
+        tmp_path: Path, pki: Path) -> None:
+    """README's [tls] block copied before the files exist: the error says which file."""
+    config = tmp_path / "broker.toml"
+    config.write_text(f'[tls]\nport = 0\ncert = "{pki / "server.crt"}"\n'
+                      f'key = "{tmp_path / "broker.key"}"\n')
+    out = subprocess.run([sys.executable, "-m", "sluicemq", "broker", "--port", "0",
+                          "--console-port", "off", "--ws-port", "off", "--config", str(config),
+                          "--data-dir", str(tmp_path / "data")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out.stderr
+    assert f"bad configuration: [tls] key = '{tmp_path / 'broker.key'}': no such file" \
+        in out.stderr
+    assert not (tmp_path / "data").exists()

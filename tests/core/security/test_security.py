@@ -54,7 +54,8 @@ def test_wrong_password_does_not_verify(password: str) -> None:
     assert not verify_password(APP_HASH, password)
 
 
-@pytest.mark.parametrize("stored", ["", "plain", "$argon2id$garbage", "$2b$12$notbcrypt"])
+@pytest.mark.parametrize("stored", ["", "plain", "$argon2id$garbage", "$2b$12$notbcrypt",
+                                    "$argon2id$v=19$m=65536,t=3,p=4$\u2026"])  # non-ASCII
 def test_malformed_hash_is_a_mismatch_not_an_exception(stored: str) -> None:
     assert not verify_password(stored, "anything")
 

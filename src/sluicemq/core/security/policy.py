@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from argon2 import PasswordHasher
-from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
+from argon2.exceptions import VerificationError, VerifyMismatchError
 
 from sluicemq.config import AclEntry, BrokerConfig, SecuritySettings, match_destination
 
@@ -61,7 +61,7 @@ def verify_password(stored_hash: str, password: str) -> bool:
     """True only if `password` matches; a malformed hash is a mismatch, never an exception."""
     try:
         return _hasher.verify(stored_hash, password)
-    except (VerifyMismatchError, VerificationError, InvalidHashError):
+    except (VerifyMismatchError, VerificationError, ValueError):  # InvalidHashError, non-ASCII
         return False
 
 
