@@ -82,7 +82,9 @@ class InputBuffers:
 _new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
 _new_bytes.restype = ctypes.py_object
 _new_bytes.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
-_SVAL = bytes.__basicsize__ - 1  # CPython: the bytes' storage follows the header in one block
+_storage = ctypes.pythonapi.PyBytes_AsString  # the C API's pointer to a bytes' storage
+_storage.restype = ctypes.c_void_p
+_storage.argtypes = (ctypes.py_object,)
 
 
 def fresh_bytes(size: int) -> tuple[bytes, memoryview]:
@@ -95,12 +97,12 @@ def fresh_bytes(size: int) -> tuple[bytes, memoryview]:
     if size < 2:  # the interpreter shares its empty and 1-byte bytes: never fill those
         raise ValueError("fresh_bytes is for bodies of 2 bytes or more")
     data = _new_bytes(None, size)
-    view = memoryview((ctypes.c_char * size).from_address(id(data) + _SVAL)).cast("B")
+    view = memoryview((ctypes.c_char * size).from_address(_storage(data))).cast("B")
     return data, view
 
 
 def _fillable() -> bool:
-    """Does ``fresh_bytes`` write where the bytes are (this interpreter's layout)?"""
+    """Does ``fresh_bytes`` write where the bytes are (an interpreter with CPython's C API)?"""
     try:
         data, view = fresh_bytes(64)
         view[:] = bytes(range(64))
