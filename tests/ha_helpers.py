@@ -55,11 +55,7 @@ class Cluster:
 def wait_lines(broker: BrokerProcess, pattern: re.Pattern[str], count: int,
                timeout: float = 20.0) -> None:
     """Wait until the broker's output has ``count`` lines matching ``pattern``."""
-    deadline = time.monotonic() + timeout
-    while sum(1 for line in list(broker.output) if pattern.search(line)) < count:
-        if time.monotonic() > deadline or (broker.proc and broker.proc.poll() is not None):
-            raise AssertionError(f"no {count} lines like {pattern.pattern!r}:\n" + broker.log())
-        broker.listening.wait(0.02)  # woken early by nothing else; just paces the re-check
+    broker.wait_for_log(pattern, timeout, count=count)
 
 
 def first_listening(*brokers: BrokerProcess, timeout: float = 120.0) -> BrokerProcess:

@@ -170,6 +170,13 @@ class BrokerProcess:
         self.ws_url: str | None = None
         self.listening = threading.Event()
         self.clock_offset = 0.0  # seconds the broker's wall clock is moved (SHIFTED_CLOCK)
+        # The broker's output reaches `output` through a reader thread, which may trail what
+        # the process wrote: `arrived` is notified for each line it appends and at EOF, and
+        # `read_all` says the current process's output was read to its end.
+        self.arrived = threading.Condition()
+        self.read_all = threading.Event()
+        self.read_all.set()  # nothing to read before a start
+        self.reader: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -177,6 +184,10 @@ class BrokerProcess:
 
     def start(self, timeout: float = 20.0, ready: re.Pattern[str] | None = None) -> BrokerProcess:
         """Start and wait for the `listening on` line (or for ``ready``, say a standby's).
+
+        Every line the broker printed before that one (recovery, snapshot, scheduled counts)
+        is in ``log()`` once this returns; a line printed later is waited for with
+        ``wait_for_log``.
 
         On a first start whose port another process took between `reserve_port` and the
         broker's bind (another test run on the machine), the broker is started again on new
@@ -198,6 +209,8 @@ class BrokerProcess:
         return self._start_once(timeout, ready)
 
     def _start_once(self, timeout: float, ready: re.Pattern[str] | None) -> BrokerProcess:
+        if self.proc is not None and self.proc.poll() is not None:
+            self._read_to_end()  # the last process's lines stay before the new one's
         run = (["-c", SHIFTED_CLOCK, repr(self.clock_offset)] if self.clock_offset
                else ["-m", "sluicemq"])
         args = [sys.executable, *run, "broker", "--host", "127.0.0.1",
@@ -213,27 +226,39 @@ class BrokerProcess:
                                      text=True, env=env)
         found = threading.Event()
         self.listening = threading.Event()
+        read_all = self.read_all = threading.Event()
 
         def pump(proc: subprocess.Popen[str]) -> None:
             assert proc.stdout is not None
-            for line in proc.stdout:
-                self.output.append(line)
-                if m := CONSOLE_RE.search(line):
-                    self.console_url, self.console_port = m.group(1), int(m.group(2))
-                if m := WS_RE.search(line):
-                    self.ws_url, self.ws_port = m.group(1), int(m.group(2))
-                m = LISTEN_RE.search(line)
-                if m:
-                    self.host, self.port = m.group(1), int(m.group(2))
-                    self.listening.set()
-                if m or (ready is not None and ready.search(line)):
-                    found.set()
+            try:
+                for line in proc.stdout:
+                    with self.arrived:
+                        self.output.append(line)
+                        self.arrived.notify_all()
+                    parse(line)
+            finally:
+                with self.arrived:
+                    read_all.set()
+                    self.arrived.notify_all()
 
-        threading.Thread(target=pump, args=(self.proc,), daemon=True).start()
+        def parse(line: str) -> None:
+            if m := CONSOLE_RE.search(line):
+                self.console_url, self.console_port = m.group(1), int(m.group(2))
+            if m := WS_RE.search(line):
+                self.ws_url, self.ws_port = m.group(1), int(m.group(2))
+            m = LISTEN_RE.search(line)
+            if m:
+                self.host, self.port = m.group(1), int(m.group(2))
+                self.listening.set()
+            if m or (ready is not None and ready.search(line)):
+                found.set()
+
+        self.reader = threading.Thread(target=pump, args=(self.proc,), daemon=True)
+        self.reader.start()
         deadline = time.monotonic() + timeout
         while not found.wait(0.05):
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("broker did not start:\n" + "".join(self.output))
+                raise RuntimeError("broker did not start:\n" + self.log())
         return self
 
     def stop(self, timeout: float = 15.0) -> int:
@@ -246,6 +271,7 @@ class BrokerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout)
+        self._read_to_end()
         return self.proc.returncode
 
     def kill(self) -> None:
@@ -254,6 +280,21 @@ class BrokerProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(30)
+        self._read_to_end()
+
+    def wait_exit(self, timeout: float = 30.0) -> int:
+        """Wait for a process that ends on its own (say a fenced master); returns the exit
+        code, with everything it printed in ``log()``."""
+        assert self.proc is not None
+        code = self.proc.wait(timeout)
+        self._read_to_end()
+        return code
+
+    def _read_to_end(self, timeout: float = 10.0) -> None:
+        """After the process exited: let the reader take the rest of its output (EOF comes
+        once the pipe is drained; bounded, should anything else still hold the pipe)."""
+        if self.reader is not None:
+            self.reader.join(timeout)
 
     def restart(self) -> BrokerProcess:
         """Start again on the same data dir and port (port reuse keeps client URLs valid)."""
@@ -264,8 +305,50 @@ class BrokerProcess:
         assert self.proc is not None
         return self.proc.pid
 
-    def log(self) -> str:
-        return "".join(self.output)
+    def log(self, since: int = 0) -> str:
+        """What the broker printed (from line ``since``, a ``mark()``). Once the process has
+        exited its output is read to the end first; while it runs, a line written just now
+        may still be on its way: wait for it with ``wait_for_log``."""
+        if self.proc is not None and self.proc.poll() is not None:
+            self._read_to_end()
+        return "".join(self.output[since:])
+
+    def mark(self) -> int:
+        """The number of lines read so far: ``log(since=...)`` and ``wait_for_log(since=...)``
+        look only past it (say, at a restart's lines)."""
+        return len(self.output)
+
+    def wait_for_log(self, pattern: str | re.Pattern[str], timeout: float = 30.0, *,
+                     since: int = 0, count: int = 1) -> str:
+        """The ``count``-th line from line ``since`` holding ``pattern`` (a substring, or a
+        regex searched in each line), waited for line by line as the reader appends them.
+        Fails at once if the process's output ended without it (read to EOF: it cannot come
+        any more), else after ``timeout``; the failure shows the log."""
+        def holds(line: str) -> bool:
+            return (pattern.search(line) is not None if isinstance(pattern, re.Pattern)
+                    else pattern in line)
+
+        what = pattern.pattern if isinstance(pattern, re.Pattern) else pattern
+        deadline = time.monotonic() + timeout
+        seen, found = since, 0
+        with self.arrived:
+            while True:
+                for line in self.output[seen:]:
+                    seen += 1
+                    if holds(line):
+                        found += 1
+                        if found >= count:
+                            return line
+                if self.read_all.is_set():
+                    why = "the broker's output ended"
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    why = f"not within {timeout:.0f} s"
+                    break
+                self.arrived.wait(remaining)
+        raise AssertionError(f"{why}: {count} line(s) with {what!r} wanted, {found} found:\n"
+                             + "".join(self.output[since:])[-4000:])
 
     def api(self, path: str) -> Any:
         """GET the console's ``/api/PATH`` (JSON)."""

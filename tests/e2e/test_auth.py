@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 from accounts import Accounts
 
-from sluice_testing import eventually
 from sluicemq.client import Client
 from sluicemq.core.streams.chunks import OFFSET, SEQ, STREAM_ID
 from sluicemq.errors import ClientError
@@ -126,7 +125,7 @@ def test_bad_or_missing_credentials_are_refused_late(secured: Any) -> None:
 def test_refusals_are_logged(secured: Any) -> None:
     with pytest.raises(ClientError):
         Client(secured.url, login="app", passcode="guess", timeout=10)
-    eventually(lambda: "login refused for 'app'" in secured.log(), "the refusal logged")
+    secured.wait_for_log("login refused for 'app'")
     assert "guess" not in secured.log()  # passcodes never reach the log
 
 

@@ -15,7 +15,6 @@ from test_fast_restart import (
     client,
     durable_held,
     durable_subscribe,
-    log_since,
     observe,
     send,
 )
@@ -42,7 +41,7 @@ def snapshots(b: BrokerProcess) -> int:
 
 def wait_for_snapshot(b: BrokerProcess, written: int) -> None:
     """Until more than ``written`` periodic snapshots were written."""
-    eventually(lambda: snapshots(b) > written, lambda: "a periodic snapshot:\n" + b.log())
+    b.wait_for_log("index snapshot written", 60, count=written + 1)
 
 
 def fresh_snapshot(b: BrokerProcess) -> None:
@@ -77,9 +76,9 @@ def ack_first(b: BrokerProcess, dest: str, n: int) -> list[str]:
 def crash(b: BrokerProcess) -> str:
     """kill -9 and start again; returns the start-up log."""
     b.kill()
-    mark = len(b.output)
+    mark = b.mark()
     b.restart()
-    return log_since(b, mark)
+    return b.log(since=mark)
 
 
 # Records a restart may replay after fresh_snapshot and a few more records: the fillers that
@@ -155,9 +154,9 @@ def test_snapshot_and_tail_give_what_a_full_scan_gives(broker_factory) -> None:
     scanned_dir = b.data_dir.parent / "scanned"
     shutil.copytree(b.data_dir, scanned_dir)
     (scanned_dir / SNAPSHOT).unlink()
-    mark = len(b.output)
+    mark = b.mark()
     b.restart()
-    cycle = log_since(b, mark)
+    cycle = b.log(since=mark)
     assert "index snapshot used" in cycle and 0 < replayed(cycle) < TAIL_BOUND, cycle
     other = broker_factory(config_text=CONFIG, name="scanned")
     assert "no index snapshot: scanning the whole journal" in other.log()
@@ -211,8 +210,9 @@ def test_compaction_after_the_snapshot_moves_what_it_captured(broker_factory) ->
         assert len(stored(b.url, "/queue/churn")) == 40
     assert written_segments(b) == 3
     # On the broker's one-second tick; its log line may reach us after the deletion.
-    eventually(lambda: not segment_1.exists() and "compacting journal segment 1" in b.log(),
+    eventually(lambda: not segment_1.exists(),
                lambda: f"compaction moved k1 and k2 and deleted segment 1: {b.log()[-2000:]}")
+    b.wait_for_log("compacting journal segment 1")
     cycle = crash(b)
     assert "index snapshot used: 3 messages as of segment 2" in cycle, cycle
     assert stored(b.url, "/queue/keep") == ["k1", "k2"]
@@ -260,11 +260,11 @@ def test_damage_the_snapshot_did_not_scan_costs_only_the_damaged_message(broker_
     assert at > 0 and data.find(b"body-05-", at + 1) < 0
     data[at + 10] ^= 0x01
     segment.write_bytes(bytes(data))
-    mark = len(b.output)
+    mark = b.mark()
     b.restart()
-    assert "index snapshot used: 3000 messages" in log_since(b, mark)
+    assert "index snapshot used: 3000 messages" in b.log(since=mark)
     with Client(b.url) as c, c.subscribe("/queue/rot") as sub:  # the index counts 3000
         got = [sub.get(timeout=30) for _ in range(len(bodies) - 1)]
         assert [m.text() for m in got if m is not None] == bodies[:5] + bodies[6:]
         assert c.head("/queue/rot").count == 0, "the damaged one is gone, not waiting"
-    assert "journal: dropped unreadable message" in log_since(b, mark)
+    assert "journal: dropped unreadable message" in b.log(since=mark)

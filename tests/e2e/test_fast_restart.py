@@ -52,10 +52,6 @@ def durable_held(b: BrokerProcess, name: str, **headers: str) -> list[str]:
     return [f.body.decode() for f in frames]
 
 
-def log_since(b: BrokerProcess, mark: int) -> str:
-    return "".join(b.output[mark:])
-
-
 
 
 def test_clean_stop_writes_a_snapshot_that_the_next_start_uses(broker) -> None:
@@ -92,9 +88,9 @@ def test_an_older_snapshot_plus_the_journal_after_it_is_exact(broker) -> None:
         pass
     broker.stop()
     (broker.data_dir / SNAPSHOT).write_bytes(old)  # as if the newer snapshot had been lost
-    mark = len(broker.output)
+    mark = broker.mark()
     broker.restart()
-    assert "index snapshot used: 3 messages" in log_since(broker, mark)
+    assert "index snapshot used: 3 messages" in broker.log(since=mark)
     assert stored(broker.url, "/queue/s") == ["b", "c", "d"]
 
 
@@ -112,9 +108,9 @@ def test_a_snapshot_whose_anchor_is_gone_is_ignored(broker_factory) -> None:
                "the first segment reclaimed")
     b.kill()
     (b.data_dir / SNAPSHOT).write_bytes(old)
-    mark = len(b.output)
+    mark = b.mark()
     b.restart()
-    cycle = log_since(b, mark)
+    cycle = b.log(since=mark)
     assert "index snapshot ignored (segment 1 is gone): scanning the whole journal" in cycle
     assert not (b.data_dir / SNAPSHOT).exists(), "an unusable snapshot is deleted"
     send(client(b), "/queue/g", ["after"])
@@ -128,10 +124,10 @@ def test_a_damaged_snapshot_is_ignored(broker) -> None:
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
-    mark = len(broker.output)
+    mark = broker.mark()
     broker.restart()
-    assert "index snapshot ignored (checksum mismatch): scanning the whole journal" in log_since(
-        broker, mark)
+    assert "index snapshot ignored (checksum mismatch): scanning the whole journal" in broker.log(
+        since=mark)
     assert stored(broker.url, "/queue/d") == ["a", "b"]
 
 
@@ -208,9 +204,9 @@ def test_restored_state_equals_the_scanned_state(broker_factory) -> None:
     scanned_dir = b.data_dir.parent / "scanned"
     shutil.copytree(b.data_dir, scanned_dir)
     (scanned_dir / SNAPSHOT).unlink()
-    mark = len(b.output)
+    mark = b.mark()
     b.restart()
-    assert "index snapshot used" in log_since(b, mark)
+    assert "index snapshot used" in b.log(since=mark)
     other = broker_factory(config_text=CONFIG, name="scanned")
     assert "no index snapshot: scanning the whole journal" in other.log()
     from_snapshot, from_scan = observe(b), observe(other)

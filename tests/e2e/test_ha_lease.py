@@ -61,8 +61,7 @@ def test_a_paused_master_that_lost_its_lease_stops_without_writing(cluster) -> N
     late.send("SEND", {"destination": "/queue/fence", "persistent": "true", "receipt": "r1"},
               b"written by a fenced master?")
     os.kill(master.pid, signal.SIGCONT)
-    assert master.proc is not None
-    assert master.proc.wait(30) == FENCED_EXIT
+    assert master.wait_exit(30) == FENCED_EXIT
     assert "stopping without writing" in master.log()
     with pytest.raises(ConnectionError):  # closed with no RECEIPT: the SEND was not stored
         frame = late.recv(30)
@@ -87,6 +86,5 @@ def test_a_master_that_finds_its_lease_taken_stops_at_once(cluster) -> None:
     record.update(owner="intruder", generation=record["generation"] + 1, pid=1,
                   expires=record["expires"] + 3600)
     lease.write_text(json.dumps(record))
-    assert master.proc is not None
-    assert master.proc.wait(30) == FENCED_EXIT
+    assert master.wait_exit(30) == FENCED_EXIT
     assert "was taken by another broker" in master.log()

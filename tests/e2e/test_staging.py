@@ -275,7 +275,7 @@ def test_snapshot_taken_while_running_plus_the_journal_tail_after_kill_9(broker_
         stage(c, "b1", "p1", ["two"])
         for i in range(20):  # enough records for a snapshot while running
             c.send("/queue/other", str(i))
-        eventually(lambda: "index snapshot written" in b.log(), "a snapshot (tick)")
+        b.wait_for_log("index snapshot written")  # on the tick
         stage(c, "b2", "p0", ["three"])  # in the tail after the snapshot
         assert c.publish_stage("sink", "b1", ["p1", "p0"]) == ("published", 2)
     assert "index snapshot written" in b.log()
@@ -409,7 +409,7 @@ def test_a_parked_part_does_not_hold_old_segments_on_disk(broker_factory) -> Non
         assert len(drain(c, "/queue/churn")) == 120
         eventually(lambda: not (b.data_dir / "journal" / segment_name(1)).exists(),
                    "segment 1 deleted (the parked part moved off it)")
-    assert "moved off the oldest journal segment" in b.log()
+    b.wait_for_log("moved off the oldest journal segment")
     b.kill()
     b.restart()
     b.stop()
