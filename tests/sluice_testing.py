@@ -318,7 +318,7 @@ class BrokerProcess:
         look only past it (say, at a restart's lines)."""
         return len(self.output)
 
-    def wait_for_log(self, pattern: str | re.Pattern[str], timeout: float = 30.0, *,
+    def wait_for_log(self, pattern: str | re.Pattern[str], timeout: float = 60.0, *,
                      since: int = 0, count: int = 1) -> str:
         """The ``count``-th line from line ``since`` holding ``pattern`` (a substring, or a
         regex searched in each line), waited for line by line as the reader appends them.
