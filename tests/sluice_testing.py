@@ -498,10 +498,10 @@ def make_cert(d: Path, name: str, cn: str, ca: str, server: bool = False) -> Non
 
 def restart_cycle(b: BrokerProcess, *, kill: bool = False) -> str:
     """Stop (or kill -9) and start again; returns the log lines of that cycle."""
-    mark = len(b.output)
+    mark = b.mark()
     if kill:
         b.kill()
     else:
         assert b.stop() == 0
     b.restart()
-    return "".join(b.output[mark:])
+    return b.log(since=mark)
