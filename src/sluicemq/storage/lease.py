@@ -12,6 +12,13 @@ anything: the journal calls it before every write, and the renewal thread calls 
 old master that was paused (SIGSTOP, a VM freeze) and wakes after a standby took over never
 writes to the journal the new master owns. Wall clocks of the hosts must agree to within
 ``margin``.
+
+A renewal counts only if its rename lands before the lease it replaces expires (less the
+margin): a renewal thread stalled between its owner check and the rename (a slow fsync on
+shared storage, a pause) may have let a standby take over meanwhile, and trusting such a late
+write would leave two masters; the late renewal gives the lease up instead (`renew_once`). Its
+rename may still have replaced the new master's record: a master that finds a record of an
+older generation writes its own again rather than stopping, since that older master is fenced.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ class LeaseLock:
         self.generation = 0
         self.holder: LockHolder | None = None
         self._valid_until = 0.0  # monotonic
+        self._expires = 0.0  # wall clock: when the record last written expires
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -111,23 +119,39 @@ class LeaseLock:
     def _renew_loop(self) -> None:
         while not self._stop.wait(self.renew):
             self.check()
-            if self._read_owner() != self.owner:
+            if not self.renew_once():
                 log.critical("lease on %s was taken by another broker; stopping without "
                              "writing", self.path.parent)
                 os._exit(FENCED_EXIT)
-            try:
-                self._write()
-            except OSError as exc:
-                log.error("cannot renew the lease on %s: %s", self.path.parent, exc)
 
-    def _write(self, expires: float | None = None) -> None:
+    def renew_once(self) -> bool:
+        """Renew the lease; False when it may have passed to another broker (the caller stops).
+
+        Lost: the record names another owner of this generation or a later one, or this
+        renewal landed too late to count (see the module's docstring). A record of an older
+        generation is a fenced master's late write over ours: ours is written again."""
+        record = self._read()
+        if record is None or record["owner"] != self.owner:
+            if record is None or int(record["generation"]) >= self.generation:
+                return False
+            log.warning("lease on %s: a fenced master (generation %s) wrote over ours "
+                        "(generation %s); writing ours again", self.path.parent,
+                        record["generation"], self.generation)
+        try:
+            return self._write(renewal=True)
+        except OSError as exc:
+            log.error("cannot renew the lease on %s: %s", self.path.parent, exc)
+            return True  # not renewed: ``check`` stops the process once the lease runs out
+
+    def _write(self, expires: float | None = None, *, renewal: bool = False) -> bool:
         """Rewrite the record atomically; on success the lease is trusted ``duration -
-        margin`` from the start of this write."""
+        margin`` from the start of this write. A ``renewal`` whose rename lands past the
+        replaced record's expiry less the margin is not trusted: returns False."""
         started = time.monotonic()
         assert self.holder is not None
+        until = time.time() + self.duration if expires is None else expires
         record = {"generation": self.generation, "owner": self.owner, "pid": self.holder.pid,
-                  "host": self.holder.host, "since": self.holder.since,
-                  "expires": time.time() + self.duration if expires is None else expires}
+                  "host": self.holder.host, "since": self.holder.since, "expires": until}
         tmp = self.path.with_name(f".{LEASE_NAME}.{self.owner}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
@@ -136,8 +160,13 @@ class LeaseLock:
         finally:
             os.close(fd)
         os.replace(tmp, self.path)
-        if expires is None:
-            self._valid_until = started + self.duration - self.margin
+        if expires is not None:
+            return True
+        if renewal and time.time() > self._expires - self.margin:
+            return False  # a standby may have taken the lease before this rename landed
+        self._valid_until = started + self.duration - self.margin
+        self._expires = until
+        return True
 
     def _read(self) -> dict[str, Any] | None:
         try:
