@@ -274,3 +274,19 @@ def test_spares_are_given_back_while_the_filesystem_is_below_its_free_floor(
     consume(opened, later)
     assert spares(opened.directory) == []  # reclaimed files deleted, not kept
     assert journal.pool.released == len(gone)
+
+
+def test_the_journals_files_on_disk_are_counted_before_recovery(tmp_path: Path) -> None:
+    """What a default store limit adds back to the free disk at start: the segment and spare
+    files in the journal's directory, nothing else, read before recovery."""
+    directory = tmp_path / "journal"
+    directory.mkdir()
+    (directory / segment_name(5)).write_bytes(b"x" * 1000)
+    (directory / spare_name(3)).write_bytes(b"y" * 500)
+    (directory / "notes.txt").write_bytes(b"z" * 100)
+    journal = Journal(directory, segment_bytes=SEG)
+    try:
+        assert journal.pool.on_disk() == 1500
+    finally:
+        journal.close()
+    assert Journal(tmp_path / "absent", segment_bytes=SEG, dir_lock=False).pool.on_disk() == 0

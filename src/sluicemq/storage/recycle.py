@@ -38,7 +38,7 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from sluicemq.storage.segment import fsync_dir, reuse_stamp, segment_name
+from sluicemq.storage.segment import fsync_dir, parse_segment_name, reuse_stamp, segment_name
 
 SPARE_SUFFIX = ".spare"
 _SPARE = re.compile(r"^(\d{20})\.spare$")
@@ -212,3 +212,17 @@ class SegmentPool:
         """Bytes on disk held by spare files (they are not part of the log)."""
         with self._lock:
             return sum(size for _old, size in self._spares)
+
+    def on_disk(self) -> int:
+        """Bytes the journal's segment and spare files hold in its directory now, read from the
+        directory itself, so before recovery too: a default store limit taken from the free
+        disk at start adds them back, else a journal restarted with data (or spares) would
+        find its own files counted against it."""
+        total = 0
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(self.directory):
+                if parse_segment_name(entry.name) is None and parse_spare_name(entry.name) is None:
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    total += entry.stat().st_size
+        return total

@@ -109,7 +109,10 @@ class Broker:
         self.finished_streams = self.large_streams.finished
         self.consumer_waits = ConsumerWaits(config.limits,
                                             self.subscriptions.consumer_count)
-        self.limits = resolve_limits(config.limits, config.data_dir)
+        # a default store limit is taken from the free disk: the journal's own files count
+        # as room it has, not as room others took
+        self.limits = resolve_limits(config.limits, config.data_dir,
+                                     store.journal.pool.on_disk())
         # spares are journal disk too: within the store limit, and given back under pressure
         store.journal.pool.bound(self.limits.store, config.journal.recycle_min_free)
         self.memory = MemoryAccount(self.limits.memory)
