@@ -254,9 +254,7 @@ class StompProtocol(asyncio.BufferedProtocol):
             return
         self.bytes_out += len(data)
         self.transport.write(data)
-        if self.transport is not None:  # (a write that failed may have ended it)
-            self._memory.charge(self, self.transport.get_write_buffer_size())
-        self.last_sent = time.monotonic()
+        self._sent()
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -265,9 +263,7 @@ class StompProtocol(asyncio.BufferedProtocol):
         out, self._out, self._pending = self._out, [], 0
         self._limit_output()
         self.transport.writelines(out)
-        if self.transport is not None:  # (a write that failed may have ended it)
-            self._memory.charge(self, self.transport.get_write_buffer_size())
-        self.last_sent = time.monotonic()
+        self._sent()
         if self._held:
             self._held = False
             if not self._paused and not self._closing and self.session is not None:
@@ -275,6 +271,13 @@ class StompProtocol(asyncio.BufferedProtocol):
                 self.session.output_ready()
         if self._closing:
             self._shut_down()
+
+    def _sent(self) -> None:
+        """After handing output to the transport: charge what its buffer now holds to the
+        memory budget, and note the time (heart-beats count from it)."""
+        if self.transport is not None:  # (a write that failed may have ended it)
+            self._memory.charge(self, self.transport.get_write_buffer_size())
+        self.last_sent = time.monotonic()
 
     def _limit_output(self) -> None:
         """Follow this connection's share of the output budget (it pauses writing, and so
