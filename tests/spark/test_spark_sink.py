@@ -38,7 +38,7 @@ def test_a_retried_task_publishes_nothing_twice(spark, broker):
     from pyspark import TaskContext
     from pyspark.sql.functions import udf
 
-    @udf("string")
+    @udf("string", useArrow=False)  # a row-at-a-time UDF: pandas is not a dependency
     def flaky(body):
         ctx = TaskContext.get()
         if ctx.attemptNumber() == 0 and body.endswith("-7"):
