@@ -1,8 +1,10 @@
 """The journal: an append-only, segmented, checksummed log with group commit.
 
 Records are opaque (rtype, payload) pairs; the record layout is in `segment.py`, startup
-repair in `recovery.py`, the writer thread in `journal_writer.py` and the reads in
-`journal_reads.py` (mixins of this one object, sharing its state under `_lock`).
+repair in `recovery.py`, the writer thread in `journal_writer.py`, the reads in
+`journal_reads.py` and the live counts with the deletion rule in `journal_retention.py`
+(mixins of this one object, sharing its state under `_lock`). This module owns the
+lifecycle (recover, start, close) and the append position.
 A persistent SEND may be receipted only after `on_durable` covers its
 ticket, i.e. after the fdatasync that followed its write.
 
@@ -27,14 +29,9 @@ Threads and invariants:
 - Locations are assigned at append time, in seq order, so seq order is log order and a loc
   is final as soon as append() returns. A failed batch rewinds the append position to its
   first record and fails every record queued after it too (their locs assumed it was there).
-
-Deletion rule (reclaim): oldest segment first, and only while the segment is not the active
-one, its live count (retain - release) is zero, all its records are durable, and none of its
-records is newer than the newest location ever passed to retain()/release() (or recovered).
-That last clause is what lets a caller retain records only once on_durable has reached its
-loop: durability is known to the writer thread before the caller has acted on it, and a
-record newer than anything the caller has touched may still be on its way to a retain().
-A failed record's ticket gets loc = None, so deferred retains skip it.
+- A segment is deleted only as the deletion rule allows (`journal_retention.py`): never the
+  active one, nor one with live records, undurable records, or records newer than anything
+  the caller has retained or released.
 """
 
 from __future__ import annotations
@@ -51,6 +48,7 @@ from pathlib import Path
 from sluicemq.buffers import BufferPool
 from sluicemq.errors import StorageError
 from sluicemq.storage.journal_reads import EXTENT_BYTES, EXTENTS_KEPT, JournalReads
+from sluicemq.storage.journal_retention import JournalRetention
 from sluicemq.storage.journal_writer import Entry, JournalStats, JournalWriter, Ticket
 from sluicemq.storage.recovery import Recovery, RecoveryReport
 from sluicemq.storage.recycle import SegmentPool
@@ -69,7 +67,7 @@ LOCK_NAME = "journal.lock"
 SMALL_BATCH = 4  # records: group commits averaging more mean the journal is loaded
 
 
-class Journal(JournalReads, JournalWriter):
+class Journal(JournalReads, JournalRetention, JournalWriter):
     """See the module docstring; lifecycle: recover() (exhausted), start(), close()."""
 
     def __init__(
@@ -337,83 +335,6 @@ class Journal(JournalReads, JournalWriter):
         """Records appended and not yet taken by a commit (advisory: read without the lock)."""
         return len(self._pending)
 
-    def retain(self, loc: Location) -> None:
-        """One more live record in loc's segment: the segment must stay."""
-        with self._lock:
-            if loc.segment not in self._segs:
-                raise StorageError(f"segment {loc.segment} is gone (reclaimed)")
-            self._segs[loc.segment] += 1
-            weight = self._weight.get(loc.segment)
-            if weight is not None:
-                weight[1] += 1
-            self._horizon = max(self._horizon, (loc.segment, loc.offset))
-
-    def retain_counts(self, counts: dict[int, int], newest: tuple[int, int]) -> None:
-        """Many retains at once (segment -> records; ``newest`` the latest (segment, offset)
-        among them): start-up hands over a whole recovered backlog in one call."""
-        with self._lock:
-            for seg in counts:
-                if seg not in self._segs:
-                    raise StorageError(f"segment {seg} is gone (reclaimed)")
-            for seg, n in counts.items():
-                self._segs[seg] += n
-                weight = self._weight.get(seg)
-                if weight is not None:
-                    weight[1] += n
-            self._horizon = max(self._horizon, newest)
-
-    def release(self, loc: Location) -> None:
-        """One fewer live record in loc's segment; call reclaim() after a run of releases."""
-        with self._lock:
-            live = self._segs.get(loc.segment)
-            if not live:
-                raise StorageError(f"release without retain in segment {loc.segment}")
-            self._segs[loc.segment] = live - 1
-            self._horizon = max(self._horizon, (loc.segment, loc.offset))
-
-    def release_counts(self, counts: dict[int, int], newest: tuple[int, int]) -> None:
-        """Many releases at once (segment -> records; ``newest`` the latest (segment, offset)
-        among them): a ledger commit lets go of a whole run of a backlog in one call."""
-        with self._lock:
-            for seg, n in counts.items():
-                if self._segs.get(seg, 0) < n:
-                    raise StorageError(f"release without retain in segment {seg}")
-            for seg, n in counts.items():
-                self._segs[seg] -= n
-            self._horizon = max(self._horizon, newest)
-
-    def reclaim(self) -> list[int]:
-        """Delete, oldest first, every segment the deletion rule allows; returns their numbers.
-
-        While running, the files are removed by the writer thread (unlink + directory fsync
-        stay off the loop thread); the segments are gone for read/retain immediately.
-        """
-        doomed: list[int] = []
-        with self._lock:
-            for seg, live in self._segs.items():
-                last_seq, last_off = self._last.get(seg, (0, -1))
-                if (
-                    live
-                    or seg >= self._seg
-                    or last_seq > self._durable
-                    or (seg, last_off) > self._horizon
-                ):
-                    break
-                doomed.append(seg)
-            for seg in doomed:
-                del self._segs[seg]
-                self._last.pop(seg, None)
-                self._weight.pop(seg, None)
-            if doomed and self._state == "running":
-                self._doomed.extend(doomed)
-                if self._writer_idle:
-                    self._writer_idle = False
-                    self._wake.notify()
-                return doomed
-        if doomed:
-            self._delete(doomed)
-        return doomed
-
     def segment_path(self, segment: int) -> Path:
         return self.directory / segment_name(segment)
 
@@ -433,58 +354,10 @@ class Journal(JournalReads, JournalWriter):
         """Absolute offset of loc's payload in its segment file (for os.sendfile)."""
         return loc.offset + HEADER_SIZE
 
-    def disk_bytes(self) -> int:
-        """Bytes held by live segment files (preallocated space included; spares are
-        ``pool.spare_bytes``)."""
-        with self._lock:
-            segments = list(self._segs)
-        total = 0
-        for seg in segments:
-            with contextlib.suppress(FileNotFoundError):
-                total += self.segment_path(seg).stat().st_size
-        return total
-
-    def live_counts(self) -> list[tuple[int, int]]:
-        """(segment, live records) oldest first, the active segment last (compaction)."""
-        with self._lock:
-            return list(self._segs.items())
-
-    def live_bytes(self) -> list[tuple[int, int, int]]:
-        """(segment, live records, estimated live bytes) oldest first, the active segment
-        last. The estimate is live records x (bytes appended / holds so far): exact for
-        segments of like-sized records, whatever their fan-out or transactions; a segment
-        this run did not write (recovered) counts as full."""
-        with self._lock:
-            out = []
-            for seg, live in self._segs.items():
-                weight = self._weight.get(seg)
-                if not live:
-                    est = 0
-                elif weight is None or not weight[1]:
-                    est = self.segment_bytes
-                else:
-                    est = min(self.segment_bytes, live * weight[0] // weight[1])
-                out.append((seg, live, est))
-            return out
-
-    def weighed(self) -> set[int]:
-        """Segments written since start-up: their ``live_bytes`` estimate is not a guess."""
-        with self._lock:
-            return set(self._weight)
-
-    def live_segments(self) -> list[int]:
-        """Segment numbers not yet reclaimed, oldest first (the active one included)."""
-        with self._lock:
-            return list(self._segs)
-
     @property
     def last_record(self) -> tuple[int, int]:
         """(segment, offset) of the last record appended or recovered; (0, -1): none."""
         return self._tail
-
-    def segment_count(self) -> int:
-        """Segments not yet reclaimed (the active one included)."""
-        return len(self._segs)
 
     @property
     def durable_seq(self) -> int:
