@@ -15,47 +15,22 @@ from sluicemq.storage.journal import Journal
 # A producer that numbers its records across restarts (id = last recovered id + seq) and
 # prints "D <id>" the moment on_durable covers that id, i.e. when a broker would RECEIPT it.
 # It keeps at most ~256 records unwritten, woken by the writer's report rather than polling.
+# Run as "recycle" it writes on a journal that reuses reclaimed segments' files: it holds each
+# record (holds=1) and lets go of all but its last 300, so segments are reclaimed, kept as
+# spares and written again while it is killed.
 PRODUCER = r"""
 import os, random, sys, threading
 from pathlib import Path
 from sluicemq.storage.journal import Journal
 
-journal = Journal(Path(sys.argv[1]), segment_bytes=128 << 10)
-base = 0
-for _, payload, _ in journal.recover():
-    base = int(payload[:12])
-reported = threading.Condition()
-
-def durable(seq):
-    os.write(1, b"D %d\n" % (base + seq))
-    with reported:
-        reported.notify()
-
-journal.start(durable, lambda first, last, exc: os.write(1, b"F %r\n" % exc))
-rng = random.Random(base)
-seq = 0
-while True:
-    seq += 1
-    journal.append(1 + seq % 200, b"%012d" % (base + seq) + os.urandom(rng.randrange(4000)))
-    if seq % 64 == 0:
-        with reported:
-            reported.wait_for(lambda: journal.durable_seq >= seq - 256)
-"""
-
-
-# The same producer on a journal that reuses reclaimed segments' files: it holds each record
-# (holds=1) and lets go of all but its last 300, so segments are reclaimed, kept as spares and
-# written again while it is killed.
-RECYCLING = r"""
-import os, random, sys, threading
-from pathlib import Path
-from sluicemq.storage.journal import Journal
-
-journal = Journal(Path(sys.argv[1]), segment_bytes=128 << 10, recycle_bytes=4 << 20)
+recycle = sys.argv[2] == "recycle"
+journal = Journal(Path(sys.argv[1]), segment_bytes=128 << 10,
+                  recycle_bytes=(4 << 20) if recycle else 0)
 base, held = 0, []
 for _, payload, loc in journal.recover():
     base = int(payload[:12])
-    held.append(loc)
+    if recycle:
+        held.append(loc)
 for loc in held:
     journal.retain(loc)
 reported = threading.Condition()
@@ -71,20 +46,24 @@ seq = 0
 while True:
     seq += 1
     payload = b"%012d" % (base + seq) + os.urandom(rng.randrange(4000))
-    held.append(journal.append(1 + seq % 200, payload, holds=1).loc)
+    ticket = journal.append(1 + seq % 200, payload, holds=int(recycle))
+    if recycle:
+        held.append(ticket.loc)
     if seq % 64 == 0:
         with reported:
             reported.wait_for(lambda: journal.durable_seq >= seq - 256)
-        for loc in held[:-300]:
-            journal.release(loc)
-        del held[:-300]
-        journal.reclaim()
+        if recycle:
+            for loc in held[:-300]:
+                journal.release(loc)
+            del held[:-300]
+            journal.reclaim()
 """
 
 
-def run_and_kill(directory: Path, rng: random.Random, program: str = PRODUCER) -> list[int]:
-    """Start the producer, kill -9 it at a random moment; the ids it reported durable."""
-    proc = subprocess.Popen([sys.executable, "-c", program, str(directory)],
+def run_and_kill(directory: Path, rng: random.Random, mode: str = "plain") -> list[int]:
+    """Start the producer (``mode`` plain or recycle), kill -9 it at a random moment; the
+    ids it reported durable."""
+    proc = subprocess.Popen([sys.executable, "-c", PRODUCER, str(directory), mode],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None
     first = proc.stdout.readline()  # wait until it is really writing
@@ -122,7 +101,7 @@ def test_kill_9_while_writing_into_reused_segment_files_loses_nothing_held(
     rng = random.Random(20261126)
     promised, stale = 0, 0
     for _ in range(4):
-        printed = run_and_kill(tmp_path, rng, RECYCLING)
+        printed = run_and_kill(tmp_path, rng, "recycle")
         assert printed == sorted(printed) and printed, "on_durable must be monotonic"
         promised = max(promised, printed[-1])
         journal = Journal(tmp_path, segment_bytes=128 << 10, recycle_bytes=4 << 20)
