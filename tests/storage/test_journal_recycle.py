@@ -11,7 +11,7 @@ from pathlib import Path
 from sluicemq.storage.checksum import crc32
 from sluicemq.storage.journal import Journal, Location
 from sluicemq.storage.recycle import spare_name
-from sluicemq.storage.segment import HEADER_SIZE, REUSED, segment_name
+from sluicemq.storage.segment import HEADER_SIZE, REUSED, encode_header, segment_name
 
 SEG = 64 << 10
 
@@ -141,6 +141,54 @@ def test_a_torn_record_in_a_reused_file_is_the_torn_tail_and_only_it_is_zeroed(
     payloads, journal = recover_closed(opened.directory)
     assert payloads == before + [p for p, _ in new[:-1] + more]
     assert journal.report is not None and journal.report.dropped == []
+
+
+def test_a_payload_written_as_a_record_of_the_files_later_number_is_never_read(
+        open_journal) -> None:
+    """A payload's bytes are its sender's: one may hold a record that checks out at the number
+    and offset its file gets when reused. A reused segment is read as a chain from its start,
+    so it is not read, wherever it lies after the segment's last record; and a close zeroes
+    the header-sized bytes after that record, so it is not read there either."""
+    opened = open_journal(segment_bytes=SEG, recycle_bytes=16 * SEG, preallocate=False)
+    # 21 records of 3,000 bytes a segment: 150 fill segments 1-8, so segment 1's file is the
+    # oldest spare once they are consumed, and becomes segment 9.
+    forged = b"forged"
+    later = encode_header(1, forged, 9, HEADER_SIZE + 200, flags=REUSED) + forged
+    first = (b"x" * 200 + later).ljust(3000, b"y")
+    ticket = opened.journal.append(1, first, holds=1)
+    old = [(first, ticket.loc), *fill(opened, [3000] * 149, seed=1)]
+    assert ticket.loc == Location(1, 0, 3000) and old[-1][1].segment == 8
+    expected = left(old, consume(opened, old))
+    new = fill(opened, [3000] * 18, seed=2)
+    end = new[-1][1].offset + HEADER_SIZE + 3000
+    new += fill(opened, [SEG - end - HEADER_SIZE, 40, 40], seed=3)  # 8 full, two records in 9
+    assert new[-1][1] == Location(9, HEADER_SIZE + 40, 40)
+    assert opened.journal.pool.reused(9)
+    opened.journal.close()
+    data = (opened.directory / segment_name(9)).read_bytes()
+    assert data[HEADER_SIZE + 200:HEADER_SIZE + 200 + len(later)] == later  # there it lies
+    payloads, _ = recover_closed(opened.directory)
+    assert payloads == expected + [p for p, _ in new]
+
+
+def test_damage_in_a_reused_file_ends_its_segment(open_journal) -> None:
+    """The price of reading a reused segment as a chain: past a record damaged after it was
+    written (bit rot), the segment's file is taken for its earlier contents, so the records
+    after it in that segment are lost with it (in a new file they are kept:
+    test_journal_recovery)."""
+    opened = open_journal(segment_bytes=SEG, recycle_bytes=16 * SEG, preallocate=False)
+    old = fill(opened, [2000] * 100, seed=1)
+    before = left(old, consume(opened, old))
+    new = fill(opened, [1500] * 60, seed=2)
+    hit = new[-10][1]
+    assert opened.journal.pool.reused(hit.segment) and new[-1][1].segment == hit.segment
+    opened.journal.close()
+    with open(opened.directory / segment_name(hit.segment), "r+b") as fh:
+        os.pwrite(fh.fileno(), b"\xff" * 8, hit.offset + HEADER_SIZE + 10)
+    payloads, journal = recover_closed(opened.directory)
+    assert payloads == before + [p for p, _ in new[:-10]]
+    assert journal.report is not None
+    assert [(s, o) for s, o, _, _ in journal.report.dropped] == [(hit.segment, hit.offset)]
 
 
 def test_a_spare_made_ready_before_a_stop_is_the_next_segment_after_it(open_journal) -> None:

@@ -207,6 +207,11 @@ class Journal(JournalReads, JournalRetention, JournalWriter):
         if self._repair is not None:
             with contextlib.suppress(OSError):
                 self._truncate_back()
+        if self._writer is not None and self._seg in self._fds:
+            try:
+                self.pool.seal(self._seg, self._fds[self._seg], self._off, self.fence)
+            except OSError:
+                log.exception("journal: cannot zero what follows segment %d's end", self._seg)
         if self._prep is not None:
             with contextlib.suppress(Exception):
                 os.close(self._prep[1].result())

@@ -15,16 +15,25 @@ was durable before the snapshot was written, and segments are deleted oldest fir
 anchoring record exists every later segment does too.
 
 A segment whose records carry REUSED was written into a reclaimed segment's file
-(``recycle.py``): what follows its last intact record is that file's earlier contents, which
-can never check out under the new number. Such a trailing range is counted as stale bytes, not
-damage, and is not zeroed; only the part that headers of this very segment cover (records being
-written when the process stopped) is a torn tail, reported and zeroed as above. A segment file
-holding only the stamp a spare gets as it becomes a segment (``segment.reuse_stamp``: a header
-of that segment at offset 0, rtype 0) and its earlier contents is a spare made ready before the
-stop: kept as the next segment like a zero-filled one. The price: in a reused file, the last
-record of a segment whose own header was damaged cannot be told from the earlier contents and
-is counted as stale - PostgreSQL and RocksDB likewise end a recycled log at the first record
-that is not their own.
+(``recycle.py``): what follows its last intact record is that file's earlier contents. Its
+earlier records never check out under the new number, but its message bodies are bytes their
+senders chose, and a sender who knows the layout can write one as a record that checks out at
+the number and offset the file gives it later. So such a segment is read as a chain, record
+after record from where the scan starts, never resynchronised past a break: the first thing
+that is not its next record ends it. Its trailing range is counted as stale bytes, not damage,
+and is not zeroed; only the part that headers of this very segment cover (records being written
+when the process stopped, or a sender's record lying there) is a torn tail, reported and zeroed
+as above. A segment file holding only the stamp a spare gets as it becomes a segment
+(``segment.reuse_stamp``: a header of that segment at offset 0, rtype 0) and its earlier
+contents is a spare made ready before the stop: kept as the next segment like a zero-filled
+one. A clean stop zeroes the header-sized bytes after a reused active segment's last record
+(``Journal.close``), so no chosen bytes lie where the chain would go on; after a crash they may,
+and a body whose record starts exactly at the log's end is the one case still read.
+
+The price: in a reused file, a record damaged after it was written (bit rot) ends its segment -
+the records after it there are lost with it, and a segment's last record whose own header was
+damaged is counted as stale. PostgreSQL's and RocksDB's recycled logs likewise end at the first
+record that is not their own.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ from sluicemq.storage.segment import (
     TMP_SUFFIX,
     Location,
     fsync_dir,
+    last_nonzero,
     own_headers_end,
     parse_segment_name,
     reused_at,
@@ -135,7 +145,13 @@ class Recovery:
             return
         with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             last = known
+            reused = stamped(mm, number) or (known >= 0 and reused_at(mm, known))
+            breaks = len(dropped)
             for found in scan(mm, number, dropped, start):
+                if reused and len(dropped) > breaks:  # found past a break: earlier contents
+                    pos, _nbytes, reason = dropped[-1]
+                    dropped[-1] = (pos, last_nonzero(mm, pos, size) + 1 - pos, reason)
+                    break
                 last = found[0]
                 yield found
             self._stale_end(mm, number, dropped, last)

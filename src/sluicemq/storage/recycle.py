@@ -14,7 +14,12 @@ What makes it safe: a record's header checksum is seeded with its segment number
 records of a file's earlier use never check out under its new number: after the new tail they
 are exactly as dead as a torn tail. Records written into a reused file carry ``REUSED`` in their
 header flags, which tells recovery that non-records after a segment's last record are the file's
-earlier contents, not damage (``recovery.py``).
+earlier contents, not damage (``recovery.py``). The earlier use's message bodies are another
+matter: their bytes are their senders', who may write one as a record of the number and offset
+the file gets later. So recovery reads a reused segment as a chain from its start and never
+resynchronises past a break, and a clean stop zeroes what follows the active segment's last
+record (``seal``). Left: after a crash, a body written as a record that starts exactly at
+the log's end.
 
 What keeps them from costing room (``bound``): spares are disk the log itself may need, so they
 live inside the journal's budget and give it back first, as PostgreSQL removes rather than
@@ -25,7 +30,8 @@ filesystem's free space is below ``min_free`` no file is kept and spares are del
 first, until it is back above it (checked at each reclaim and once a second, ``trim``).
 
 Threads: ``offer`` runs on the journal's writer thread (reclaim), ``take`` on the helper that
-prepares the next segment (or the writer), ``trim`` on either helper, ``reused`` on the writer;
+prepares the next segment (or the writer), ``trim`` on either helper, ``reused`` on the writer,
+``seal`` on the thread that closes the journal once the writer has stopped;
 ``_lock`` guards the pool and the set of reused segments, and no I/O happens under it.
 """
 
@@ -38,7 +44,13 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from sluicemq.storage.segment import fsync_dir, parse_segment_name, reuse_stamp, segment_name
+from sluicemq.storage.segment import (
+    HEADER_SIZE,
+    fsync_dir,
+    parse_segment_name,
+    reuse_stamp,
+    segment_name,
+)
 
 SPARE_SUFFIX = ".spare"
 _SPARE = re.compile(r"^(\d{20})\.spare$")
@@ -196,6 +208,22 @@ class SegmentPool:
             self._reused.add(segment)
             self.taken += 1
         return fd
+
+    def seal(self, segment: int, fd: int, end: int,
+             fence: Callable[[], None] | None = None) -> None:
+        """At a clean stop, zero the header-sized bytes after reused ``segment``'s last record
+        (``end``; ``fd`` its file). Why: the file's earlier contents there may be a message
+        body its sender wrote as a record of this number and offset, and the next start reads
+        on from the log's end (``recovery.py``): zeros end the segment's chain there."""
+        if not self.reused(segment):
+            return
+        nbytes = min(HEADER_SIZE, os.fstat(fd).st_size - end)
+        if nbytes <= 0:
+            return
+        if fence is not None:
+            fence()
+        os.pwrite(fd, bytes(nbytes), end)
+        os.fdatasync(fd)
 
     def reused(self, segment: int) -> bool:
         """Whether ``segment`` is written into a reused file (its records carry REUSED)."""

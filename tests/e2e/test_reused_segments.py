@@ -1,0 +1,144 @@
+"""Spec of reused journal files between users: what one user sends never becomes a record of
+the log, not even once the file it lay in is reused as a later segment.
+
+A record's header checksum is seeded with its segment number and offset, and a spare file
+always becomes a number above every one it had, so the records of its earlier life never check
+out again (storage/recycle.py). But a message body is bytes its sender chose: a sender who
+knows the (open) record layout can write into a body a record that checks out at the number and
+offset its bytes will have once the file is reused. The restart's scan must not take it: after
+a reused segment's last record comes the file's earlier contents, whatever they look like.
+
+``mallory`` may write only ``/queue/m.>`` and ``alice`` only ``/queue/a.>``. The spec reads the
+journal's files to place mallory's record where the spec's own probe says her body will lie
+and checks that it did: an attacker has to guess that layout, which on a quiet broker is
+deterministic; the guarantee must not rest on her not guessing.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from accounts import Accounts
+from stomp_helpers import connect, send_with_receipt
+
+from sluice_testing import eventually, held
+from sluicemq import ClientError
+from sluicemq.storage import records
+from sluicemq.storage.recycle import spare_name
+from sluicemq.storage.segment import (
+    HEADER_SIZE,
+    REUSED,
+    check_record,
+    encode_header,
+    scan,
+    segment_name,
+)
+
+ACCOUNTS = Accounts({"mallory": ("m-pw", ["m"]), "alice": ("a-pw", ["a"])})
+RULES = """
+[[security.acl]]
+destination = "/queue/m.>"
+read = ["m"]
+write = ["m"]
+
+[[security.acl]]
+destination = "/queue/a.>"
+read = ["a"]
+write = ["a"]
+"""
+CONFIG = """
+[journal]
+segment_bytes = 65536
+recycle_bytes = 1048576
+store_delay_ms = 0
+""" + ACCOUNTS.config(RULES, delay=0.1, max_failures=10)
+
+BODY = 6000  # ten records a 64 KiB segment
+AT = 1000  # where in her body mallory's record lies
+REUSED_AS = 4  # the number segment 1's file gets: the writer entering segment 2 made 3 ahead
+# (no spare yet), entering 3 it makes 4 from the first spare
+
+
+def record_of(journal: Path, segment: int, marker: bytes) -> tuple[int, int, int]:
+    """(offset, body offset, end) of the record in ``segment`` whose body starts with
+    ``marker``."""
+    buf = (journal / segment_name(segment)).read_bytes()
+    for offset, _rtype, payload in scan(buf, segment, []):
+        at = payload.find(marker)
+        if at >= 0:
+            return offset, offset + HEADER_SIZE + at, offset + HEADER_SIZE + len(payload)
+    raise AssertionError(f"no record of segment {segment} holds {marker!r}")
+
+
+def first_record_written(journal: Path, segment: int) -> bool:
+    path = journal / segment_name(segment)
+    return path.exists() and not isinstance(check_record(path.read_bytes(), segment, 0), str)
+
+
+def forged_record(position: int) -> bytes:
+    """A MSG record for alice's queue that checks out at ``position`` of segment REUSED_AS (its
+    message id above any the broker gives: replay keeps it as a message of its own)."""
+    payload = records.encode_message("q:a.inbox", 1 << 60, int(time.time() * 1000), 0, 4,
+                                     {}, b"forged by mallory")
+    return encode_header(records.MSG, payload, REUSED_AS, position, flags=REUSED) + payload
+
+
+def log_end(journal: Path, segment: int, before: int) -> int:
+    """Where the segment's records end, counting only records that start before ``before``."""
+    buf = (journal / segment_name(segment)).read_bytes()
+    return max(off + HEADER_SIZE + len(payload) for off, _rtype, payload in scan(buf, segment, [])
+               if off < before)
+
+
+@pytest.mark.parametrize("where", ["beyond the log's end", "at the log's end"])
+def test_a_body_written_as_a_record_for_the_reused_file_never_becomes_one(
+        broker_factory: Any, where: str) -> None:
+    """Mallory's record lies in the reused file beyond where segment 4's records end, or right
+    where they end (she sized her last message so): after a clean stop and a start, alice's
+    queue holds what alice sent, nothing else."""
+    broker = broker_factory(config_text=CONFIG)
+    journal = broker.data_dir / "journal"
+    with ACCOUNTS.login(broker, "mallory") as mallory, pytest.raises(ClientError):
+        mallory.send("/queue/a.inbox", b"not hers to write")
+
+    conn, listener = connect(broker, headers={"login": "mallory", "passcode": "m-pw"})
+    sent = 0
+
+    def send(body: bytes) -> None:
+        nonlocal sent
+        sent += 1
+        send_with_receipt(conn, listener, "/queue/m.q", body, f"r{sent:04d}", persistent="true")
+
+    def fill_into(segment: int) -> None:
+        while not first_record_written(journal, segment):
+            send(b"fill".ljust(BODY, b"."))
+
+    send(b"probe".ljust(BODY, b"."))
+    offset, body, end = record_of(journal, 1, b"probe")
+    position = end + (body - offset) + AT  # the next body of this size, AT bytes in
+    forged = forged_record(position)
+    send(b"craft".ljust(AT, b".") + forged.ljust(BODY - AT, b"."))
+    assert record_of(journal, 1, b"craft")[1] == position - AT, "the probe's layout held"
+    fill_into(2)
+    with ACCOUNTS.login(broker, "mallory") as mallory:
+        assert len(held(mallory, "/queue/m.q")) == sent  # consumed: segment 1 reclaimed
+    eventually(lambda: (journal / spare_name(1)).exists(), "segment 1's file kept as a spare")
+    with ACCOUNTS.login(broker, "alice") as alice:
+        alice.send("/queue/a.inbox", b"mine")
+    fill_into(3)
+    fill_into(4)
+    reused = (journal / segment_name(REUSED_AS)).read_bytes()
+    assert reused[position:position + len(forged)] == forged, "her record lies in segment 4"
+    if where == "at the log's end":
+        records_end = log_end(journal, REUSED_AS, position)
+        send(b"last".ljust(position - records_end - (body - offset), b"."))
+        assert log_end(journal, REUSED_AS, position) == position, "the probe's layout held"
+    conn.disconnect()
+
+    broker.stop()
+    broker.restart()
+    with ACCOUNTS.login(broker, "alice") as alice:
+        assert held(alice, "/queue/a.inbox") == [b"mine"]
