@@ -127,6 +127,13 @@ class MemoryOutbound:
     def write(self, data: bytes | memoryview) -> None:
         self.data += data
 
+    def write_frames(self, frames: list[bytes], nbytes: int) -> None:
+        self.data += b"".join(frames)
+
+    def room(self) -> int:
+        """As a socket's transport: writable or not (a spec sets ``writable``), no limit."""
+        return 1 << 62 if self.writable else 0
+
     def close(self) -> None:
         self.closed = True
 

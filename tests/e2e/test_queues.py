@@ -223,3 +223,59 @@ def test_older_protocol_versions_ack_by_message_id(broker, version: str) -> None
     c.disconnect()
     with Client(broker.url) as q:
         assert q.head(dest).count == 0, "acked message came back"
+
+
+def _mixed_backlog(count: int) -> list[tuple[str, bytes, dict[str, str]]]:
+    """Messages that a run of deliveries must carry whole or hand to the single path in
+    between: groups, expired ones, bodies written apart from their head (from 4 KiB), headers
+    that need escaping, and plain ones of many sizes."""
+    past = str(int(time.time() * 1000) - 1000)
+    out = []
+    for i in range(count):
+        headers = {"n": str(i)}
+        body = bytes([65 + i % 26]) * (1 + i * 37 % 3000)
+        if i % 7 == 3:
+            headers["JMSXGroupID"] = f"g{i % 3}"
+        if i % 11 == 5:
+            headers["expires"] = past
+        if i % 13 == 6:
+            body = b"L" * (4096 + i)
+        if i % 17 == 8:
+            headers["note"] = "a:b\\c"
+        out.append((f"m{i}", body, headers))
+    return out
+
+
+@pytest.mark.parametrize("consumer", ["stomp.py", "sluicemq"])
+def test_a_backlog_reaches_an_auto_ack_consumer_in_order_and_whole(broker, consumer) -> None:
+    """A queue's one auto-ack consumer is served in runs (dispatch._auto_run): every message
+    not expired arrives once, in order, with its body and headers as sent."""
+    dest = f"/queue/runs-{consumer}"
+    sent = _mixed_backlog(400)
+    p, lp = connect(broker)
+    for name, body, headers in sent[:-1]:
+        p.send(dest, body, headers=dict(headers, name=name))
+    name, body, headers = sent[-1]
+    send_with_receipt(p, lp, dest, body, "all", name=name, **headers)
+    wanted = [(name, body, headers) for name, body, headers in sent
+              if "expires" not in headers]
+    got: list[tuple[str, bytes, dict[str, str]]] = []
+    if consumer == "stomp.py":
+        c, lc = connect(broker)
+        c.subscribe(dest, id="s", ack="auto")
+        for _ in wanted:
+            f = lc.next()
+            got.append((f.headers["name"], f.body.encode(), f.headers))
+        assert nothing_delivered(c, lc)
+        c.disconnect()
+    else:
+        with Client(broker.url) as q:
+            sub = q.subscribe(dest, ack="auto")
+            for _ in wanted:
+                m = sub.get(timeout=10)
+                assert m is not None
+                got.append((m.headers["name"], bytes(m.body), m.headers))
+    assert [g[0] for g in got] == [w[0] for w in wanted]
+    for (_, body, headers), (_, got_body, got_headers) in zip(wanted, got, strict=True):
+        assert got_body == body
+        assert {k: got_headers[k] for k in headers} == headers

@@ -15,11 +15,18 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from sluicemq.errors import ProtocolError
-from sluicemq.protocol.encoder import encode_frame, encode_frames, encode_head, header_lines_12
+from sluicemq.protocol.encoder import (
+    encode_frame,
+    encode_frames,
+    encode_head,
+    encode_head_lenient,
+    header_lines_12,
+)
 from sluicemq.protocol.frames import Frame
 from sluicemq.protocol.headers import UNESCAPED_COMMANDS, VERSIONS, unescape
 
 __all__ = ["MAX_COMMAND_LINE", "FrameParser", "encode_frame", "encode_frames", "encode_head",
+           "encode_head_lenient",
            "header_lines_12"]
 
 MAX_COMMAND_LINE = 64

@@ -87,6 +87,25 @@ def _wire_key_12(key: str) -> str:
     return wire_key
 
 
+def encode_head_lenient(frame: Frame, version: str = "1.2") -> bytes:
+    """``encode_head``, leaving out a header ``version`` cannot carry (a MESSAGE relays the
+    producer's headers to a peer of any version); ``frame.headers`` is replaced then."""
+    try:
+        return encode_head(frame, version)
+    except ValueError:
+        frame.headers = {k: v for k, v in frame.headers.items()
+                         if _representable(k, v, version)}
+        return encode_head(frame, version)
+
+
+def _representable(key: str, value: str, version: str) -> bool:
+    try:
+        encode_head(Frame("MESSAGE", {key: value}), version)
+    except ValueError:
+        return False
+    return True
+
+
 def encode_frame(frame: Frame, version: str = "1.2") -> bytes:
     """Encode one frame for a peer speaking ``version`` (see encode_head for header rules)."""
     return b"".join((encode_head(frame, version), frame.body, b"\0"))

@@ -234,9 +234,24 @@ class StompProtocol(asyncio.BufferedProtocol):
     def write(self, data: bytes | memoryview) -> None:
         if self.transport is None:
             return
-        self.bytes_out += len(data)
         self._out.append(data)
-        self._pending += len(data)
+        self._added(len(data))
+
+    def write_frames(self, frames: list[bytes], nbytes: int) -> None:
+        """``write`` of several frames, ``nbytes`` together (a consumer's run of MESSAGEs,
+        ``SessionContext.deliver_run``, which stops at ``room``)."""
+        if self.transport is None:
+            return
+        self._out += frames
+        self._added(nbytes)
+
+    def room(self) -> int:
+        """Bytes this connection may still be given before it stops being writable."""
+        return self._share - self._pending if self.writable else 0
+
+    def _added(self, nbytes: int) -> None:
+        self.bytes_out += nbytes
+        self._pending += nbytes
         if self._pending >= self._share and self.writable:
             # one loop turn may write many frames before the flush: stop dispatch here
             self.writable, self._held = False, True

@@ -34,7 +34,7 @@ from sluicemq.core.replay.streams import (
     stream_cuts,
 )
 from sluicemq.core.routing.message import Message
-from sluicemq.protocol.codec import encode_frame, encode_head
+from sluicemq.protocol.codec import encode_frame, encode_head, encode_head_lenient
 from sluicemq.protocol.columns import CONTENT_TYPE as COLUMNS_TYPE
 from sluicemq.protocol.frames import Frame
 
@@ -181,13 +181,7 @@ class Job:
              "subscription": self.sub_id, SEQ: str(msg.mid)}
         h.update(msg.headers)
         body = msg.body if msg.body is not None else self.broker.body_of(msg)
-        frame = Frame("MESSAGE", h, body)
-        version = self.session.version
-        try:
-            head = encode_head(frame, version)
-        except ValueError:  # a header this (older) protocol version cannot carry
-            frame.headers = {k: v for k, v in h.items() if _representable(k, v, version)}
-            head = encode_head(frame, version)
+        head = encode_head_lenient(Frame("MESSAGE", h, body), self.session.version)
         out = self.session.out
         if len(body) < 65536:
             out.write(b"".join((head, body, b"\x00")))
@@ -486,12 +480,3 @@ class Commit(Job):
 
     def _gone(self) -> bool:
         return self.done  # commits finish even if the connection went
-
-
-def _representable(key: str, value: str, version: str) -> bool:
-    try:
-        encode_head(Frame("MESSAGE", {key: value}), version)
-    except ValueError:
-        return False
-    return True
-

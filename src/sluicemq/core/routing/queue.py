@@ -36,6 +36,11 @@ class Delivery(Protocol):
 
     def deliver(self, consumer: Consumer, msg: Message) -> None: ...
 
+    def deliver_run(self, consumer: Consumer, msgs: list[Message]) -> int:
+        """``deliver`` each of ``msgs`` in order (counting its delivery) until the connection
+        has no room; returns how many went."""
+        ...
+
     def stream_error(self, stream_id: str, text: str) -> None: ...
 
 

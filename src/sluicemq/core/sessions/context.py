@@ -26,12 +26,12 @@ from sluicemq.core.routing.names import destination_of
 from sluicemq.core.routing.queue import AUTO, Consumer
 from sluicemq.core.routing.temporary import is_temporary
 from sluicemq.core.security.policy import User
-from sluicemq.core.sessions.heads import message_head_12
+from sluicemq.core.sessions.heads import message_head, message_head_12, run_frames_12
 from sluicemq.core.sessions.peer import Outbound
 from sluicemq.core.sessions.services import Services
-from sluicemq.core.streams.chunks import RESUMED, STREAM_ID
+from sluicemq.core.streams.chunks import STREAM_ID
 from sluicemq.errors import ProtocolError
-from sluicemq.protocol.codec import FrameParser, encode_frame, encode_head
+from sluicemq.protocol.codec import FrameParser, encode_frame
 from sluicemq.protocol.frames import Frame
 from sluicemq.protocol.headers import escape
 from sluicemq.storage.txspool import TxSpool
@@ -86,6 +86,11 @@ class SessionContext:
         # a transport that can send a frame at once gets the receipts of in-place commits
         # that way (a lone synchronous producer's receipt skips a loop iteration)
         self._write_now: Callable[[bytes], None] | None = getattr(out, "write_now", None)
+        # a transport that takes several frames at once, within the room it has left, gets
+        # a consumer's messages in runs (deliver_run)
+        self._write_frames: Callable[[list[bytes], int], None] | None = getattr(
+            out, "write_frames", None)
+        self._room: Callable[[], int] | None = getattr(out, "room", None)
         self.parser = FrameParser(max_frame_bytes=limits.max_frame_bytes,
                                   max_headers=limits.max_headers,
                                   max_header_line=limits.max_header_line,
@@ -121,7 +126,7 @@ class SessionContext:
             except ValueError:  # a NUL: the general path drops that header
                 head = None
         if head is None:
-            head = self._message_head(consumer, msg, body, resumed)
+            head = message_head(consumer, msg, body, self.version, resumed)
         if msg.group is not None and STREAM_ID in msg.headers:
             self.broker.large_streams.delivered(msg)
         # Why a body may go out uncopied below LARGE_BODY: a topic message fanned out to peers
@@ -144,30 +149,27 @@ class SessionContext:
             end = getattr(self.out, "bytes_out", 0)
             self.broker.later.sent(msg, consumer, (acked, end), auto=consumer.ack_mode == AUTO)
 
-    def _message_head(self, consumer: Consumer, msg: Message, body: bytes | memoryview,
-                      resumed: bool) -> bytes:
-        """A MESSAGE head for any version, leaving out a header the version cannot carry."""
-        # What ActiveMQ puts on every MESSAGE (clients read priority, expiry and persistence
-        # from here); the producer's own headers, stored with the message, come last.
-        h = {"destination": msg.destination, "message-id": msg.message_id,
-             "subscription": consumer.sub_id, "sluice-seq": str(msg.mid),
-             "priority": str(msg.priority), "expires": str(msg.expires),
-             "timestamp": str(msg.timestamp),
-             "persistent": "true" if msg.persistent else "false"}
-        if self.version == "1.2":
-            h["ack"] = f"{consumer.index}-{msg.mid}"
-        if msg.deliveries > 1:
-            h["redelivered"] = "true"
-            h["sluice-delivery-count"] = str(msg.deliveries)
-        if resumed:
-            h[RESUMED] = "true"
-        h.update(msg.headers)  # stored headers never use the keys above (filtered at SEND)
-        frame = Frame("MESSAGE", h, body)
-        try:
-            return encode_head(frame, self.version)
-        except ValueError:  # a header this (older) protocol version cannot carry
-            frame.headers = {k: v for k, v in h.items() if _representable(k, v, self.version)}
-            return encode_head(frame, self.version)
+    def deliver_run(self, consumer: Consumer, msgs: list[Message]) -> int:
+        """``Delivery.deliver_run``: to a transport that takes whole runs (TCP), as frames
+        built together (``run_frames_12``) and written with one call, until it has no room;
+        a message a run cannot carry goes through ``deliver``."""
+        write_frames, room = self._write_frames, self._room
+        deferring = bool(self.broker.later.entries)
+        done, count = 0, len(msgs)
+        while done < count and self.out.writable and not self.closed:
+            if write_frames is not None and room is not None and self.version == "1.2":
+                frames, nbytes = run_frames_12(consumer, msgs, done, room(), self._share_from,
+                                               deferring)
+                if frames:
+                    write_frames(frames, nbytes)
+                    done += len(frames)
+                    self.delivered += len(frames)
+                    continue
+            msg = msgs[done]
+            msg.deliveries += 1
+            self.deliver(consumer, msg)
+            done += 1
+        return done
 
     def when_writable(self, resume: Callable[[], None]) -> None:
         """Call ``resume`` once the transport has drained (paced writers: range reads)."""
@@ -478,14 +480,6 @@ class SessionContext:
             self.broker.subscriptions.drop_topic_subscription(
                 queue.destination.split("/", 2)[2], queue.key)
             queue.discard()  # else its backlog stayed counted against memory_limit for good
-
-
-def _representable(key: str, value: str, version: str) -> bool:
-    try:
-        encode_head(Frame("MESSAGE", {key: value}), version)
-    except ValueError:
-        return False
-    return True
 
 
 def header_safe(text: str) -> str:

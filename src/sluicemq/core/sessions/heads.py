@@ -1,12 +1,14 @@
 """MESSAGE heads for STOMP 1.2 peers, written straight into one string (the common case of
-``SessionContext.deliver``; other versions, and a NUL, take ``SessionContext._message_head``)."""
+``SessionContext.deliver``; other versions, and a NUL, take ``message_head``), and whole
+frames for a run of them (``SessionContext.deliver_run``)."""
 
 from __future__ import annotations
 
 from sluicemq.core.routing.message import DEFAULT_PRIORITY, MESSAGE_ID_PREFIX, Message
 from sluicemq.core.routing.queue import Consumer
 from sluicemq.core.streams.chunks import RESUMED
-from sluicemq.protocol.codec import header_lines_12
+from sluicemq.protocol.codec import encode_head_lenient, header_lines_12
+from sluicemq.protocol.frames import Frame
 from sluicemq.protocol.headers import escape
 
 _WIRE_ID_PREFIX = escape(MESSAGE_ID_PREFIX, "1.2")
@@ -60,6 +62,37 @@ def message_head_12(consumer: Consumer, msg: Message, size: int, resumed: bool) 
     return (head + "\n\n").encode()
 
 
+def run_frames_12(consumer: Consumer, msgs: list[Message], start: int, room: int,
+                  share_from: int, deferring: bool) -> tuple[list[bytes], int]:
+    """Whole MESSAGE frames (head, body, NUL) for ``msgs[start:]`` to a 1.2 ``consumer``, as
+    ``SessionContext.deliver`` writes them, until ``room`` bytes are taken, with their length.
+    Stops before a message that needs ``deliver``'s other ways: a body not held as ``bytes``
+    or one from ``share_from`` bytes (written apart), a group (streams), a NUL in a header,
+    or, while ``deferring`` (concurrent store and dispatch), a persistent message not yet
+    stored. Counts each one's delivery."""
+    frames: list[bytes] = []
+    total = 0
+    for i in range(start, len(msgs)):
+        if total >= room:
+            break
+        msg = msgs[i]
+        body = msg.body
+        if (body is None or type(body) is not bytes or len(body) >= share_from
+                or msg.group is not None
+                or (deferring and msg.persistent and msg.ticket is None)):
+            break
+        msg.deliveries += 1
+        try:
+            head = message_head_12(consumer, msg, len(body), False)
+        except ValueError:
+            msg.deliveries -= 1
+            break
+        frame = b"".join((head, body, b"\x00"))
+        frames.append(frame)
+        total += len(frame)
+    return frames, total
+
+
 def _wire_start(consumer: Consumer, destination: str) -> tuple[str, str, str, str]:
     """The fixed parts of ``consumer``'s MESSAGE heads from ``destination``, escaped for 1.2:
     what comes before the message-id's number, before sluice-seq's and before ack's."""
@@ -68,3 +101,24 @@ def _wire_start(consumer: Consumer, destination: str) -> tuple[str, str, str, st
         raise ValueError("a NUL in a header")
     return (destination, f"MESSAGE\ndestination:{dest}\nmessage-id:{_WIRE_ID_PREFIX}",
             f"\nsubscription:{sub}\nsluice-seq:", f"\nack:{consumer.index}-")
+
+
+def message_head(consumer: Consumer, msg: Message, body: bytes | memoryview, version: str,
+                 resumed: bool) -> bytes:
+    """A MESSAGE head for any version, leaving out a header the version cannot carry."""
+    # What ActiveMQ puts on every MESSAGE (clients read priority, expiry and persistence
+    # from here); the producer's own headers, stored with the message, come last.
+    h = {"destination": msg.destination, "message-id": msg.message_id,
+         "subscription": consumer.sub_id, "sluice-seq": str(msg.mid),
+         "priority": str(msg.priority), "expires": str(msg.expires),
+         "timestamp": str(msg.timestamp),
+         "persistent": "true" if msg.persistent else "false"}
+    if version == "1.2":
+        h["ack"] = f"{consumer.index}-{msg.mid}"
+    if msg.deliveries > 1:
+        h["redelivered"] = "true"
+        h["sluice-delivery-count"] = str(msg.deliveries)
+    if resumed:
+        h[RESUMED] = "true"
+    h.update(msg.headers)  # stored headers never use the keys above (filtered at SEND)
+    return encode_head_lenient(Frame("MESSAGE", h, body), version)
