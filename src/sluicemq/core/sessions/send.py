@@ -89,8 +89,10 @@ def send(session: SessionContext, frame: Frame) -> None:
         if name not in session.broker.queues:
             session.admit_destination(kind, name)
     if h.keys().isdisjoint(_SPECIAL):  # the plain path: what most SENDs are
-        if no_room(session, frame, kind, name, policy):
-            return
+        if (session.broker.room_for(kind, name, h.get("persistent") == "true", policy,
+                                    len(frame.body)) is not None
+                and no_room(session, frame, kind, name, policy)):
+            return  # (``no_room`` asks again and says why: only when there is no room)
         session.received += 1
         session.broker.publish(kind, name,
                                message(session, kind, name, h, frame.body, destination))
@@ -359,7 +361,9 @@ def message(session: SessionContext, kind: str, name: str, h: dict[str, str],
         headers["timestamp"] = str(now)  # as ActiveMQ: when the broker got it
     priority = h.get("priority")
     expires = h.get("expires")
-    return Message(broker.allocate_mid(), destination or f"/{kind}/{name}", headers,
+    mid = broker.next_mid  # ``allocate_mid``, written out: once per SEND
+    broker.next_mid = mid + 1
+    return Message(mid, destination or f"/{kind}/{name}", headers,
                    body if type(body) is bytes else bytes(body), h.get("persistent") == "true",
                    DEFAULT_PRIORITY if priority is None else parse_priority(priority),
                    0 if expires is None else parse_expires(expires), now)
