@@ -15,6 +15,14 @@ each peer) and appends every JSON result to bench/results/compare-<date>.jsonl. 
 The disk's own dd + fdatasync rate and fdatasync latency are measured first (--no-disk skips
 that) and SluiceMQ's stream without a consumer and lone producer's receipt are set against them.
     .venv/bin/python bench/compare.py --table bench/results/compare-2026-11-22.jsonl
+
+With --rounds N the brokers take turns N times (the order reversed every other round), each
+round a fresh broker and --repeat runs of each scenario as without it; the table's figures are
+the medians over the rounds. Why: on this VM the same build runs ~1.5x slower for half a
+minute at a time (bench/cpuprobe.py), long enough to cover one broker's three runs in a row
+and none of the other's; taking turns lets every broker meet the same minutes. (One run a
+round would measure only a fresh JVM's first runs, which are ActiveMQ's slowest.)
+    .venv/bin/python bench/compare.py --scenarios e2e,nonpersist --rounds 3
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -388,6 +397,21 @@ def record(out: Path, result: Result) -> None:
         fh.write(json.dumps(result) + "\n")
 
 
+def over_rounds(turns: list[Result]) -> Result:
+    """One record for a broker's scenario from its rounds (``--rounds``): the median of each
+    figure every round has, the rounds' own runs under 'runs'."""
+    merged: Result = {k: v for k, v in turns[-1].items() if not isinstance(v, int | float)}
+    for key, value in turns[0].items():
+        values = [t[key] for t in turns if isinstance(t.get(key), int | float)]
+        if isinstance(value, int | float) and not isinstance(value, bool) and len(values) == len(
+                turns):
+            median = statistics.median(values)
+            merged[key] = round(median, 3) if isinstance(median, float) else median
+    merged["runs"] = [run for t in turns for run in t.get("runs", [t])]
+    merged["rounds"] = len(turns)
+    return merged
+
+
 # ---------------------------------------------------------------- table
 
 
@@ -441,6 +465,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"comma-separated subset of {', '.join(names)} "
                              "(default: all but large)")
     parser.add_argument("--repeat", type=int, default=None, help="runs per scenario (3)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="brokers take turns this many times; medians over the rounds")
     parser.add_argument("--quick", action="store_true",
                         help="smaller counts and one run each, for a smoke test")
     parser.add_argument("--python", default=sys.executable,
@@ -489,11 +515,19 @@ def main(argv: list[str] | None = None) -> int:
         disk.update(run=opts.run_id)
         record(opts.out, disk)
         results.append(disk)
-    for name in opts.brokers:
-        for result in run_broker(name, opts.selected, opts, opts.out):
-            results.append(result)
-            if result.get("errors"):
-                print(f"   {name}:{result['name']}: {result['errors']}", file=sys.stderr)
+    rounds: dict[tuple[str, str], list[Result]] = {}
+    for turn in range(opts.rounds):
+        for name in opts.brokers if turn % 2 == 0 else opts.brokers[::-1]:
+            for result in run_broker(name, opts.selected, opts, opts.out):
+                results.append(result)
+                rounds.setdefault((name, result["name"]), []).append(result)
+                if result.get("errors"):
+                    print(f"   {name}:{result['name']}: {result['errors']}", file=sys.stderr)
+    if opts.rounds > 1:
+        for turns in rounds.values():
+            merged = over_rounds(turns)
+            record(opts.out, merged)
+            results.append(merged)
     print(table(results, opts.brokers))
     for line in disk_lines(results):
         print(line)
