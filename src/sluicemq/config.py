@@ -131,6 +131,10 @@ class Policy:
     cursor_window: int = 2000  # messages a store cursor keeps in RAM for its consumers
     memory_limit: int | str = 0  # RAM this destination may hold; 0: only the broker-wide limit
     fail_if_no_space: bool = False  # a full destination answers SEND with ERROR, not a wait
+    # Body bytes of ready messages this destination may hold before persistent SENDs to it
+    # wait (ActiveMQ's storeUsageHighWaterMark, RabbitMQ's max-length-bytes): a size, or a
+    # share of [limits] store_limit ("25%"); 0: only the broker-wide limit.
+    store_limit: int | str = 0
     max_message_bytes: int | str = 0  # 0: the broker-wide [limits] max_message_bytes
     max_consumers: int = 0  # subscriptions at once; 0: unlimited
     # ActiveMQ's processExpired: expired persistent messages go to the DLQ (reason "expired")
@@ -326,6 +330,7 @@ def _from_toml(data: dict[str, Any]) -> BrokerConfig:
         kwargs["scheduler"] = _section(SchedulerSettings, data["scheduler"], "scheduler")
     if "defaults" in data:
         kwargs["policy"] = _section(Policy, data["defaults"], "defaults")
+        _check_share(kwargs["policy"].store_limit, "[defaults] store_limit")
     entries = []
     policy_names = {f.name for f in fields(Policy)}
     for raw in data.get("policy", []):
@@ -338,6 +343,7 @@ def _from_toml(data: dict[str, Any]) -> BrokerConfig:
         unknown = set(raw) - policy_names
         if unknown:
             raise ValueError(f"unknown policy setting(s): {', '.join(sorted(unknown))}")
+        _check_share(raw.get("store_limit", 0), f"[[policy]] {kind} = {pattern!r}: store_limit")
         entries.append(PolicyEntry(kind, pattern, raw))
     kwargs["policies"] = tuple(entries)
     if "security" in data:
@@ -351,6 +357,18 @@ def _from_toml(data: dict[str, Any]) -> BrokerConfig:
             if path is not None and not path.is_file():
                 raise ValueError(f"[tls] {name} = {str(path)!r}: no such file")
     return BrokerConfig(**kwargs)
+
+
+def _check_share(value: Any, what: str) -> None:
+    """A share such as "25%" must be a percentage of 0-100: past 100 the cap would never hold
+    before the broker-wide one, and a typo would silently mean no cap."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            share = float(value.strip()[:-1])
+        except ValueError:
+            share = -1.0
+        if not 0 < share <= 100:
+            raise ValueError(f"{what} = {value!r}: a share must be between 0 and 100%")
 
 
 def _security(raw: dict[str, Any]) -> SecuritySettings:

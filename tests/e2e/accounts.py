@@ -37,3 +37,19 @@ class Accounts:
     def login(self, broker: Any, user: str, **kwargs: Any) -> Client:
         """A connected client logged in as ``user``."""
         return Client(broker.url, login=user, passcode=self.password(user), timeout=10, **kwargs)
+
+
+# Two users who may each write only their own namespace: mallory /queue/m.>, alice /queue/a.>
+# (the specs of what one user can do to another's data through the broker).
+NEIGHBOURS = Accounts({"mallory": ("m-pw", ["m"]), "alice": ("a-pw", ["a"])})
+NEIGHBOUR_RULES = """
+[[security.acl]]
+destination = "/queue/m.>"
+read = ["m"]
+write = ["m"]
+
+[[security.acl]]
+destination = "/queue/a.>"
+read = ["a"]
+write = ["a"]
+"""

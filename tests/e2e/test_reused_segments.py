@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from accounts import Accounts
+from accounts import NEIGHBOUR_RULES, NEIGHBOURS
 from stomp_helpers import connect, send_with_receipt
 
 from sluice_testing import eventually, held
@@ -37,18 +37,7 @@ from sluicemq.storage.segment import (
     segment_name,
 )
 
-ACCOUNTS = Accounts({"mallory": ("m-pw", ["m"]), "alice": ("a-pw", ["a"])})
-RULES = """
-[[security.acl]]
-destination = "/queue/m.>"
-read = ["m"]
-write = ["m"]
-
-[[security.acl]]
-destination = "/queue/a.>"
-read = ["a"]
-write = ["a"]
-"""
+ACCOUNTS, RULES = NEIGHBOURS, NEIGHBOUR_RULES
 CONFIG = """
 [journal]
 segment_bytes = 65536

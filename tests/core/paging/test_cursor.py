@@ -378,3 +378,27 @@ def test_a_vm_cursor_never_pages(h: Harness) -> None:
         pending.push(m)
     assert pending.paged == 0 and pending.bytes == 50 * 100
     assert drain(pending) == sent
+
+
+@pytest.mark.parametrize("window", [2, 10])
+def test_held_counts_every_body_in_memory_paged_out_or_kept_only_by_the_journal(
+        h: Harness, window: int) -> None:
+    """A policy's store_limit reads ``held``: a large body the journal alone keeps (its
+    message object in memory without it) counts as much as one in memory or paged out, and
+    stops counting however the message leaves: popped, or taken in a run off the head (all of
+    it in memory, window 10)."""
+    pending = PendingList(h.pager, destination=DEST, window=window)
+    large = h.message(b"L" * 1000)
+    large.body = None  # as the broker drops a body of spill_bytes or more once journaled
+    small = [h.message(b"s" * 100) for _ in range(3)]
+    h.settle()
+    for m in [large, *small]:
+        pending.push(m)
+    h.settle()
+    paged = 4 - window if window < 4 else 0
+    assert (pending.bytes, pending.large, pending.stored_bytes) == (
+        300 - 100 * paged, 1000, 100 * paged)
+    assert pending.held == 1300
+    got = drain(pending) if paged else pending.take(4)
+    assert [m.mid for m in got] == [m.mid for m in [large, *small]]
+    assert pending.held == 0 and pending.large == 0 and pending.bytes == 0

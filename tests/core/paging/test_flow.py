@@ -93,6 +93,38 @@ def test_persistent_sends_wait_for_store_space_non_persistent_for_temp_space() -
     assert "temp limit" in (flow.full(store_policy, False, 0) or "")
 
 
+def test_a_destination_store_limit_holds_back_persistent_sends_to_it_alone() -> None:
+    """A policy's store_limit (bytes, or a share of the broker's) is reached by the body bytes
+    its destination holds ready, whatever the journal as a whole holds; non-persistent SENDs
+    are bounded by memory and temp limits instead."""
+    usage, memory = Usage(), MemoryAccount(10_000)
+    flow = flow_with(usage, memory)
+    capped = Policy(store_limit=100)
+    assert flow.refusal(capped, 10, True, 0, None, held=99) is None
+    reason = flow.refusal(capped, 10, True, 0, None, held=100) or ""
+    assert reason == ("destination store limit reached (100 bytes of ready messages, "
+                      "store_limit 100 of its policy)")
+    assert not isinstance(reason, (Pacing, TooLarge))  # waited out, like the store limit
+    assert flow.refusal(capped, 10, False, 0, None, held=100) is None
+    assert flow.refusal(Policy(), 10, True, 0, None, held=10**9) is None  # 0: no cap
+    share = Policy(store_limit="25%")  # of the broker's store limit, 1000 here
+    assert flow.sizes_of(share)[4] == 250
+    assert flow.refusal(share, 10, True, 0, None, held=249) is None
+    assert "store_limit 250" in (flow.refusal(share, 10, True, 0, None, held=250) or "")
+
+
+@pytest.mark.parametrize("value", ["0%", "150%", "lots%"])
+def test_a_store_limit_share_outside_0_to_100_percent_is_refused_at_load(
+        tmp_path: Path, value: str) -> None:
+    cfg = tmp_path / "b.toml"
+    cfg.write_text(f'[[policy]]\nqueue = "m.>"\nstore_limit = "{value}"\n')
+    with pytest.raises(ValueError, match=r"store_limit.*between 0 and 100%"):
+        BrokerConfig.load(cfg)
+    cfg.write_text(f'[defaults]\nstore_limit = "{value}"\n')
+    with pytest.raises(ValueError, match=r"\[defaults\] store_limit"):
+        BrokerConfig.load(cfg)
+
+
 def test_vm_cursor_and_destination_limits_are_memory_limits() -> None:
     usage, memory = Usage(), MemoryAccount(10_000)
     flow = flow_with(usage, memory)

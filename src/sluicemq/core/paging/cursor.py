@@ -58,11 +58,13 @@ class PendingList:
     """Ten lanes, one per priority; cheap push, push-front (redelivery) and pop.
 
     ``bytes`` is the body bytes held in memory; ``stored_bytes`` those of paged-out messages;
-    ``memory`` an estimate of the RAM the in-memory messages cost (what the limits measure).
+    ``large`` those of in-memory messages whose body only the journal keeps (``held``: all
+    three, a policy's ``store_limit``); ``memory`` an estimate of the RAM the in-memory
+    messages cost (what the limits measure).
     """
 
     __slots__ = ("_in_head", "_lanes", "_order", "_size", "account", "aside", "bytes",
-                 "destination", "memory", "pager", "stored_bytes", "window")
+                 "destination", "large", "memory", "pager", "stored_bytes", "window")
 
     def __init__(self, pager: Pager | None = None, *, destination: str = "",
                  window: int = 2000, account: MemoryAccount | None = None) -> None:
@@ -74,6 +76,7 @@ class PendingList:
         self._in_head = 0
         self.bytes = 0
         self.stored_bytes = 0
+        self.large = 0
         self.memory = 0
         self.pager = pager
         self.destination = destination
@@ -85,13 +88,22 @@ class PendingList:
         return self._size + len(self.aside)
 
     @property
+    def held(self) -> int:
+        """Body bytes of every message here, in memory or not (a policy's ``store_limit``)."""
+        return self.bytes + self.stored_bytes + self.large
+
+    @property
     def paged(self) -> int:
         """Messages currently in the tails (paged out or waiting to be)."""
         return self._size - self._in_head
 
     # -- accounting ----------------------------------------------------------------------------
     def _hold(self, msg: Message) -> None:
-        body = msg.size if msg.body is not None else 0
+        if msg.body is not None:
+            body = msg.size
+        else:
+            body = 0
+            self.large += msg.size
         cost = body + MESSAGE_OBJECT_BYTES + msg.extra  # what it holds (once per message)
         self.memory += cost
         self.bytes += body
@@ -109,7 +121,11 @@ class PendingList:
         self.stored_bytes += msg.size
 
     def _unhold(self, msg: Message) -> None:
-        body = msg.size if msg.body is not None else 0
+        if msg.body is not None:
+            body = msg.size
+        else:
+            body = 0
+            self.large -= msg.size
         cost = body + MESSAGE_OBJECT_BYTES + msg.extra
         self.memory -= cost
         self.bytes -= body
@@ -146,7 +162,11 @@ class PendingList:
                                        + account.objects < account.high_water)):
             lane.head.append(msg)
             self._in_head += 1
-            body = msg.size if msg.body is not None else 0
+            if msg.body is not None:
+                body = msg.size
+            else:
+                body = 0
+                self.large += msg.size
             cost = body + MESSAGE_OBJECT_BYTES + msg.extra
             self.memory += cost
             self.bytes += body
@@ -219,7 +239,11 @@ class PendingList:
                 msg = lane.head.popleft()
                 self._size -= 1
                 self._in_head -= 1
-                body = msg.size if msg.body is not None else 0  # ``_unhold``, inlined
+                if msg.body is not None:  # ``_unhold``, inlined
+                    body = msg.size
+                else:
+                    body = 0
+                    self.large -= msg.size
                 cost = body + MESSAGE_OBJECT_BYTES + msg.extra
                 self.memory -= cost
                 self.bytes -= body
@@ -241,9 +265,13 @@ class PendingList:
         count = min(limit, len(head))
         popleft = head.popleft
         taken = [popleft() for _ in range(count)]
-        body = cost = 0
+        body = cost = large = 0
         for msg in taken:  # ``_unhold`` of each, summed
-            size = msg.size if msg.body is not None else 0
+            if msg.body is not None:
+                size = msg.size
+            else:
+                size = 0
+                large += msg.size
             body += size
             cost += size + msg.extra
         cost += MESSAGE_OBJECT_BYTES * count
@@ -251,6 +279,7 @@ class PendingList:
         self._in_head -= count
         self.memory -= cost
         self.bytes -= body
+        self.large -= large
         if self.account is not None:
             self.account.used -= cost
         return taken

@@ -237,13 +237,14 @@ class FlowControl:
         self._store_used = store_used
         self._temp_used = temp_used
         self._waiters: list[Waiter] = []
-        self._sizes: dict[int, tuple[Policy, int, int, int]] = {}  # id(policy) -> sizes_of
+        self._sizes: dict[int, tuple[Policy, int, int, int, int]] = {}  # id(policy) -> sizes_of
         self.blocked_total = 0  # lifetime count of SENDs that had to wait
         self.failed_total = 0  # lifetime count of SENDs refused (fail_if_no_space)
         self.paced_total = 0  # lifetime count of SENDs held because consumers were behind
 
-    def sizes_of(self, policy: Policy) -> tuple[Policy, int, int, int]:
-        """``policy`` with its largest message, pacing lag and memory limit in bytes.
+    def sizes_of(self, policy: Policy) -> tuple[Policy, int, int, int, int]:
+        """``policy`` with its largest message, pacing lag, memory limit and store limit in
+        bytes (a store limit given as a share, "25%", is that part of the broker's).
 
         Why: a policy keeps its sizes as written ("1 MiB") and every SEND reads all three;
         resolved once per policy object (destinations share the default one), keyed by id
@@ -254,9 +255,15 @@ class FlowControl:
             if len(self._sizes) >= MAX_POLICY_SIZES:
                 self._sizes.clear()
             entry = (policy, parse_size(policy.max_message_bytes) or self.limits.max_message,
-                     parse_size(policy.max_consumer_lag), parse_size(policy.memory_limit))
+                     parse_size(policy.max_consumer_lag), parse_size(policy.memory_limit),
+                     self._store_share(policy.store_limit))
             self._sizes[id(policy)] = entry
         return entry
+
+    def _store_share(self, value: int | str) -> int:
+        if isinstance(value, str) and value.strip().endswith("%"):
+            return int(self.limits.store * float(value.strip()[:-1]) / 100)
+        return parse_size(value)
 
     def too_large(self, policy: Policy, size: int) -> str | None:
         limit = self.sizes_of(policy)[1]
@@ -270,14 +277,15 @@ class FlowControl:
         return self.refusal(policy, 0, persistent, dest_memory, lag)
 
     def refusal(self, policy: Policy, size: int, persistent: bool, dest_memory: int,
-                lag: int | None = None) -> str | None:
+                lag: int | None = None, held: int = 0) -> str | None:
         """``too_large`` and ``full`` in one look at the policy's sizes, as a SEND of ``size``
         body bytes asks (once per message: two lookups were a tenth of the plain SEND path).
-        A ``TooLarge`` reason is final; any other is waited out."""
+        ``held``: the body bytes of the destination's ready messages (its policy's
+        ``store_limit``). A ``TooLarge`` reason is final; any other is waited out."""
         entry = self._sizes.get(id(policy))
         if entry is None or entry[0] is not policy:
             entry = self.sizes_of(policy)
-        _, largest, most, dest_limit = entry  # (``sizes_of``'s look-up, written out)
+        _, largest, most, dest_limit, dest_store = entry  # (``sizes_of``'s look-up, written out)
         if size > largest:
             return _too_large(size, largest)
         if (lag is not None and most and lag >= most
@@ -288,6 +296,9 @@ class FlowControl:
                     f"journal_backlog {self.limits.journal_backlog})")
         if persistent and self._store_used() >= self.limits.store:
             return f"store limit reached ({self.limits.store} bytes of journal)"
+        if persistent and dest_store and held >= dest_store:
+            return (f"destination store limit reached ({held} bytes of ready messages, "
+                    f"store_limit {dest_store} of its policy)")
         if dest_limit and dest_memory >= dest_limit:
             return f"destination memory limit reached ({dest_limit} bytes)"
         if policy.cursor == "vm" and self.memory.full:

@@ -179,10 +179,14 @@ class Broker:
                 return flow.refusal(policy, size, persistent, 0, None)
             pending = q.pending  # and ``Queue.lag``
             return flow.refusal(policy, size, persistent, pending.memory,
-                                pending.memory + pending.stored_bytes if q.consumers else None)
+                                pending.memory + pending.stored_bytes if q.consumers else None,
+                                pending.held if policy.store_limit else 0)
         t = self.topics.get(name)
         used = sum(q.pending.memory for q in t.subscribers.values()) if t else 0
-        return flow.refusal(policy, size, persistent, used, self.consumer_lag(kind, name))
+        # A topic's record is shared by its subscriptions: it holds what its largest backlog does.
+        held = max((q.pending.held for q in t.subscribers.values()), default=0) \
+            if t and policy.store_limit else 0
+        return flow.refusal(policy, size, persistent, used, self.consumer_lag(kind, name), held)
 
     def consumer_lag(self, kind: str, name: str) -> int | None:
         """Body bytes the destination's consumers are behind, as producer pacing sees it; None

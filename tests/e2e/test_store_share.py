@@ -1,0 +1,106 @@
+"""Spec of the store between users: a user filling the destinations she may write with
+persistent messages nobody consumes meets her destinations' ``store_limit`` ([[policy]]),
+not the broker-wide one, so another user's persistent SENDs to his own queue still get their
+RECEIPT; hers wait (or, with ``fail_if_no_space``, get an ERROR naming the cap). The cap
+counts what the journal knows per destination, so a restart keeps it where it was.
+
+``mallory`` (stomp.py) may write only ``/queue/m.>``, ``alice`` (our client) only
+``/queue/a.>``; mallory's destinations may hold 64 KiB of ready messages each.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accounts import NEIGHBOUR_RULES, NEIGHBOURS
+from stomp_helpers import Collector, connect, send_with_receipt, subscribe_with_receipt
+
+from sluice_testing import BrokerProcess
+
+ACCOUNTS, RULES = NEIGHBOURS, NEIGHBOUR_RULES
+CONFIG = """
+[[policy]]
+queue = "m.>"
+store_limit = "64 KiB"
+
+[[policy]]
+queue = "m.strict.>"
+fail_if_no_space = true
+""" + ACCOUNTS.config(RULES, delay=0.1, max_failures=10)
+
+BODY = b"m" * 4096
+FIT = 16  # 16 x 4 KiB: the 64 KiB cap is reached, the 17th SEND finds it full
+
+
+def as_mallory(broker: BrokerProcess) -> tuple[Any, Collector]:
+    return connect(broker, headers={"login": "mallory", "passcode": "m-pw"})
+
+
+def fill(conn: Any, listener: Collector, destination: str) -> None:
+    for i in range(FIT):
+        send_with_receipt(conn, listener, destination, BODY, f"fill-{i}", persistent="true",
+                          n=str(i))
+
+
+def alice_is_served(broker: BrokerProcess) -> None:
+    """Alice stores more than mallory's whole cap in her own queue and gets every RECEIPT."""
+    with ACCOUNTS.login(broker, "alice") as alice:
+        for _ in range(4):
+            alice.send("/queue/a.inbox", b"a" * 65536, persistent=True)
+
+
+def test_a_user_at_her_store_limit_waits_and_another_user_is_served(
+        broker_factory: Any) -> None:
+    """Mallory's 17th SEND waits (its RECEIPT does not come) while alice's are stored; after a
+    restart her queue still counts as full; once she reads it, the waiting SEND goes in (the
+    one waiting at the stop was never stored: no RECEIPT promised it)."""
+    broker = broker_factory(config_text=CONFIG)
+    conn, listener = as_mallory(broker)
+    fill(conn, listener, "/queue/m.q")
+    mark = broker.mark()
+    conn.send("/queue/m.q", BODY, receipt="over", headers={"persistent": "true", "n": "16"})
+    broker.wait_for_log("waits for /queue/m.q (destination store limit reached", since=mark)
+    alice_is_served(broker)
+    assert listener.receipts.empty()  # still waiting, after alice's SENDs were stored
+    assert broker.stop() == 0
+
+    broker.restart()
+    conn, listener = as_mallory(broker)
+    mark = broker.mark()
+    conn.send("/queue/m.q", BODY, receipt="after-restart",
+              headers={"persistent": "true", "n": "16"})
+    broker.wait_for_log("waits for /queue/m.q (destination store limit reached", since=mark)
+    alice_is_served(broker)
+    assert listener.receipts.empty()
+
+    reader, inbox = as_mallory(broker)
+    subscribe_with_receipt(reader, inbox, "/queue/m.q", "s")
+    assert listener.receipts.get(timeout=30) == "after-restart"  # room again: it went in
+    got = [int(inbox.next(timeout=30).headers["n"]) for _ in range(FIT + 1)]
+    assert got == list(range(FIT + 1))  # the cap lost and reordered nothing
+    reader.disconnect()
+    conn.disconnect()
+
+
+def test_fail_if_no_space_refuses_her_send_with_an_error_naming_the_cap(
+        broker_factory: Any) -> None:
+    """With ``fail_if_no_space``, mallory's SEND past the cap gets an ERROR that says which
+    limit and how much (the connection stays); alice is served; a restart changes nothing."""
+    broker = broker_factory(config_text=CONFIG)
+    conn, listener = as_mallory(broker)
+    fill(conn, listener, "/queue/m.strict.q")
+    for attempt in ("over", "after-restart"):
+        if attempt == "after-restart":
+            assert broker.stop() == 0
+            broker.restart()
+            conn, listener = as_mallory(broker)
+        conn.send("/queue/m.strict.q", BODY, receipt=attempt, headers={"persistent": "true"})
+        error = listener.errors.get(timeout=30)
+        assert error.headers["receipt-id"] == attempt
+        assert error.headers["message"] == (
+            "/queue/m.strict.q cannot take the message: destination store limit reached "
+            "(65536 bytes of ready messages, store_limit 65536 of its policy)")
+        alice_is_served(broker)
+        send_with_receipt(conn, listener, "/queue/m.other", b"x", f"{attempt}-elsewhere",
+                          persistent="true")  # same connection, a destination with room
+    conn.disconnect()
