@@ -17,6 +17,9 @@ cursor_window = 20
 queue = "tight.>"
 cursor = "vm"
 memory_limit = "8 KiB"
+[[policy]]
+queue = "capped.>"
+store_limit = "4 KiB"
 """
 
 
@@ -69,3 +72,18 @@ def test_a_held_producer_is_counted_until_released(broker_factory) -> None:
     assert api.get("/api/overview")["flow"]["producers_waiting"] == 0
     producer.close()
     consumer.close()
+
+
+def test_a_destination_shows_its_ready_bytes_against_its_store_limit(broker_factory) -> None:
+    """Which destination is at its own store_limit, and by how much: its detail in the API."""
+    broker = broker_factory(config_text=CONFIG)
+    conn = RawStomp(broker.host, broker.port)
+    conn.connect()
+    for i in range(4):
+        send(conn, "/queue/capped.q", str(i).ljust(1024, "c"), persistent="true")
+    api = ConsoleClient(broker.console_url)
+    detail = api.get("/api/destinations/queue/capped.q")
+    assert (detail["ready_bytes"], detail["store_limit"]) == (4096, 4096)
+    send(conn, "/queue/other.q", "o", persistent="true")
+    assert api.get("/api/destinations/queue/other.q")["store_limit"] == 0  # none: 0
+    conn.close()
