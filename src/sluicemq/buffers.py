@@ -87,6 +87,13 @@ _storage.restype = ctypes.c_void_p
 _storage.argtypes = (ctypes.py_object,)
 
 
+def storage_address(data: bytes) -> int:
+    """The address of ``data``'s bytes, for C code that copies from them (the bytes must stay
+    alive, and unchanged, while it does)."""
+    address: int = _storage(data)
+    return address
+
+
 def fresh_bytes(size: int) -> tuple[bytes, memoryview]:
     """A new bytes object of ``size`` bytes, not yet filled, and a writable view of its storage.
 

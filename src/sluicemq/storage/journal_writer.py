@@ -2,8 +2,9 @@
 
 ``Journal`` (``journal.py``) is the loop thread's side: append, retain/release, reclaim. This
 is the other thread's side, a mixin of the same object: it takes the whole pending batch,
-writes it with one ``pwritev`` per contiguous run, fdatasyncs each touched segment once and
-reports the batch's highest seq; a failed batch is cut back from the files and reported with
+writes it with one ``pwritev`` per contiguous run (large records with O_DIRECT, several in
+flight: ``direct.py``), fdatasyncs each touched segment once and reports the batch's highest
+seq; a failed batch is cut back from the files and reported with
 everything queued after it. It shares the journal's state under ``_lock`` (declared below).
 """
 
@@ -22,6 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sluicemq.storage.direct import DirectWrites
 from sluicemq.storage.recycle import SegmentPool
 from sluicemq.storage.segment import (
     HEADER_SIZE,
@@ -55,6 +57,7 @@ class JournalStats:
 
     records: int = 0  # records made durable
     bytes: int = 0  # bytes written, headers included
+    direct_bytes: int = 0  # of them written with O_DIRECT (``direct.py``)
     fsyncs: int = 0
     batches: int = 0
     last_batch: int = 0
@@ -169,6 +172,7 @@ class JournalWriter:
     _helper: ThreadPoolExecutor | None
     _on_durable: Callable[[int], None]
     _on_failed: Callable[[int, int, BaseException], None]
+    _direct: DirectWrites | None = None  # made on the first batch (``_write``)
 
     def segment_path(self, segment: int) -> Path:
         raise NotImplementedError
@@ -188,6 +192,8 @@ class JournalWriter:
             if doomed or self._undeleted:
                 self._delete(doomed)
             if closing and not batch and not doomed:
+                if self._direct is not None:
+                    self._direct.close()
                 return
             # Not held while the writer waits: the last batch's payloads (a stream's last
             # chunks, MiBs) would stay alive, and a record at the top of glibc's heap kept a
@@ -234,13 +240,26 @@ class JournalWriter:
                 self._drop_cached(*span)
 
     def _write(self, batch: list[Entry]) -> tuple[list[int], int, list[Span]]:
-        """Write the batch as one pwritev per contiguous run - up to and including each large
-        record, whose writeback starts at once (``start_writeback``); returns (fds touched,
-        bytes, the (segment, fd, start, end) spans of its large records, for ``drop_cached``)."""
+        """Write the batch as one pwritev per contiguous run of small records; each large
+        record goes out on its own as soon as it is reached: with O_DIRECT (``direct.py``),
+        else buffered with its writeback started at once (``start_writeback``). Returns (fds
+        touched, bytes, the (segment, fd, start, end) spans of large records written
+        buffered, for ``drop_cached``) once every write is complete."""
         touched: list[int] = []
         large: list[Span] = []
+        direct = self._direct
+        if direct is None:
+            direct = self._direct = DirectWrites()
+        try:
+            total = self._write_runs(batch, direct, touched, large)
+        finally:
+            direct.wait()  # every direct write complete before the fdatasync or a rewind
+        return touched, total, large
+
+    def _write_runs(self, batch: list[Entry], direct: DirectWrites, touched: list[int],
+                    large: list[Span]) -> int:
         total = 0
-        buffers: list[bytes | memoryview] = []
+        buffers: list[bytes] = []
         fd = -1
         run_start = run_end = -1
         run_seg = flags = 0
@@ -248,7 +267,7 @@ class JournalWriter:
             loc = entry.loc
             if loc.segment != run_seg or loc.offset != run_end:
                 if buffers:
-                    total += write_all(fd, buffers, run_start)
+                    total += self._buffered(fd, buffers, run_start)
                     buffers = []
                 if loc.segment != run_seg:
                     fd = self._writer_fd(loc.segment)
@@ -256,27 +275,42 @@ class JournalWriter:
                     run_seg = loc.segment
                     flags = REUSED if self.pool.reused(run_seg) else 0
                 run_start = run_end = loc.offset
-            if loc.length >= LARGE_RECORD:
-                end = run_end + HEADER_SIZE + loc.length
-                if large and large[-1][0] == run_seg and large[-1][3] == run_end:
-                    large[-1] = (run_seg, fd, large[-1][2], end)
-                else:
-                    large.append((run_seg, fd, run_end, end))
             tail = entry.tail
-            buffers.append(encode_header(entry.rtype, entry.payload, loc.segment, loc.offset,
-                                         tail, flags))
+            head = encode_header(entry.rtype, entry.payload, loc.segment, loc.offset, tail, flags)
+            end = run_end + HEADER_SIZE + loc.length
+            if loc.length >= LARGE_RECORD and self.sync:  # on its way to disk now
+                if buffers:
+                    total += self._buffered(fd, buffers, run_start)
+                    buffers = []
+                if direct.write(run_seg, fd, run_end, (head, entry.payload, tail)):
+                    total += end - run_end
+                    self.stats.direct_bytes += end - run_end
+                else:
+                    total += self._buffered(fd, [head, entry.payload, tail], run_end)
+                    start_writeback(fd, run_end, end)
+                    if large and large[-1][0] == run_seg and large[-1][3] == run_end:
+                        large[-1] = (run_seg, fd, large[-1][2], end)
+                    else:
+                        large.append((run_seg, fd, run_end, end))
+                run_start = run_end = end
+                continue
+            buffers.append(head)
             buffers.append(entry.payload)
             if tail:
                 buffers.append(tail)
-            run_end += HEADER_SIZE + loc.length
-            if loc.length >= LARGE_RECORD and self.sync:  # written now, on its way to disk
-                total += write_all(fd, buffers, run_start)
-                buffers = []
-                start_writeback(fd, run_start, run_end)
-                run_start = run_end
+            run_end = end
         if buffers:
-            total += write_all(fd, buffers, run_start)
-        return touched, total, large
+            total += self._buffered(fd, buffers, run_start)
+        return total
+
+    def _buffered(self, fd: int, buffers: list[bytes], offset: int) -> int:
+        """write_all through the page cache, once the direct writes before it are complete
+        (the block the last one ended in is written first: this run may start in it)."""
+        direct = self._direct
+        if direct is not None:
+            direct.wait()
+            direct.forget()
+        return write_all(fd, buffers, offset)
 
     def _drop_cached(self, segment: int, fd: int, start: int, end: int) -> None:
         """Drop the cache of a durable span of large records, from where this segment's large
@@ -291,6 +325,8 @@ class JournalWriter:
     def _fail(self, batch: list[Entry], exc: BaseException) -> None:
         """Forget the batch and everything queued after it, rewind, cut the files back."""
         first = batch[0].loc
+        if self._direct is not None:
+            self._direct.forget()  # the files are cut back to the batch's start
         with self._lock:
             failed = batch + self._pending
             self._pending = []
@@ -389,6 +425,8 @@ class JournalWriter:
                 fd = self._fds.pop(seg, None)
             if fd is not None:
                 os.close(fd)
+                if self._direct is not None:
+                    self._direct.close_segment(seg)
             try:
                 path = self.segment_path(seg)
                 if not self.pool.offer(seg, path):
