@@ -48,6 +48,7 @@ SLOTS = 3
 """Slots, hence writes in flight at most: one being filled while two are written."""
 
 _ZEROS = bytes(ALIGN)
+_O_DIRECT: int = getattr(os, "O_DIRECT", 0)  # (Linux; elsewhere the journal writes buffered)
 
 
 class DirectWrites:
@@ -236,8 +237,10 @@ class DirectWrites:
     def _direct_fd(self, segment: int, fd: int) -> int:
         if self._fd[0] != segment:
             self.close_segment(self._fd[0])
+            if not _O_DIRECT:
+                raise OSError(errno.EINVAL, "O_DIRECT is not available here")
             # the file the buffered fd has open, whatever its name is by now
-            self._fd = (segment, os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_DIRECT), fd)
+            self._fd = (segment, os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | _O_DIRECT), fd)
         return self._fd[1]
 
     def _refused(self, exc: OSError) -> None:
