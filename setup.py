@@ -6,8 +6,14 @@ the modules in ``ACCELERATED`` are compiled with mypyc and their ``.py`` files s
 as documentation; Python imports the compiled module first. Why these: the broker is CPU-bound
 in Python at full speed, and parsing and encoding frames (with the MESSAGE head) is the largest
 share of a message's cost that lives in a few small, fully typed leaf modules (README,
-Benchmarks #15). A module joins only if the whole suite passes over it: compiled, a class
-checks its attributes' declared types at run time and cannot be subclassed by Python code.
+Benchmarks #15); the message object, its queue and consumer, the queue's cursor
+(``PendingList``) and the dispatch pass are on every message too, and compiled together they
+reach each other's attributes natively (cursor and dispatch alone saved nothing). A module
+joins only if the whole suite passes over it: compiled, a class checks its attributes'
+declared types at run time and cannot be subclassed by Python code (so
+``sessions/context.py``, whose ``SessionContext`` ``Session`` extends, stays interpreted, and
+so does ``paging/flow.py``, whose ``Pacing`` and ``TooLarge`` subclass ``str``), and a
+default value is evaluated even in a Protocol's stub (``...`` is not a ``str``).
 ``make accel`` builds them in place for development and ``make test-accel`` runs the suite.
 """
 
@@ -23,6 +29,10 @@ ACCELERATED = (
     "src/sluicemq/protocol/frames.py",
     "src/sluicemq/protocol/headers.py",
     "src/sluicemq/core/sessions/heads.py",
+    "src/sluicemq/core/paging/cursor.py",
+    "src/sluicemq/core/routing/dispatch.py",
+    "src/sluicemq/core/routing/message.py",
+    "src/sluicemq/core/routing/queue.py",
 )
 
 if __name__ == "__main__":
