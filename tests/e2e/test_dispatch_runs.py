@@ -35,15 +35,16 @@ SMALL_SHARE = '[limits]\noutput_buffer_bytes = "32 KiB"\n'
 
 
 def _body(n: int) -> bytes:
-    """Mostly small bodies (a run carries them), every 13th from 4 KiB (the single path)."""
-    size = 5000 + n % 7 if n % 13 == 0 else 600 + n * 31 % 900
+    """Mostly small bodies (a run carries them), every 41st from 4 KiB (the single path)."""
+    size = 5000 + n % 7 if n % 41 == 0 else 600 + n * 31 % 900
     return str(n).encode().rjust(8, b".") * (size // 8)
 
 
 def _headers(n: int) -> dict[str, str]:
-    """Every 29th message is of a group (``_each`` places it, the run stops before it)."""
+    """Every 97th message is of a group (``_each`` places it, the run stops before it): the
+    runs between are longer than the room (``SMALL_SHARE``)."""
     h = {"n": str(n), "note": "a:b\\c"}
-    if n % 29 == 0:
+    if n % 97 == 0:
         h["JMSXGroupID"] = f"g{n % 3}"
     return h
 
