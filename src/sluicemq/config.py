@@ -361,16 +361,23 @@ def _from_toml(data: dict[str, Any]) -> BrokerConfig:
     return BrokerConfig(**kwargs)
 
 
+def percent(value: Any) -> float | None:
+    """The percentage a size setting written as a share ("25%") gives; None for a size.
+    Raises ValueError when the number before the "%" is not one."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        return float(value.strip()[:-1])
+    return None
+
+
 def _check_share(value: Any, what: str) -> None:
     """A share such as "25%" must be a percentage of 0-100: past 100 the cap would never hold
     before the broker-wide one, and a typo would silently mean no cap."""
-    if isinstance(value, str) and value.strip().endswith("%"):
-        try:
-            share = float(value.strip()[:-1])
-        except ValueError:
-            share = -1.0
-        if not 0 < share <= 100:
-            raise ValueError(f"{what} = {value!r}: a share must be between 0 and 100%")
+    try:
+        share = percent(value)
+    except ValueError:
+        share = -1.0
+    if share is not None and not 0 < share <= 100:
+        raise ValueError(f"{what} = {value!r}: a share must be between 0 and 100%")
 
 
 def _security(raw: dict[str, Any]) -> SecuritySettings:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from sluicemq.config import Limits, Policy
+from sluicemq.config import Limits, Policy, percent
 from sluicemq.core.paging.trim import HeapTrimmer
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -261,9 +261,8 @@ class FlowControl:
         return entry
 
     def _store_share(self, value: int | str) -> int:
-        if isinstance(value, str) and value.strip().endswith("%"):
-            return int(self.limits.store * float(value.strip()[:-1]) / 100)
-        return parse_size(value)
+        share = percent(value)
+        return parse_size(value) if share is None else int(self.limits.store * share / 100)
 
     def too_large(self, policy: Policy, size: int) -> str | None:
         limit = self.sizes_of(policy)[1]
