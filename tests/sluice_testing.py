@@ -23,7 +23,7 @@ from typing import Any
 LISTEN_RE = re.compile(r"listening on stomp://([\d.]+):(\d+)")
 CONSOLE_RE = re.compile(r"sluice: console on (http://[\d.]+:(\d+))")
 WS_RE = re.compile(r"sluice: websocket on (ws://[\d.]+:(\d+))")
-MOUNT_TIMEOUT = 15.0  # seconds for mount/umount in tmpfs()
+MOUNT_TIMEOUT = 15.0  # seconds for mount/umount in mounted()
 # `python -c SHIFTED_CLOCK OFFSET broker ...`: the broker with its wall clock moved OFFSET
 # seconds (time.time replaced before sluicemq is imported, so the broker's injected clock -
 # a default argument - is the moved one). Specs of wall-clock schedules (cron) use it to put
@@ -459,17 +459,27 @@ def tmpfs(mountpoint: Path, size: str) -> Iterator[Path]:
 
     Needs root; where it cannot be mounted the calling test is skipped, saying why.
     """
+    with mounted(mountpoint, "tmpfs", f"size={size}") as path:
+        yield path
+
+
+@contextlib.contextmanager
+def mounted(mountpoint: Path, fstype: str, options: str = "") -> Iterator[Path]:
+    """A fresh in-memory filesystem (``tmpfs``, ``ramfs``) at `mountpoint`, unmounted after.
+
+    Needs root; where it cannot be mounted the calling test is skipped, saying why.
+    """
     import pytest
 
     mountpoint.mkdir(parents=True, exist_ok=True)
+    command = ["mount", "-t", fstype, *(["-o", options] if options else []), fstype,
+               str(mountpoint)]
     try:  # `mount` can hang (no privileges, a stuck mount helper): never wait for long
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
-                               str(mountpoint)], capture_output=True, check=False,
-                              timeout=MOUNT_TIMEOUT)
+        done = subprocess.run(command, capture_output=True, check=False, timeout=MOUNT_TIMEOUT)
     except subprocess.TimeoutExpired:
-        pytest.skip(f"cannot mount a tmpfs: mount did not finish in {MOUNT_TIMEOUT} s")
+        pytest.skip(f"cannot mount a {fstype}: mount did not finish in {MOUNT_TIMEOUT} s")
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {done.stderr.decode().strip()}")
+        pytest.skip(f"cannot mount a {fstype}: {done.stderr.decode().strip()}")
     try:
         yield mountpoint
     finally:

@@ -15,6 +15,7 @@ EXPECTED_FAMILIES = {
     "sluice_destination_dequeued", "sluice_destination_redelivered",
     "sluice_destination_dead_lettered", "sluice_messages_received", "sluice_messages_delivered",
     "sluice_connections", "sluice_journal_disk_bytes", "sluice_journal_written_bytes",
+    "sluice_journal_direct_bytes",
     "sluice_journal_records", "sluice_journal_fsyncs", "sluice_journal_batches",
     "sluice_journal_batch_records", "sluice_journal_fsync_seconds", "sluice_memory_rss_bytes",
     "sluice_streams", "sluice_streams_in_progress", "process_resident_memory_bytes",

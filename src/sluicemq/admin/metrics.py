@@ -160,6 +160,9 @@ class BrokerCollector(Collector):
                                   value=journal.pool.taken)
         yield CounterMetricFamily("sluice_journal_written_bytes", "Bytes appended to the journal",
                                   value=js.bytes)
+        yield CounterMetricFamily("sluice_journal_direct_bytes",
+                                  "Bytes of large records written with O_DIRECT (0 where the "
+                                  "filesystem refuses it)", value=js.direct_bytes)
         yield CounterMetricFamily("sluice_journal_records", "Records made durable",
                                   value=js.records)
         yield CounterMetricFamily("sluice_journal_fsyncs", "fdatasync calls", value=js.fsyncs)

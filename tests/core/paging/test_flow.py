@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from sluice_testing import mounted
 from sluicemq.config import BrokerConfig, Limits, Policy
 from sluicemq.core.paging.flow import (
     MAX_POLICY_SIZES,
@@ -17,6 +18,7 @@ from sluicemq.core.paging.flow import (
     ResolvedLimits,
     TooLarge,
     parse_size,
+    physical_memory,
     resolve_limits,
 )
 
@@ -39,6 +41,16 @@ def test_unset_limits_are_derived_from_the_machine(tmp_path: Path) -> None:
     given = resolve_limits(Limits(memory_limit="64 MiB", store_limit=10**9, temp_limit="1GiB",
                                   max_message_bytes="1 MiB"), tmp_path)
     assert given == ResolvedLimits(64 * MiB, 10**9, GiB, MiB)
+
+
+def test_a_filesystem_without_a_size_bounds_the_store_by_half_the_ram(tmp_path: Path) -> None:
+    """ramfs reports 0 bytes, total and free: the defaults must not become 0 (every
+    persistent SEND would wait for room forever) - its files take RAM, so half of it counts
+    as the free disk."""
+    with mounted(tmp_path / "ramfs", "ramfs") as mnt:
+        r = resolve_limits(Limits(), mnt / "data")
+    half = physical_memory() // 2
+    assert (r.store, r.temp) == (int(half * 0.9), min(100 * GiB, half // 2))
 
 
 def test_limits_and_policies_come_from_toml(tmp_path: Path) -> None:

@@ -12,12 +12,15 @@ an ERROR. Other destinations, and the waiting producer's consumers elsewhere, ar
 Defaults, when a limit is 0 in the config, come from the machine (``resolve_limits``):
 memory: 1/8 of physical RAM, between 64 MiB and 2 GiB; store: 90 % of the space the journal
 could use (free disk plus what it holds), at most 1 TiB; temp: half the free disk, at most
-100 GiB; max message size: the frame limit.
+100 GiB; max message size: the frame limit. A filesystem that reports no size at all (ramfs:
+its files take RAM until there is none) would make both 0 - every persistent SEND waiting for
+room forever - so there "free disk" is half the physical memory, and the start says so.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
 import shutil
@@ -28,6 +31,8 @@ from typing import Protocol
 
 from sluicemq.config import Limits, Policy, percent
 from sluicemq.core.paging.trim import HeapTrimmer
+
+log = logging.getLogger("sluicemq.flow")
 
 MiB, GiB = 1 << 20, 1 << 30
 MAX_POLICY_SIZES = 1024  # resolved policies kept (FlowControl.sizes_of)
@@ -95,7 +100,14 @@ def _free_disk(path: Path) -> int:
     probe = Path(path)
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
-    return shutil.disk_usage(probe).free
+    usage = shutil.disk_usage(probe)
+    if usage.total == 0:  # ramfs: no size, nothing free by its count, and RAM behind it
+        free = physical_memory() // 2
+        log.warning("flow: the filesystem of %s reports no size (ramfs?); default store and "
+                    "temp limits are reckoned from half the RAM (%d MiB): set [limits] "
+                    "store_limit and temp_limit", probe, free // MiB)
+        return free
+    return usage.free
 
 
 class Buffered(Protocol):
