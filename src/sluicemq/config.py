@@ -187,10 +187,10 @@ class JournalSettings:
     segment_bytes: int = 64 << 20
     preallocate: bool = True  # zero-fill segments ahead so fdatasync has no metadata to flush
     # Reclaimed segment files kept (renamed) for reuse, at most: appending into blocks written
-    # before syncs fastest (storage/recycle.py); 0 (the default): reclaimed segments are
-    # deleted. Off by default because a reused segment is read as a chain (recovery.py): a
-    # damaged record there ends its segment, where elsewhere only the damaged record is lost.
-    recycle_bytes: int = 0
+    # before syncs fastest (storage/recycle.py); 0: reclaimed segments are deleted. On by
+    # default again since keyed checksums (storage/headerkey.py) let recovery resynchronise
+    # past damage in reused files: a damaged record costs only itself there too.
+    recycle_bytes: int = 1 << 30
     # Spares live within [limits] store_limit together with the live segments, and are given
     # back (deleted) while the journal's filesystem has less than this free; 0: 5 % of its size.
     recycle_min_free: int = 0

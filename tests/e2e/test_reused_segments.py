@@ -4,9 +4,10 @@ the log, not even once the file it lay in is reused as a later segment.
 A record's header checksum is seeded with its segment number and offset, and a spare file
 always becomes a number above every one it had, so the records of its earlier life never check
 out again (storage/recycle.py). But a message body is bytes its sender chose: a sender who
-knows the (open) record layout can write into a body a record that checks out at the number and
-offset its bytes will have once the file is reused. The restart's scan must not take it: after
-a reused segment's last record comes the file's earlier contents, whatever they look like.
+knows the (open) record layout can write into a body a record for the number and offset its
+bytes will have once the file is reused. The checksums are keyed with the journal's secret
+(storage/headerkey.py), which no user sees, so her record checks out under no seeds she can
+know: the restart's scan resynchronises over it, after a clean stop or a crash alike.
 
 ``mallory`` may write only ``/queue/m.>`` and ``alice`` only ``/queue/a.>``. The spec reads the
 journal's files to place mallory's record where the spec's own probe says her body will lie
@@ -27,6 +28,7 @@ from stomp_helpers import connect, send_with_receipt
 from sluice_testing import eventually, held
 from sluicemq import ClientError
 from sluicemq.storage import records
+from sluicemq.storage.headerkey import open_key
 from sluicemq.storage.recycle import spare_name
 from sluicemq.storage.segment import (
     HEADER_SIZE,
@@ -51,11 +53,19 @@ REUSED_AS = 4  # the number segment 1's file gets: the writer entering segment 2
 # (no spare yet), entering 3 it makes 4 from the first spare
 
 
+def seeds_of(journal: Path, segment: int) -> tuple[int, int]:
+    """The segment's checksum seeds, from the journal's key file: the spec reads it to find
+    the records, mallory never can."""
+    key = open_key(journal)
+    assert key is not None and key.keyed(segment)
+    return key.seeds(segment)
+
+
 def record_of(journal: Path, segment: int, marker: bytes) -> tuple[int, int, int]:
     """(offset, body offset, end) of the record in ``segment`` whose body starts with
     ``marker``."""
     buf = (journal / segment_name(segment)).read_bytes()
-    for offset, _rtype, payload in scan(buf, segment, []):
+    for offset, _rtype, payload in scan(buf, segment, [], seeds=seeds_of(journal, segment)):
         at = payload.find(marker)
         if at >= 0:
             return offset, offset + HEADER_SIZE + at, offset + HEADER_SIZE + len(payload)
@@ -64,30 +74,37 @@ def record_of(journal: Path, segment: int, marker: bytes) -> tuple[int, int, int
 
 def first_record_written(journal: Path, segment: int) -> bool:
     path = journal / segment_name(segment)
-    return path.exists() and not isinstance(check_record(path.read_bytes(), segment, 0), str)
+    return path.exists() and not isinstance(
+        check_record(path.read_bytes(), segment, 0, seeds=seeds_of(journal, segment)), str)
 
 
 def forged_record(position: int) -> bytes:
-    """A MSG record for alice's queue that checks out at ``position`` of segment REUSED_AS (its
-    message id above any the broker gives: replay keeps it as a message of its own)."""
+    """A MSG record for alice's queue laid out for ``position`` of segment REUSED_AS (its
+    message id above any the broker gives: replay would keep it as a message of its own), with
+    the checksums of a journal without a key: the best mallory, who never sees the journal's
+    key, can compute (any other guess is as good, right once in 2^64)."""
     payload = records.encode_message("q:a.inbox", 1 << 60, int(time.time() * 1000), 0, 4,
                                      {}, b"forged by mallory")
-    return encode_header(records.MSG, payload, REUSED_AS, position, flags=REUSED) + payload
+    return encode_header(records.MSG, payload, REUSED_AS, position, flags=REUSED,
+                         seeds=(0, 0)) + payload
 
 
 def log_end(journal: Path, segment: int, before: int) -> int:
     """Where the segment's records end, counting only records that start before ``before``."""
     buf = (journal / segment_name(segment)).read_bytes()
-    return max(off + HEADER_SIZE + len(payload) for off, _rtype, payload in scan(buf, segment, [])
-               if off < before)
+    found = scan(buf, segment, [], seeds=seeds_of(journal, segment))
+    return max(off + HEADER_SIZE + len(payload) for off, _rtype, payload in found if off < before)
 
 
-@pytest.mark.parametrize("where", ["beyond the log's end", "at the log's end"])
+@pytest.mark.parametrize(("where", "stop"), [("beyond the log's end", "stop"),
+                                             ("at the log's end", "stop"),
+                                             ("at the log's end", "crash")])
 def test_a_body_written_as_a_record_for_the_reused_file_never_becomes_one(
-        broker_factory: Any, where: str) -> None:
+        broker_factory: Any, where: str, stop: str) -> None:
     """Mallory's record lies in the reused file beyond where segment 4's records end, or right
-    where they end (she sized her last message so): after a clean stop and a start, alice's
-    queue holds what alice sent, nothing else."""
+    where they end (she sized her last message so: the exact next number and offset): after a
+    clean stop, or a kill -9 that leaves it in place, and a start, alice's queue holds what
+    alice sent, nothing else."""
     broker = broker_factory(config_text=CONFIG)
     journal = broker.data_dir / "journal"
     with ACCOUNTS.login(broker, "mallory") as mallory, pytest.raises(ClientError):
@@ -127,7 +144,12 @@ def test_a_body_written_as_a_record_for_the_reused_file_never_becomes_one(
         assert log_end(journal, REUSED_AS, position) == position, "the probe's layout held"
     conn.disconnect()
 
-    broker.stop()
+    if stop == "crash":
+        broker.kill()
+        data = (journal / segment_name(REUSED_AS)).read_bytes()
+        assert data[position:position + len(forged)] == forged, "no seal: it lies at the end"
+    else:
+        broker.stop()
     broker.restart()
     with ACCOUNTS.login(broker, "alice") as alice:
         assert held(alice, "/queue/a.inbox") == [b"mine"]

@@ -9,9 +9,15 @@ import struct
 from pathlib import Path
 
 from sluicemq.storage.checksum import crc32
+from sluicemq.storage.headerkey import KEY_NAME
 from sluicemq.storage.journal import Journal, Location
 from sluicemq.storage.recycle import spare_name
-from sluicemq.storage.segment import HEADER_SIZE, REUSED, encode_header, segment_name
+from sluicemq.storage.segment import (
+    HEADER_SIZE,
+    REUSED,
+    encode_header,
+    segment_name,
+)
 
 SEG = 64 << 10
 
@@ -145,15 +151,15 @@ def test_a_torn_record_in_a_reused_file_is_the_torn_tail_and_only_it_is_zeroed(
 
 def test_a_payload_written_as_a_record_of_the_files_later_number_is_never_read(
         open_journal) -> None:
-    """A payload's bytes are its sender's: one may hold a record that checks out at the number
-    and offset its file gets when reused. A reused segment is read as a chain from its start,
-    so it is not read, wherever it lies after the segment's last record; and a close zeroes
-    the header-sized bytes after that record, so it is not read there either."""
+    """A payload's bytes are its sender's: one may lay out a record for the number and offset
+    its file gets when reused. Its checksums are keyed with the journal's secret (headerkey.py),
+    which the sender never sees, so her best guess - the seeds of a journal without a key - does
+    not check out there: the scan resynchronises over it and goes on."""
     opened = open_journal(segment_bytes=SEG, recycle_bytes=16 * SEG, preallocate=False)
     # 21 records of 3,000 bytes a segment: 150 fill segments 1-8, so segment 1's file is the
     # oldest spare once they are consumed, and becomes segment 9.
     forged = b"forged"
-    later = encode_header(1, forged, 9, HEADER_SIZE + 200, flags=REUSED) + forged
+    later = encode_header(1, forged, 9, HEADER_SIZE + 200, flags=REUSED, seeds=(0, 0)) + forged
     first = (b"x" * 200 + later).ljust(3000, b"y")
     ticket = opened.journal.append(1, first, holds=1)
     old = [(first, ticket.loc), *fill(opened, [3000] * 149, seed=1)]
@@ -167,15 +173,15 @@ def test_a_payload_written_as_a_record_of_the_files_later_number_is_never_read(
     opened.journal.close()
     data = (opened.directory / segment_name(9)).read_bytes()
     assert data[HEADER_SIZE + 200:HEADER_SIZE + 200 + len(later)] == later  # there it lies
-    payloads, _ = recover_closed(opened.directory)
+    payloads, journal = recover_closed(opened.directory)
     assert payloads == expected + [p for p, _ in new]
+    assert journal.report is not None and journal.report.dropped == []
 
 
-def test_damage_in_a_reused_file_ends_its_segment(open_journal) -> None:
-    """The price of reading a reused segment as a chain: past a record damaged after it was
-    written (bit rot), the segment's file is taken for its earlier contents, so the records
-    after it in that segment are lost with it (in a new file they are kept:
-    test_journal_recovery)."""
+def test_damage_in_a_reused_file_costs_only_the_damaged_record(open_journal) -> None:
+    """A record damaged after it was written (bit rot) in a reused file is lost and reported;
+    the scan resynchronises past it, so the records after it in that segment are kept, as in
+    a new file (test_journal_recovery): keyed checksums leave no chosen bytes to land on."""
     opened = open_journal(segment_bytes=SEG, recycle_bytes=16 * SEG, preallocate=False)
     old = fill(opened, [2000] * 100, seed=1)
     before = left(old, consume(opened, old))
@@ -186,9 +192,32 @@ def test_damage_in_a_reused_file_ends_its_segment(open_journal) -> None:
     with open(opened.directory / segment_name(hit.segment), "r+b") as fh:
         os.pwrite(fh.fileno(), b"\xff" * 8, hit.offset + HEADER_SIZE + 10)
     payloads, journal = recover_closed(opened.directory)
-    assert payloads == before + [p for p, _ in new[:-10]]
+    assert payloads == before + [p for p, _ in new[:-10] + new[-9:]]
     assert journal.report is not None
-    assert [(s, o) for s, o, _, _ in journal.report.dropped] == [(hit.segment, hit.offset)]
+    assert [(s, o, n) for s, o, n, _ in journal.report.dropped] == [
+        (hit.segment, hit.offset, HEADER_SIZE + hit.length)]
+
+
+def test_damage_in_a_reused_file_of_a_journal_without_a_key_still_ends_its_segment(
+        tmp_path: Path) -> None:
+    """A segment written into a reused file before keys existed (session 17's format: REUSED,
+    seeds (0, 0)) is read as then: as a chain, since a body in it could hold a record of its
+    number and offset; past a damaged record its file is taken for its earlier contents."""
+    directory = tmp_path / "journal"
+    directory.mkdir()
+    payloads = [b"%03d" % i + bytes(1500) for i in range(30)]
+    data, offsets = b"", []
+    for payload in payloads:
+        offsets.append(len(data))
+        data += encode_header(1, payload, 5, len(data), flags=REUSED, seeds=(0, 0)) + payload
+    later = encode_header(1, b"old", 3, 0, seeds=(0, 0)) + b"old"  # the file's earlier life
+    data = data + later * ((SEG - len(data)) // len(later))
+    damaged = bytearray(data)
+    damaged[offsets[20] + HEADER_SIZE + 7] ^= 0xFF
+    (directory / segment_name(5)).write_bytes(bytes(damaged).ljust(SEG, b"\0"))
+    got, journal = recover_closed(directory)
+    assert got == payloads[:20]
+    assert journal.header_key.first == 6 and (directory / KEY_NAME).exists()
 
 
 def test_a_spare_made_ready_before_a_stop_is_the_next_segment_after_it(open_journal) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from sluicemq.storage import slotpack, snapshot
+from sluicemq.storage.headerkey import HeaderKey, open_key
 from sluicemq.storage.journal import Journal
 from sluicemq.storage.records import DurableSub
 from sluicemq.storage.segment import HEADER_SIZE, Location, segment_name
@@ -51,6 +52,13 @@ def position_of(journal: Journal) -> Position:
     assert mark is not None
     seq, last, end = mark
     return Position(last, end, seq)
+
+
+def key_of(directory: Path) -> HeaderKey:
+    """The journal's checksum key, as the broker reads it before a recovery."""
+    key = open_key(directory)
+    assert key is not None
+    return key
 
 
 def payloads_after(directory: Path, position: Position) -> list[bytes]:
@@ -152,7 +160,7 @@ def test_the_last_record_anchors_the_snapshot(tmp_path: Path) -> None:
     position = position_of(journal)
     journal.close()
     assert position.last[0] == 3 and position.seq == 9
-    assert snapshot.check(tmp_path, position) is None
+    assert snapshot.check(tmp_path, position, key_of(tmp_path)) is None
 
 
 def test_an_empty_journal_needs_no_anchor(tmp_path: Path) -> None:
@@ -160,7 +168,7 @@ def test_an_empty_journal_needs_no_anchor(tmp_path: Path) -> None:
     position = position_of(journal)
     journal.close()
     assert position.last == (0, -1) and position.anchor is None
-    assert snapshot.check(tmp_path, position) is None
+    assert snapshot.check(tmp_path, position, key_of(tmp_path)) is None
 
 
 def test_records_appended_later_do_not_make_it_stale(tmp_path: Path) -> None:
@@ -169,7 +177,7 @@ def test_records_appended_later_do_not_make_it_stale(tmp_path: Path) -> None:
     for p in (b"b" * 3000, b"c" * 3000):  # the second one opens a new segment
         journal.append(1, p)
     journal.close()
-    assert snapshot.check(tmp_path, position) is None
+    assert snapshot.check(tmp_path, position, key_of(tmp_path)) is None
     assert payloads_after(tmp_path, position) == [b"b" * 3000, b"c" * 3000]
 
 
@@ -181,17 +189,20 @@ def test_a_missing_or_damaged_anchor_makes_it_unusable(tmp_path: Path) -> None:
     data = bytearray(seg.read_bytes())
     data[locs[-1].offset + HEADER_SIZE + 5] ^= 1
     seg.write_bytes(bytes(data))
-    assert "damaged" in (snapshot.check(tmp_path, position) or "")
+    assert "damaged" in (snapshot.check(tmp_path, position, key_of(tmp_path)) or "")
     seg.unlink()
-    assert snapshot.check(tmp_path, position) == f"segment {locs[-1].segment} is gone"
+    gone = snapshot.check(tmp_path, position, key_of(tmp_path))
+    assert gone == f"segment {locs[-1].segment} is gone"
 
 
 def test_an_anchor_that_names_another_record_is_refused(tmp_path: Path) -> None:
     journal, locs = journal_with(tmp_path, [b"a" * 100, b"b" * 100])
     journal.close()
     first = locs[0]
-    assert "no record" in (snapshot.check(tmp_path, Position((1, first.offset + 1), 0)) or "")
-    assert "ends elsewhere" in (snapshot.check(tmp_path, Position((1, first.offset), 999)) or "")
+    key = key_of(tmp_path)
+    assert "no record" in (snapshot.check(tmp_path, Position((1, first.offset + 1), 0), key) or "")
+    assert "ends elsewhere" in (snapshot.check(tmp_path, Position((1, first.offset), 999), key)
+                                or "")
 
 
 # -- the journal after the anchor -------------------------------------------------------------

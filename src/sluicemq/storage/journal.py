@@ -23,7 +23,9 @@ Threads and invariants:
   except opening a file.
 - A reclaimed segment's file is deleted or kept as a spare, and a spare becomes a segment
   numbered above every one the file was: records are checksummed with their segment number
-  and offset, so what the file held before never checks out again (`recycle.py`). Spares
+  and offset, so what the file held before never checks out again (`recycle.py`), and keyed
+  with the journal's secret (`journal.key`, `headerkey.py`), so neither does a record a
+  sender laid out in a message body. Spares
   and live segments together stay within the pool's bound (the store limit), and spares are
   deleted first while the filesystem is below its free-space floor (`trim_spares`).
 - Locations are assigned at append time, in seq order, so seq order is log order and a loc
@@ -47,6 +49,7 @@ from pathlib import Path
 
 from sluicemq.buffers import BufferPool
 from sluicemq.errors import StorageError
+from sluicemq.storage.headerkey import HeaderKey, create_key, open_key
 from sluicemq.storage.journal_reads import EXTENT_BYTES, EXTENTS_KEPT, JournalReads
 from sluicemq.storage.journal_retention import JournalRetention
 from sluicemq.storage.journal_writer import Entry, JournalStats, JournalWriter, Ticket
@@ -95,6 +98,9 @@ class Journal(JournalReads, JournalRetention, JournalWriter):
         self.pool.live = self.segment_count
         self.report: RecoveryReport | None = None
         self._dir_lock = _lock_directory(self.directory) if dir_lock else -1
+        key = open_key(self.directory)
+        self.header_key = key if key is not None else HeaderKey()
+        self._unkeyed = key is None  # written before keys: keyed after its recovery
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._state = "new"
@@ -151,9 +157,13 @@ class Journal(JournalReads, JournalRetention, JournalWriter):
         if self._state not in ("new", "recovered"):
             raise StorageError("recover() runs before start()")
         self._state = "recovering"
-        recovery = Recovery(self.directory, after)
+        recovery = Recovery(self.directory, self.header_key, after)
         yield from recovery.raw_records()
         self.report = recovery.report
+        if self._unkeyed:  # keyed from the segment after every file it has
+            self._unkeyed = False
+            self.header_key = create_key(self.directory, 1 + max(
+                recovery.active, recovery.spare or 0, *recovery.segments, *recovery.spares))
         self.pool.adopt(recovery.spares, recovery.reused)
         self._seg, self._off = recovery.active, recovery.end
         self._segs = dict.fromkeys(recovery.segments, 0)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from sluicemq.buffers import BufferPool
 from sluicemq.errors import StorageError
+from sluicemq.storage.headerkey import HeaderKey
 from sluicemq.storage.segment import HEADER_SIZE, Location, intact_at, verify_record
 
 EXTENT_BYTES = 16 << 20  # runread.SPAN: one read covers at most this
@@ -29,6 +30,7 @@ class JournalReads:
     _state: str
     _fds: dict[int, int]
     _extents: BufferPool  # read extents, reused once a transport wrote them
+    header_key: HeaderKey
 
     def segment_path(self, segment: int) -> Path:
         raise NotImplementedError
@@ -62,7 +64,7 @@ class JournalReads:
             raise StorageError(f"cannot read {loc}: {exc}") from exc
         finally:
             os.close(fd)
-        found = verify_record(header, payload, loc)
+        found = verify_record(header, payload, loc, seeds=self.header_key.seeds(loc.segment))
         if isinstance(found, str):
             raise StorageError(f"bad record at {loc}: {found}")
         return payload
@@ -76,12 +78,13 @@ class JournalReads:
             if first < 0:
                 out.append(buf)
                 continue
+            seeds = self.header_key.seeds(locs[i][0])  # a span lies in one segment
             for seg, off, size in locs[i:j]:
                 at = off - first
-                if not intact_at(buf, at, seg, off, size):
+                if not intact_at(buf, at, seg, off, size, seeds=seeds):
                     why = verify_record(bytes(buf[at:at + HEADER_SIZE]),
                                         buf[at + HEADER_SIZE:at + HEADER_SIZE + size],
-                                        Location(seg, off, size))
+                                        Location(seg, off, size), seeds=seeds)
                     raise StorageError(f"bad record at {Location(seg, off, size)}: {why}")
                 out.append(buf[at + HEADER_SIZE:at + HEADER_SIZE + size])
         return out

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sluicemq.storage.direct import DirectWrites
+from sluicemq.storage.headerkey import HeaderKey
 from sluicemq.storage.recycle import SegmentPool
 from sluicemq.storage.segment import (
     HEADER_SIZE,
@@ -151,6 +152,7 @@ class JournalWriter:
     sync: bool
     stats: JournalStats
     pool: SegmentPool
+    header_key: HeaderKey
     fence: Callable[[], None] | None
     unwritten_bytes: int
     _lock: threading.Lock
@@ -263,6 +265,7 @@ class JournalWriter:
         fd = -1
         run_start = run_end = -1
         run_seg = flags = 0
+        seeds = (0, 0)
         for entry in batch:
             loc = entry.loc
             if loc.segment != run_seg or loc.offset != run_end:
@@ -274,9 +277,11 @@ class JournalWriter:
                     touched.append(fd)
                     run_seg = loc.segment
                     flags = REUSED if self.pool.reused(run_seg) else 0
+                    seeds = self.header_key.seeds(run_seg)
                 run_start = run_end = loc.offset
             tail = entry.tail
-            head = encode_header(entry.rtype, entry.payload, loc.segment, loc.offset, tail, flags)
+            head = encode_header(entry.rtype, entry.payload, loc.segment, loc.offset, tail, flags,
+                                 seeds=seeds)
             end = run_end + HEADER_SIZE + loc.length
             if loc.length >= LARGE_RECORD and self.sync:  # on its way to disk now
                 if buffers:
@@ -406,7 +411,7 @@ class JournalWriter:
     def _new_segment(self, seg: int, preallocate: bool, zero: bool) -> int:
         """An fd of new segment ``seg``: a spare renamed to it if the pool has one, else a new
         file (zero-filled or allocated to the segment size with ``preallocate``, else empty)."""
-        fd = self.pool.take(seg, self.fence)
+        fd = self.pool.take(seg, self.header_key.seeds(seg), self.fence)
         if fd is not None:
             return fd
         size = self.segment_bytes if preallocate else 0

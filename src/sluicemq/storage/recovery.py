@@ -16,24 +16,20 @@ anchoring record exists every later segment does too.
 
 A segment whose records carry REUSED was written into a reclaimed segment's file
 (``recycle.py``): what follows its last intact record is that file's earlier contents. Its
-earlier records never check out under the new number, but its message bodies are bytes their
-senders chose, and a sender who knows the layout can write one as a record that checks out at
-the number and offset the file gives it later. So such a segment is read as a chain, record
-after record from where the scan starts, never resynchronised past a break: the first thing
-that is not its next record ends it. Its trailing range is counted as stale bytes, not damage,
-and is not zeroed; only the part that headers of this very segment cover (records being written
-when the process stopped, or a sender's record lying there) is a torn tail, reported and zeroed
-as above. A segment file holding only the stamp a spare gets as it becomes a segment
-(``segment.reuse_stamp``: a header of that segment at offset 0, rtype 0) and its earlier
-contents is a spare made ready before the stop: kept as the next segment like a zero-filled
-one. A clean stop zeroes the header-sized bytes after a reused active segment's last record
-(``Journal.close``), so no chosen bytes lie where the chain would go on; after a crash they may,
-and a body whose record starts exactly at the log's end is the one case still read.
+earlier records never check out under the new number, and in a keyed segment (``headerkey.py``:
+every segment of a journal created since session 18) neither does a record a sender laid out in
+a message body, so the scan resynchronises past damage there as in a new file: one bad record
+costs only itself. The trailing range after its last intact record is counted as stale bytes,
+not damage, and is not zeroed; only the part that headers of this very segment cover (records
+being written when the process stopped) is a torn tail, reported and zeroed as above. A segment
+file holding only the stamp a spare gets as it becomes a segment (``segment.reuse_stamp``: a
+header of that segment at offset 0, rtype 0) and its earlier contents is a spare made ready
+before the stop: kept as the next segment like a zero-filled one. A segment's last record whose
+own header was damaged cannot be told from the earlier contents and is counted as stale.
 
-The price: in a reused file, a record damaged after it was written (bit rot) ends its segment -
-the records after it there are lost with it, and a segment's last record whose own header was
-damaged is counted as stale. PostgreSQL's and RocksDB's recycled logs likewise end at the first
-record that is not their own.
+An unkeyed reused segment (a journal written before keys, which only session 17's brokers
+made) is read as before: as a chain, record after record from where the scan starts, never
+resynchronised past a break, since a body there could hold a record of its number and offset.
 """
 
 from __future__ import annotations
@@ -44,6 +40,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sluicemq.storage.recycle import SPARE_SUFFIX, parse_spare_name
 from sluicemq.storage.segment import (
@@ -59,6 +56,9 @@ from sluicemq.storage.segment import (
     segment_name,
     stamped,
 )
+
+if TYPE_CHECKING:
+    from sluicemq.storage.headerkey import HeaderKey
 
 _ZEROS = bytes(1 << 20)
 
@@ -80,11 +80,14 @@ class Recovery:
     say which segment files remain and where appending continues.
 
     ``after``: (segment, offset, end) of a record known intact and durable; only what follows
-    it is scanned (an index snapshot's anchor, checked by the caller).
+    it is scanned (an index snapshot's anchor, checked by the caller). ``key``: the journal's
+    (``headerkey.py``).
     """
 
-    def __init__(self, directory: Path, after: tuple[int, int, int] | None = None) -> None:
+    def __init__(self, directory: Path, key: HeaderKey,
+                 after: tuple[int, int, int] | None = None) -> None:
         self.directory = directory
+        self.key = key
         self.after = after
         self.report = RecoveryReport()
         self.segments: list[int] = []
@@ -143,12 +146,14 @@ class Recovery:
         self.report.bytes_scanned += max(0, size - start)
         if size <= start:
             return
+        seeds = self.key.seeds(number)
         with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             last = known
-            reused = stamped(mm, number) or (known >= 0 and reused_at(mm, known))
+            chain = not self.key.keyed(number) and (
+                stamped(mm, number, seeds=seeds) or (known >= 0 and reused_at(mm, known)))
             breaks = len(dropped)
-            for found in scan(mm, number, dropped, start):
-                if reused and len(dropped) > breaks:  # found past a break: earlier contents
+            for found in scan(mm, number, dropped, start, seeds=seeds):
+                if chain and len(dropped) > breaks:  # unkeyed, past a break: earlier contents
                     pos, _nbytes, reason = dropped[-1]
                     dropped[-1] = (pos, last_nonzero(mm, pos, size) + 1 - pos, reason)
                     break
@@ -161,13 +166,14 @@ class Recovery:
         """Note a reused file and take its earlier contents out of ``dropped``: the range after
         the last intact record (``last``; -1: none, then offset 0 tells), but for what this
         segment's own headers cover."""
-        if not (reused_at(mm, last) if last >= 0 else stamped(mm, number)):
+        seeds = self.key.seeds(number)
+        if not (reused_at(mm, last) if last >= 0 else stamped(mm, number, seeds=seeds)):
             return  # written into a new file: whatever follows is damage
         self.reused.add(number)
         if not dropped or dropped[-1][0] <= last:
             return
         pos, nbytes, reason = dropped[-1]
-        torn = own_headers_end(mm, number, pos, pos + nbytes) - pos
+        torn = own_headers_end(mm, number, pos, pos + nbytes, seeds=seeds) - pos
         if torn:
             dropped[-1] = (pos, torn, reason)
         else:

@@ -15,11 +15,12 @@ records of a file's earlier use never check out under its new number: after the 
 are exactly as dead as a torn tail. Records written into a reused file carry ``REUSED`` in their
 header flags, which tells recovery that non-records after a segment's last record are the file's
 earlier contents, not damage (``recovery.py``). The earlier use's message bodies are another
-matter: their bytes are their senders', who may write one as a record of the number and offset
-the file gets later. So recovery reads a reused segment as a chain from its start and never
-resynchronises past a break, and a clean stop zeroes what follows the active segment's last
-record (``seal``). Left: after a crash, a body written as a record that starts exactly at
-the log's end.
+matter: their bytes are their senders', who may lay one out as a record of the number and
+offset the file gets later. The checksums are keyed with the journal's secret
+(``headerkey.py``), so such a record checks out only if its sender guessed the segment's 64
+secret bits, and recovery resynchronises past damage in a reused file as in a new one. A
+segment of a journal written before keys is still read as a chain (``recovery.py``), and a
+clean stop zeroes what follows the active segment's last record (``seal``) for it.
 
 What keeps them from costing room (``bound``): spares are disk the log itself may need, so they
 live inside the journal's budget and give it back first, as PostgreSQL removes rather than
@@ -46,6 +47,7 @@ from pathlib import Path
 
 from sluicemq.storage.segment import (
     HEADER_SIZE,
+    Seeds,
     fsync_dir,
     parse_segment_name,
     reuse_stamp,
@@ -178,8 +180,10 @@ class SegmentPool:
             self._spares.append((segment, size))
         return True
 
-    def take(self, segment: int, fence: Callable[[], None] | None = None) -> int | None:
-        """Make segment ``segment`` from the oldest spare: stamped (``segment.reuse_stamp``),
+    def take(self, segment: int, seeds: Seeds,
+             fence: Callable[[], None] | None = None) -> int | None:
+        """Make segment ``segment`` (checksum ``seeds``) from the oldest spare: stamped
+        (``segment.reuse_stamp``),
         renamed, the rename made durable, opened O_RDWR; its fd, or None when the pool is empty
         (or a step failed: the file is then given up)."""
         with self._lock:
@@ -193,7 +197,7 @@ class SegmentPool:
         fd = -1
         try:
             fd = os.open(spare, os.O_RDWR)
-            os.pwrite(fd, reuse_stamp(segment), 0)
+            os.pwrite(fd, reuse_stamp(segment, seeds=seeds), 0)
             os.fdatasync(fd)
             os.rename(spare, path)
             fsync_dir(self.directory)  # before any record of it is reported durable

@@ -33,6 +33,7 @@ from sluicemq.storage.segment import HEADER_SIZE, MAGIC, Location, intact_at
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
+    from sluicemq.storage.headerkey import HeaderKey
     from sluicemq.storage.journal import Journal
 
 # The journal's record header (segment.HEADER) and a MSG payload's fixed head
@@ -154,7 +155,7 @@ def _read(journal: Journal, mids: NDArray[np.uint64], segs: NDArray[np.uint32],
         # each record's first 48 bytes as rows (a strided window, rows copied out whole)
         head = sliding_window_view(np.frombuffer(buf, np.uint8), _HEAD.itemsize)[at]
         head = head.reshape(-1).view(_HEAD)
-        _check(buf, head, at, seg[i:j], off[i:j], size[i:j], mids[i:j])
+        _check(buf, head, at, seg[i:j], off[i:j], size[i:j], mids[i:j], journal.header_key)
         h = at + _PAYLOAD_AT + head["klen"]
         b = h + head["hlen"]
         e = at + HEADER_SIZE + size[i:j]
@@ -185,12 +186,14 @@ def _groups(seg: NDArray[np.int64], off: NDArray[np.int64], end: NDArray[np.int6
 
 def _check(buf: memoryview, head: NDArray[np.void], at: NDArray[np.int64],
            seg: NDArray[np.int64], off: NDArray[np.int64], size: NDArray[np.int64],
-           mids: NDArray[np.uint64]) -> None:
+           mids: NDArray[np.uint64], key: HeaderKey) -> None:
     """Raises StorageError unless every record of the group is the intact MSG record the index
     says is there (see the module's docstring for what that takes)."""
     start = at + HEADER_SIZE
-    sums = np.array([crc32(buf[x:y]) for x, y in zip(start.tolist(), (start + size).tolist(),
-                                                     strict=True)], np.uint32)
+    seeds = key.seeds(int(seg[0]))  # a group lies in one segment
+    sums = np.array([crc32(buf[x:y], seeds[1])
+                     for x, y in zip(start.tolist(), (start + size).tolist(), strict=True)],
+                    np.uint32)
     bad = ((head["magic"] != _MAGIC) | (head["rtype"] != records.MSG)
            | (head["length"] != size) | (head["pcrc"] != sums))
     if bool(bad.any()):
@@ -198,7 +201,7 @@ def _check(buf: memoryview, head: NDArray[np.void], at: NDArray[np.int64],
         raise _bad(seg, off, size, mids, k, "not the intact MSG record")
     other = np.flatnonzero(head["mid"] != mids)
     for k in other.tolist():
-        if not intact_at(buf, int(at[k]), int(seg[k]), int(off[k]), int(size[k])):
+        if not intact_at(buf, int(at[k]), int(seg[k]), int(off[k]), int(size[k]), seeds=seeds):
             raise _bad(seg, off, size, mids, k, "not the intact MSG record")
 
 

@@ -8,16 +8,23 @@ Each record is a 16-byte little-endian header followed by the payload:
                           space nor text looks like a header
     2       1     rtype   1..255; 0 is reserved so that a zeroed header is never a record
     3       1     flags   bit 0 REUSED: the segment's file held earlier segments, whose
-                          bytes may follow this segment's last record; other bits 0
+                          bytes may follow this segment's last record; bit 1 KEYED: the
+                          checksums are keyed (below); other bits 0
     4       4     length  payload bytes
-    8       4     pcrc    crc32(payload)
+    8       4     pcrc    crc32(payload), seeded with the segment's payload seed
     12      4     hcrc    crc32(bytes 0..11), seeded with crc32(segment number, offset)
+                          itself seeded with the segment's header seed
+
+A segment's two seeds are (0, 0) in a journal written before keys existed (the format of
+sessions before 18, bit for bit) and secret otherwise: derived from the journal's key
+(``headerkey.py``, which says why a sender who chose a body cannot forge a record with them).
 
 Why two checksums: resynchronising after corruption tests many candidate headers, and the
 header checksum rejects a false candidate in O(1) before its `length` is trusted enough to
 checksum a possibly huge payload. Why the position seed: a byte-exact copy of a valid record
 (a journal file sent as a message body, stale bytes) only validates where it was first written,
-so resynchronisation cannot surface phantom records.
+so resynchronisation cannot surface phantom records; the key keeps a record a sender laid out
+in a body from checking out anywhere.
 
 The position seed is also what makes reusing a reclaimed segment's file safe (``recycle.py``):
 the file gets a number above every one it had, so none of its old records check out under the
@@ -42,6 +49,8 @@ HEADER = struct.Struct("<2sBBIII")
 HEADER_SIZE = HEADER.size
 _HEAD12 = struct.Struct("<2sBBII")
 REUSED = 0x01
+KEYED = 0x02
+Seeds = tuple[int, int]  # (header seed, payload seed) of a segment: headerkey.HeaderKey.seeds
 _POSITION = struct.Struct("<QQ")
 MAX_PAYLOAD = 0xFFFFFFFF
 _IOV_MAX = 1024
@@ -80,37 +89,44 @@ def parse_segment_name(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _seed(segment: int, offset: int) -> int:
-    return crc32(_POSITION.pack(segment, offset))
+def _seed(segment: int, offset: int, key: int) -> int:
+    return crc32(_POSITION.pack(segment, offset), key)
 
 
 def encode_header(rtype: int, payload: bytes, segment: int, offset: int,
-                  tail: bytes = b"", flags: int = 0) -> bytes:
+                  tail: bytes = b"", flags: int = 0, *, seeds: Seeds) -> bytes:
     """The header for `payload` (followed by `tail`: the record's payload is both, written
-    from two buffers) at (segment, offset); checksums the payload."""
-    pcrc = crc32(payload)
+    from two buffers) at (segment, offset) of a segment with ``seeds``; checksums the payload.
+    KEYED is set when the seeds are not (0, 0)."""
+    hseed, pseed = seeds
+    pcrc = crc32(payload, pseed)
     if tail:
         pcrc = crc32(tail, pcrc)
+    if hseed or pseed:
+        flags |= KEYED
     head = _HEAD12.pack(MAGIC, rtype, flags, len(payload) + len(tail), pcrc)
-    return head + crc32(head, _seed(segment, offset)).to_bytes(4, "little")
+    return head + crc32(head, _seed(segment, offset, hseed)).to_bytes(4, "little")
 
 
-def parse_header(head: bytes, segment: int, offset: int) -> tuple[int, int, int] | str:
-    """(rtype, length, pcrc) if `head` is a valid header written at (segment, offset)."""
+def parse_header(head: bytes, segment: int, offset: int, *,
+                 seeds: Seeds) -> tuple[int, int, int] | str:
+    """(rtype, length, pcrc) if `head` is a valid header written at (segment, offset); the
+    payload is intact if ``crc32(payload, seeds[1]) == pcrc``."""
     if len(head) < HEADER_SIZE:
         return "short header"
     magic, rtype, _flags, length, pcrc, hcrc = HEADER.unpack_from(head)
     if magic != MAGIC or rtype == 0:
         return "bad header"
-    if crc32(head[:12], _seed(segment, offset)) != hcrc:
+    if crc32(head[:12], _seed(segment, offset, seeds[0])) != hcrc:
         return "header checksum mismatch"
     return rtype, length, pcrc
 
 
-def check_record(buf: Buffer, segment: int, pos: int) -> tuple[int, bytes] | str:
+def check_record(buf: Buffer, segment: int, pos: int, *,
+                 seeds: Seeds) -> tuple[int, bytes] | str:
     """(rtype, payload) of the intact record at buf[pos] (buf is a whole segment), else why
     it is not one."""
-    header = parse_header(buf[pos : pos + HEADER_SIZE], segment, pos)
+    header = parse_header(buf[pos : pos + HEADER_SIZE], segment, pos, seeds=seeds)
     if isinstance(header, str):
         return header
     rtype, length, pcrc = header
@@ -118,26 +134,27 @@ def check_record(buf: Buffer, segment: int, pos: int) -> tuple[int, bytes] | str
     if start + length > len(buf):
         return "truncated record"
     payload = buf[start : start + length]
-    if crc32(payload) != pcrc:
+    if crc32(payload, seeds[1]) != pcrc:
         return "payload checksum mismatch"
     return rtype, payload
 
 
-def verify_record(head: bytes, payload: bytes | memoryview, loc: Location) -> int | str:
+def verify_record(head: bytes, payload: bytes | memoryview, loc: Location, *,
+                  seeds: Seeds) -> int | str:
     """The rtype if (head, payload) read back from loc form the intact record, else why not."""
-    header = parse_header(head, loc.segment, loc.offset)
+    header = parse_header(head, loc.segment, loc.offset, seeds=seeds)
     if isinstance(header, str):
         return header
     rtype, length, pcrc = header
     if length != loc.length or len(payload) != length:
         return "length mismatch"
-    if crc32(payload) != pcrc:
+    if crc32(payload, seeds[1]) != pcrc:
         return "payload checksum mismatch"
     return rtype
 
 
 def intact_at(buf: bytes | memoryview, at: int, segment: int, offset: int,
-             length: int) -> bool:
+             length: int, *, seeds: Seeds) -> bool:
     """Whether ``buf[at:]`` starts with the intact record of ``length`` payload bytes written
     at (segment, offset): ``verify_record`` without copies, for batched reads."""
     if len(buf) < at + HEADER_SIZE + length:
@@ -145,8 +162,8 @@ def intact_at(buf: bytes | memoryview, at: int, segment: int, offset: int,
     magic, rtype, _flags, stored, pcrc, hcrc = HEADER.unpack_from(buf, at)
     crc = crc32
     return (magic == MAGIC and rtype != 0 and stored == length
-            and crc(buf[at:at + 12], _seed(segment, offset)) == hcrc
-            and crc(buf[at + HEADER_SIZE:at + HEADER_SIZE + length]) == pcrc)
+            and crc(buf[at:at + 12], _seed(segment, offset, seeds[0])) == hcrc
+            and crc(buf[at + HEADER_SIZE:at + HEADER_SIZE + length], seeds[1]) == pcrc)
 
 
 def reused_at(buf: Buffer, pos: int) -> bool:
@@ -154,23 +171,25 @@ def reused_at(buf: Buffer, pos: int) -> bool:
     return bool(buf[pos + 3 : pos + 4][0] & REUSED)
 
 
-def reuse_stamp(segment: int) -> bytes:
+def reuse_stamp(segment: int, *, seeds: Seeds) -> bytes:
     """What a reused file gets at offset 0 before it becomes segment ``segment``: a header of
     that position with rtype 0 (never a record) and REUSED, until the first record replaces
     it. Why: a file holding only its earlier contents is a ready spare, not damage."""
-    head = _HEAD12.pack(MAGIC, 0, REUSED, 0, 0)
-    return head + crc32(head, _seed(segment, 0)).to_bytes(4, "little")
+    flags = REUSED | (KEYED if seeds[0] or seeds[1] else 0)
+    head = _HEAD12.pack(MAGIC, 0, flags, 0, 0)
+    return head + crc32(head, _seed(segment, 0, seeds[0])).to_bytes(4, "little")
 
 
-def stamped(buf: Buffer, segment: int) -> bool:
+def stamped(buf: Buffer, segment: int, *, seeds: Seeds) -> bool:
     """Whether offset 0 holds a header of ``segment`` with REUSED (the stamp, or the first
     record's, intact or torn)."""
     head = buf[0:HEADER_SIZE]
     return (len(head) == HEADER_SIZE and head[:2] == MAGIC and bool(head[3] & REUSED)
-            and crc32(head[:12], _seed(segment, 0)) == int.from_bytes(head[12:], "little"))
+            and crc32(head[:12], _seed(segment, 0, seeds[0]))
+            == int.from_bytes(head[12:], "little"))
 
 
-def own_headers_end(buf: Buffer, segment: int, start: int, end: int) -> int:
+def own_headers_end(buf: Buffer, segment: int, start: int, end: int, *, seeds: Seeds) -> int:
     """Where the last header in [start, end) that checks out for ``segment`` at its offset
     claims its record ends (at most ``end``); ``start`` if there is none. In a reused file, a
     range no intact record follows is the file's earlier contents (headers seeded with other
@@ -179,7 +198,7 @@ def own_headers_end(buf: Buffer, segment: int, start: int, end: int) -> int:
     last = start
     pos = buf.find(MAGIC, start)
     while 0 <= pos < end:
-        header = parse_header(buf[pos : pos + HEADER_SIZE], segment, pos)
+        header = parse_header(buf[pos : pos + HEADER_SIZE], segment, pos, seeds=seeds)
         if not isinstance(header, str):
             last = max(last, min(end, pos + HEADER_SIZE + header[1]))
         pos = buf.find(MAGIC, pos + 1)
@@ -213,11 +232,12 @@ def last_nonzero(buf: Buffer, start: int, end: int) -> int:
     return -1
 
 
-def _resync(buf: Buffer, segment: int, start: int) -> tuple[int, int, bytes] | None:
+def _resync(buf: Buffer, segment: int, start: int,
+            seeds: Seeds) -> tuple[int, int, bytes] | None:
     """The next intact record at or after start: (offset, rtype, payload)."""
     pos = buf.find(MAGIC, start)
     while pos >= 0:
-        found = check_record(buf, segment, pos)
+        found = check_record(buf, segment, pos, seeds=seeds)
         if not isinstance(found, str):
             return pos, found[0], found[1]
         pos = buf.find(MAGIC, pos + 1)
@@ -225,7 +245,8 @@ def _resync(buf: Buffer, segment: int, start: int) -> tuple[int, int, bytes] | N
 
 
 def scan(
-    buf: Buffer, segment: int, dropped: list[tuple[int, int, str]], start: int = 0
+    buf: Buffer, segment: int, dropped: list[tuple[int, int, str]], start: int = 0, *,
+    seeds: Seeds,
 ) -> Iterator[tuple[int, int, bytes]]:
     """Yield (offset, rtype, payload) for every intact record of one segment from ``start``
     (a record boundary), in order.
@@ -237,18 +258,19 @@ def scan(
     size = len(buf)
     pos = start
     unpack, crc, position = HEADER.unpack_from, crc32, _POSITION.pack
+    hseed, pseed = seeds
     while pos < size:
         if size - pos >= HEADER_SIZE:  # fast path: an intact record (what check_record does)
             magic, rtype, _flags, length, pcrc, hcrc = unpack(buf, pos)
             start = pos + HEADER_SIZE
             if (magic == MAGIC and rtype and start + length <= size
-                    and crc(buf[pos:pos + 12], crc(position(segment, pos))) == hcrc):
+                    and crc(buf[pos:pos + 12], crc(position(segment, pos), hseed)) == hcrc):
                 payload = buf[start:start + length]
-                if crc(payload) == pcrc:
+                if crc(payload, pseed) == pcrc:
                     yield pos, rtype, payload
                     pos = start + length
                     continue
-        found = check_record(buf, segment, pos)
+        found = check_record(buf, segment, pos, seeds=seeds)
         if not isinstance(found, str):
             yield pos, found[0], found[1]
             pos += HEADER_SIZE + len(found[1])
@@ -257,7 +279,7 @@ def scan(
         if nonzero < 0:
             return
         reason = found if nonzero == pos else "zero gap"
-        nxt = _resync(buf, segment, max(nonzero, pos + 1))
+        nxt = _resync(buf, segment, max(nonzero, pos + 1), seeds)
         if nxt is None:
             dropped.append((pos, last_nonzero(buf, pos, size) + 1 - pos, reason))
             return

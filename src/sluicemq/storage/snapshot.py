@@ -39,7 +39,7 @@ from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluicemq.storage import slotpack
 from sluicemq.storage.checksum import crc32
@@ -51,6 +51,9 @@ from sluicemq.storage.segment import (
     parse_header,
     segment_name,
 )
+
+if TYPE_CHECKING:
+    from sluicemq.storage.headerkey import HeaderKey
 
 __all__ = ["FILE_NAME", "IndexSnapshot", "Lane", "Position", "SnapshotError", "check",
            "decode", "encode", "load", "remove", "save"]
@@ -350,8 +353,9 @@ def remove(directory: Path) -> None:
         fsync_dir(directory)
 
 
-def check(directory: Path, position: Position) -> str | None:
-    """None if the record the snapshot ends with is intact where it says, else why not."""
+def check(directory: Path, position: Position, key: HeaderKey) -> str | None:
+    """None if the record the snapshot ends with is intact where it says (checksums of the
+    journal's ``key``), else why not."""
     anchor = position.anchor
     if anchor is None:
         return None
@@ -360,13 +364,14 @@ def check(directory: Path, position: Position) -> str | None:
         with (directory / segment_name(segment)).open("rb") as fh:
             fh.seek(offset)
             head = fh.read(HEADER_SIZE)
-            header = parse_header(head, segment, offset)
+            seeds = key.seeds(segment)
+            header = parse_header(head, segment, offset, seeds=seeds)
             if isinstance(header, str):
                 return f"no record at segment {segment} offset {offset} ({header})"
             _rtype, length, pcrc = header
             if offset + HEADER_SIZE + length != end:
                 return f"the record at segment {segment} offset {offset} ends elsewhere"
-            if crc32(fh.read(length)) != pcrc:
+            if crc32(fh.read(length), seeds[1]) != pcrc:
                 return f"the record at segment {segment} offset {offset} is damaged"
     except FileNotFoundError:
         return f"segment {segment} is gone"

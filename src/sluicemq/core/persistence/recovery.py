@@ -441,7 +441,7 @@ def replay(broker: Broker, parts: Sequence[type[StatePart]] = ()) -> dict[str, A
     r: Replay | None = None
     captured = snap.messages if snap is not None else 0
     if snap is not None:
-        why = snapshot.check(directory, snap.position)
+        why = snapshot.check(directory, snap.position, broker.store.journal.header_key)
         if why is None:
             r = Replay(broker, parts, snap)
             r.run(snap.position.anchor)

@@ -1,0 +1,116 @@
+"""Spec of the journal's key (storage/headerkey.py): created with the journal, kept beside its
+segments, never silently missing; a journal written before keys recovers as it did and is keyed
+from its next segment on."""
+
+from __future__ import annotations
+
+import random
+import stat
+from pathlib import Path
+
+import pytest
+
+from sluicemq.errors import StorageError
+from sluicemq.storage.headerkey import KEY_NAME, HeaderKey
+from sluicemq.storage.journal import Journal
+from sluicemq.storage.segment import HEADER_SIZE, KEYED, encode_header, segment_name
+
+SEG = 64 << 10
+
+
+def recovered(directory: Path) -> tuple[list[bytes], Journal]:
+    journal = Journal(directory, segment_bytes=SEG)
+    payloads = [bytes(p) for rtype, p, _ in journal.recover() if rtype == 1]
+    journal.close()
+    return payloads, journal
+
+
+def test_a_new_journal_gets_a_private_key_that_keys_every_segment(open_journal) -> None:
+    opened = open_journal(segment_bytes=SEG)
+    path = opened.directory / KEY_NAME
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert opened.journal.header_key.first == 1
+    ticket = opened.journal.append(1, b"hello")
+    opened.watch.wait(ticket.seq)
+    head = (opened.directory / segment_name(1)).read_bytes()[:HEADER_SIZE]
+    assert head[3] & KEYED
+    seeds = opened.journal.header_key.seeds(1)
+    assert seeds != (0, 0) and head == encode_header(1, b"hello", 1, 0, seeds=seeds)
+    assert head != encode_header(1, b"hello", 1, 0, seeds=(0, 0))
+
+
+def test_two_journals_have_different_keys_and_a_segments_seeds_say_nothing_of_anothers(
+        tmp_path: Path) -> None:
+    one = Journal(tmp_path / "one")
+    two = Journal(tmp_path / "two")
+    try:
+        assert one.header_key.seeds(1) != two.header_key.seeds(1)
+        assert len({one.header_key.seeds(n) for n in range(1, 100)}) == 99
+    finally:
+        one.close()
+        two.close()
+
+
+def test_the_key_is_kept_across_restarts(open_journal, tmp_path: Path) -> None:
+    opened = open_journal(segment_bytes=SEG)
+    sent = [random.Random(1).randbytes(3000) + b"%d" % i for i in range(60)]  # three segments
+    tickets = [opened.journal.append(1, p) for p in sent]
+    opened.watch.wait(tickets[-1].seq)
+    seeds = opened.journal.header_key.seeds(2)
+    opened.journal.close()
+    payloads, journal = recovered(opened.directory)
+    assert payloads == sent and journal.header_key.seeds(2) == seeds
+
+
+def test_a_keyed_journal_without_its_key_file_refuses_to_open(open_journal) -> None:
+    opened = open_journal(segment_bytes=SEG)
+    opened.watch.wait(opened.journal.append(1, b"kept").seq)
+    opened.journal.close()
+    (opened.directory / KEY_NAME).unlink()
+    with pytest.raises(StorageError, match=r"has keyed records .* but no journal\.key"):
+        Journal(opened.directory, segment_bytes=SEG)
+    kept = (opened.directory / segment_name(1)).read_bytes()
+    assert kept[HEADER_SIZE:HEADER_SIZE + 4] == b"kept"  # nothing was zeroed as damage
+
+
+def test_a_damaged_key_file_refuses_to_open(open_journal) -> None:
+    opened = open_journal(segment_bytes=SEG)
+    opened.journal.close()
+    path = opened.directory / KEY_NAME
+    data = bytearray(path.read_bytes())
+    data[20] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(StorageError, match="is damaged"):
+        Journal(opened.directory, segment_bytes=SEG)
+
+
+def test_a_journal_written_before_keys_recovers_as_it_did_and_is_keyed_from_its_next_segment(
+        tmp_path: Path, open_journal) -> None:
+    directory = tmp_path / "journal"
+    directory.mkdir()
+    old = [b"old %d " % i + bytes(2000) for i in range(20)]  # segment 1, as session 17 wrote it
+    data = b""
+    for payload in old:
+        data += encode_header(1, payload, 1, len(data), seeds=(0, 0)) + payload
+    (directory / segment_name(1)).write_bytes(data.ljust(SEG, b"\0"))
+
+    opened = open_journal(directory, segment_bytes=SEG)
+    assert [p for _, p, _ in opened.records] == old
+    assert opened.journal.header_key.first == 2  # the active segment 1 stays unkeyed
+    assert oct(stat.S_IMODE((directory / KEY_NAME).stat().st_mode)) == oct(0o600)
+    new = [b"new %d " % i + bytes(3000) for i in range(40)]  # the rest of 1, then 2 and 3
+    tickets = [opened.journal.append(1, p) for p in new]
+    opened.watch.wait(tickets[-1].seq)
+    opened.journal.close()
+    assert tickets[-1].loc.segment == 3 and tickets[0].loc.segment == 1
+    heads = [(directory / segment_name(n)).read_bytes()[3] for n in (1, 2, 3)]
+    assert [bool(h & KEYED) for h in heads] == [False, True, True]
+    payloads, _ = recovered(directory)
+    assert payloads == old + new
+
+
+def test_unkeyed_seeds_are_the_format_before_keys() -> None:
+    key = HeaderKey()
+    assert not key.keyed(1) and key.seeds(7) == (0, 0)
+    keyed = HeaderKey(bytes(32), 5)
+    assert keyed.seeds(4) == (0, 0) and keyed.keyed(5) and keyed.seeds(5) != (0, 0)
