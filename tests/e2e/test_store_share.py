@@ -13,7 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 from accounts import NEIGHBOUR_RULES, NEIGHBOURS
-from stomp_helpers import Collector, connect, send_with_receipt, subscribe_with_receipt
+from stomp_helpers import (
+    Collector,
+    connect,
+    send_with_receipt,
+    subscribe_with_receipt,
+    wait_receipt,
+)
 
 from sluice_testing import BrokerProcess
 
@@ -104,3 +110,58 @@ def test_fail_if_no_space_refuses_her_send_with_an_error_naming_the_cap(
         send_with_receipt(conn, listener, "/queue/m.other", b"x", f"{attempt}-elsewhere",
                           persistent="true")  # same connection, a destination with room
     conn.disconnect()
+
+
+def test_a_transaction_past_her_store_limit_waits_at_commit(broker_factory: Any) -> None:
+    """A transaction's SENDs only go to its spool; its COMMIT is what stores them, so the COMMIT
+    meets the cap: with her queue full, mallory's COMMIT waits (its RECEIPT does not come, her
+    later frames wait behind it) while alice is served; once she reads, it goes in, in order."""
+    broker = broker_factory(config_text=CONFIG)
+    conn, listener = as_mallory(broker)
+    fill(conn, listener, "/queue/m.q")
+    conn.begin(transaction="tx1")
+    for i in range(FIT, FIT + 8):
+        conn.send("/queue/m.q", BODY, transaction="tx1", headers={"persistent": "true",
+                                                                   "n": str(i)})
+    mark = broker.mark()
+    conn.commit(transaction="tx1", headers={"receipt": "commit"})
+    broker.wait_for_log("waits for /queue/m.q (destination store limit reached", since=mark)
+    alice_is_served(broker)
+    assert listener.receipts.empty()
+
+    reader, inbox = as_mallory(broker)
+    subscribe_with_receipt(reader, inbox, "/queue/m.q", "s")
+    assert listener.receipts.get(timeout=30) == "commit"
+    got = [int(inbox.next(timeout=30).headers["n"]) for _ in range(FIT + 8)]
+    assert got == list(range(FIT + 8))
+
+
+def test_fail_if_no_space_refuses_her_commit_and_keeps_the_transaction(
+        broker_factory: Any) -> None:
+    """With ``fail_if_no_space`` the COMMIT past the cap gets the ERROR naming the cap and
+    stores nothing; the transaction stays open, so she may ABORT it or COMMIT it once there is
+    room."""
+    broker = broker_factory(config_text=CONFIG)
+    conn, listener = as_mallory(broker)
+    fill(conn, listener, "/queue/m.strict.q")
+    conn.begin(transaction="tx1")
+    conn.send("/queue/m.strict.q", BODY, transaction="tx1",
+              headers={"persistent": "true", "n": str(FIT)})
+    conn.commit(transaction="tx1", headers={"receipt": "commit"})
+    error = listener.errors.get(timeout=30)
+    assert error.headers["receipt-id"] == "commit"
+    assert error.headers["message"] == (
+        "COMMIT of tx1: /queue/m.strict.q cannot take its messages: destination store limit "
+        "reached (65536 bytes of ready messages, store_limit 65536 of its policy)")
+    alice_is_served(broker)
+
+    reader, inbox = as_mallory(broker)
+    subscribe_with_receipt(reader, inbox, "/queue/m.strict.q", "s", ack="client-individual")
+    first = [inbox.next(timeout=30) for _ in range(FIT)]
+    assert [int(m.headers["n"]) for m in first] == list(range(FIT))  # nothing of tx1 stored
+    for m in first:
+        reader.ack(m.headers["ack"])
+    send_with_receipt(conn, listener, "/queue/m.other", b"x", "sync", persistent="true")
+    conn.commit(transaction="tx1", headers={"receipt": "again"})
+    wait_receipt(listener, "again")
+    assert int(inbox.next(timeout=30).headers["n"]) == FIT

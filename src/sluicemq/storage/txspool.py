@@ -63,6 +63,9 @@ class TxSpool:
         self.tx_id = tx_id
         self.memory_threshold = memory_threshold
         self.nbytes = 0
+        # journal key -> whether a persistent SEND goes there: what the COMMIT must find room
+        # for (producer flow control asks at COMMIT, not at each spooled SEND)
+        self.targets: dict[str, bool] = {}
         self._count = 0
         self._end = 0
         self._memory: bytearray | None = bytearray()
@@ -120,6 +123,7 @@ class TxSpool:
         given at COMMIT)."""
         self.add(_SEND, records.encode_message(key, 0, timestamp, expires, priority, headers,
                                                body))
+        self.targets[key] = self.targets.get(key, False) or headers.get("persistent") == "true"
 
     def add_ack(self, headers: dict[str, str], nack: bool) -> None:
         """An ACK or NACK, by the headers that name what it acknowledges."""
@@ -151,6 +155,7 @@ class TxSpool:
         self._memory = bytearray()
         self._appending = False
         self._end = self._count = self.nbytes = 0
+        self.targets = {}
 
     def spill(self) -> None:
         """Move to the temporary file now (the connection holds too much in memory)."""

@@ -2,14 +2,19 @@
 
 COMMIT replays the spool: numbered SENDs seen before are dropped, ACKs are resolved, and the
 whole is handed to the broker as one transaction. A staged part (``stage_frames``) commits
-through the stager instead.
+through the stager instead. Producer flow control applies at COMMIT, which is what stores the
+SENDs (a spooled SEND takes no room): a COMMIT to a destination without room waits as a SEND
+would, or with ``fail_if_no_space`` gets an ERROR and the transaction stays open - else a
+user could pass her destinations' ``store_limit`` and the broker's through transactions.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from sluicemq.core.dedup import producers as dedup
+from sluicemq.core.paging.flow import Pacing
 from sluicemq.core.routing import keys
 from sluicemq.core.routing.message import (
     TRANSPORT_HEADERS,
@@ -26,6 +31,8 @@ from sluicemq.core.staging.book import STAGE_ABORT, STAGE_COMMIT
 from sluicemq.errors import ProtocolError
 from sluicemq.protocol.frames import Frame
 from sluicemq.storage.txspool import StoredMessage, TxSpool
+
+log = logging.getLogger("sluicemq.session")
 
 
 def begin(session: SessionContext, frame: Frame) -> None:
@@ -59,12 +66,40 @@ def commit(session: SessionContext, frame: Frame) -> None:
         return
     txid = _tx_id(frame)
     spool = session.tx(txid)
+    if _no_room(session, frame, txid, spool):
+        return
     del session.transactions[txid]
     try:
         extra = _apply(session, txid, spool)
     finally:
         spool.close()
     session.receipt(frame, extra)
+
+
+def _no_room(session: SessionContext, frame: Frame, txid: str, spool: TxSpool) -> bool:
+    """Producer flow control for a COMMIT: True when it was refused (ERROR, the transaction
+    kept) or waits for room (it runs again then, and the frames after it wait behind it)."""
+    broker = session.broker
+    for key, persistent in spool.targets.items():
+        kind, name = keys.kind_of(key), keys.name_of(key)
+        reason = broker.room_for(kind, name, persistent)
+        if reason is None:
+            continue
+        if broker.policy(kind, name).fail_if_no_space:
+            broker.flow.failed_total += 1
+            raise ProtocolError(f"COMMIT of {txid}: /{kind}/{name} cannot take its messages: "
+                                f"{reason}", fatal=False)
+        log.log(logging.DEBUG if isinstance(reason, Pacing) else logging.INFO,
+                "flow control: %s waits for /%s/%s (%s)", session.peer, kind, name, reason)
+        session.wait_behind(frame)
+
+        def recheck(kind: str = kind, name: str = name, persistent: bool = persistent
+                    ) -> str | None:
+            return None if session.closed else broker.room_for(kind, name, persistent)
+
+        broker.flow.wait(recheck, session.resume_waiting, reason)
+        return True
+    return False
 
 
 def spool_send(spool: TxSpool, frame: Frame, kind: str, name: str, now_ms: int) -> None:
