@@ -8,7 +8,11 @@ in Python at full speed, and parsing and encoding frames (with the MESSAGE head)
 share of a message's cost that lives in a few small, fully typed leaf modules (README,
 Benchmarks #15); the message object, its queue and consumer, the queue's cursor
 (``PendingList``) and the dispatch pass are on every message too, and compiled together they
-reach each other's attributes natively (cursor and dispatch alone saved nothing). A module
+reach each other's attributes natively (cursor and dispatch alone saved nothing). A
+persistent SEND to a queue without a ready consumer (a backlog, the 8 x 8 benchmark) is also
+encoded as a journal record (``storage/records.py``) and paged out as a slot of the cursor's
+spill (``paging/pager.py``, ``spill.py``, ``chain.py``, ``blocks.py``): compiled, -8 % of
+its instructions with ``bench/message_cost.py --persistent`` (README, Benchmarks). A module
 joins only if the whole suite passes over it: compiled, a class checks its attributes'
 declared types at run time and cannot be subclassed by Python code (so
 ``sessions/context.py``, whose ``SessionContext`` ``Session`` extends, stays interpreted, and
@@ -33,6 +37,11 @@ ACCELERATED = (
     "src/sluicemq/core/routing/dispatch.py",
     "src/sluicemq/core/routing/message.py",
     "src/sluicemq/core/routing/queue.py",
+    "src/sluicemq/storage/records.py",
+    "src/sluicemq/core/paging/pager.py",
+    "src/sluicemq/core/paging/spill.py",
+    "src/sluicemq/core/paging/chain.py",
+    "src/sluicemq/core/paging/blocks.py",
 )
 
 if __name__ == "__main__":

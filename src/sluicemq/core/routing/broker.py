@@ -244,10 +244,12 @@ class Broker:
             kind, name = QUEUE, f"{self.policy(kind, name).dlq_prefix}{name}"
         if kind == QUEUE:
             q = self.queues.get(name) or self.queue(name)  # once per message
-            if msg.persistent and stream is None and self.later.wants(q, msg):
+            if msg.persistent and stream is None and q.consumers and self.later.wants(q, msg):
                 self.later.add(q.key, msg)  # a consumer is ready: it may ack before the write
-            elif msg.persistent:
-                msg.ticket = self._append_msg(q.key, msg, 1)  # held by q from the start
+            elif msg.persistent:  # held by q from the start (``_append_msg``, written out)
+                msg.ticket = self.store.append_message(q.key, msg.mid, msg.timestamp,
+                                                       msg.expires, msg.priority, msg.headers,
+                                                       msg.loaded_body, 1)
                 msg.inner = 0
                 if msg.size >= self.config.journal.spill_bytes:
                     msg.body = None  # the journal has it; memory keeps the headers only
