@@ -7,8 +7,9 @@ as documentation; Python imports the compiled module first. Why these: the broke
 in Python at full speed, and parsing and encoding frames (with the MESSAGE head) is the largest
 share of a message's cost that lives in a few small, fully typed leaf modules (README,
 Benchmarks #15); the message object, its queue and consumer, the queue's cursor
-(``PendingList``) and the dispatch pass are on every message too, and compiled together they
-reach each other's attributes natively (cursor and dispatch alone saved nothing). A
+(``PendingList``, with ``paging/lanes.py`` under it) and the dispatch pass are on every
+message too, and compiled together they reach each other's attributes natively (cursor and
+dispatch alone saved nothing). A
 persistent SEND to a queue without a ready consumer (a backlog, the 8 x 8 benchmark) is also
 encoded as a journal record (``storage/records.py``) and paged out as a slot of the cursor's
 spill (``paging/pager.py``, ``spill.py``, ``chain.py``, ``blocks.py``): compiled, -8 % of
@@ -34,6 +35,7 @@ ACCELERATED = (
     "src/sluicemq/protocol/headers.py",
     "src/sluicemq/core/sessions/heads.py",
     "src/sluicemq/core/paging/cursor.py",
+    "src/sluicemq/core/paging/lanes.py",
     "src/sluicemq/core/routing/dispatch.py",
     "src/sluicemq/core/routing/message.py",
     "src/sluicemq/core/routing/queue.py",

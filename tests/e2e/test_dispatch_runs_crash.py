@@ -16,8 +16,9 @@ restart:
 * nothing is lost across the cycles: the final drain ends with every message accounted for -
   except, with ``ack:auto``, what the killed broker had handed to the connection but not yet
   written to its socket: the run's removal is journaled as the run is handed over, so up to
-  the connection's output share right after the consumer's last message may be gone (a known
-  gap, README Status; 34 messages in one in-memory run here). Client acks lose nothing.
+  the connection's output share (and the frame that crosses it) right after the consumer's
+  last message may be gone (a known gap, README Status; 34 messages in one in-memory run
+  here). Client acks lose nothing.
 
 Backlogs from memory and paged out after a restart (the cursor's tail, refilled in batches).
 """
@@ -36,7 +37,7 @@ RECEIPT_EVERY = 16
 # A connection may hold 32 KiB unsent: runs stop part way, so the broker holds frames of a
 # run when it is killed; the window pages most of the backlog out
 OUTPUT_SHARE = 32 << 10
-FRAME_HEAD = 160  # a MESSAGE frame's command and headers here, at most
+FRAME_HEAD = 100  # a MESSAGE frame's command and headers here, at least
 CONFIG = ('[limits]\noutput_buffer_bytes = "32 KiB"\n'
           '[[policy]]\nqueue = "crash.>"\ncursor_window = 400\n')
 
@@ -79,12 +80,12 @@ class Ledger:
         """The broker was killed with ``last`` the newest message an auto-ack consumer got:
         the messages after it that fit in its connection's output share may have been handed
         to the connection, their removal journaled, yet never written (the known gap)."""
-        held = 0
+        held = 0  # a run takes frames while it holds less than the share: one may cross it
         for n in range(last + 1, self.count):
-            held += len(_body(n)) + FRAME_HEAD
-            if held > OUTPUT_SHARE:
+            if held >= OUTPUT_SHARE:
                 break
             self.at_risk.add(n)
+            held += len(_body(n)) + FRAME_HEAD
 
     def owed(self) -> list[int]:
         """The messages that must still come, in queue order."""
