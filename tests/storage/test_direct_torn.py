@@ -3,7 +3,8 @@
 A large record goes to disk as whole 4 KiB blocks (several writes in flight, landing in any
 order), and the block it ends in - which holds the next record's start - is written apart,
 with the next large record or through the page cache. A crash before the batch's fdatasync may
-leave any of those blocks unwritten (zeros: a fresh segment). Whatever subset landed, recovery
+leave any of those blocks unwritten: zeros in a fresh segment, the file's earlier life (an
+older segment's records) in one made from a reclaimed file. Whatever subset landed, recovery
 keeps exactly the records whose bytes are all on disk, in log order, and nothing else - no
 record made up of a torn one's pieces - logs what it dropped, and the journal then goes on
 from there: records appended after the recovery come back after the next one.
@@ -95,3 +96,69 @@ def test_only_records_with_every_byte_on_disk_come_back(open_journal, tmp_path: 
     again.journal.close()
     last = open_journal(torn, segment_bytes=SEGMENT, start=False)
     assert [p for _, p, _ in last.records] == intact + later
+
+
+
+REUSED_SEGMENT = 4 << 20
+
+
+def in_a_reused_file(open_journal: Any, directory: Path, payloads: list[bytes]
+                     ) -> tuple[int, list[bytes], list[tuple[int, int]], bytes]:
+    """``payloads`` as one batch into a segment made from a reclaimed file (segment reuse,
+    on by default), after one record written there first: (that segment, its records, their
+    spans, the file's earlier contents)."""
+    opened = open_journal(directory, segment_bytes=REUSED_SEGMENT,
+                          recycle_bytes=4 * REUSED_SEGMENT)
+    journal, watch = opened.journal, opened.watch
+    old = [journal.append(1, os.urandom(200 << 10), holds=1) for _ in range(45)]
+    watch.wait(old[-1].seq)
+    for ticket in old:
+        journal.release(ticket.loc)
+    assert journal.reclaim(), "old segments reclaimed"
+    for _ in range(2):  # the writer keeps reclaimed files as spares in its turn
+        watch.wait(journal.append(9, b"").seq)
+    earlier = {p.name: p.read_bytes() for p in directory.glob("*.spare")}
+    assert earlier, "a reclaimed file kept for reuse"
+    start = old[-1].loc.segment
+    while True:  # records up to the first one in the next segment, made from a spare
+        first = os.urandom(100 << 10)
+        before = journal.append(1, first)
+        watch.wait(before.seq)
+        if before.loc.segment != start:
+            break
+    segment = before.loc.segment
+    journal.wake_on_append = False
+    tickets = [journal.append(1, p) for p in payloads]
+    journal.kick()
+    watch.wait(tickets[-1].seq)
+    assert not watch.failed and all(t.loc.segment == segment for t in tickets)
+    journal.close()
+    reused = [name for name in earlier if not (directory / name).exists()]
+    assert len(reused) == 1, "the segment was made from a spare"
+    spans = [(t.loc.offset, t.loc.offset + HEADER_SIZE + t.loc.length)
+             for t in [before, *tickets]]
+    return segment, [first, *payloads], spans, earlier[reused[0]]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_in_a_reused_file_what_did_not_land_is_the_old_contents_and_never_comes_back(
+        open_journal, tmp_path: Path, seed: int) -> None:
+    """The blocks a torn write left hold the file's earlier life (records of an older
+    segment), not zeros: still exactly the intact new records come back, none of the old."""
+    directory = tmp_path / "j"
+    segment, payloads, spans, earlier = in_a_reused_file(open_journal, directory,
+                                                         batch_payloads())
+    rng = random.Random(seed)
+    blocks = large_blocks(spans[1:])
+    lost = sorted(rng.sample(blocks, rng.randrange(1, len(blocks))))
+    assert any(earlier[b * ALIGN:(b + 1) * ALIGN].count(0) < ALIGN for b in lost)
+    with open(directory / segment_name(segment), "r+b") as f:
+        for block in lost:
+            f.seek(block * ALIGN)
+            f.write(earlier[block * ALIGN:(block + 1) * ALIGN])
+    intact = [p for p, (start, end) in zip(payloads, spans, strict=True)
+              if not any(start // ALIGN <= b <= (end - 1) // ALIGN for b in lost)]
+    assert len(intact) < len(payloads)
+    again = open_journal(directory, segment_bytes=REUSED_SEGMENT,
+                         recycle_bytes=4 * REUSED_SEGMENT, start=False)
+    assert [p for _, p, loc in again.records if loc.segment == segment] == intact
