@@ -6,8 +6,8 @@ consumer; the broker is killed (-9) at a point the consumer decides - right afte
 ``ack:auto`` the consumer is served in runs (``PendingList.take``, ``deliver_run``,
 ``run_frames_12``; small bodies, no groups), its reads are its acknowledgements, and it reads on
 after the kill until the connection ends (what the kernel still held for it was handed over);
-with ``client-individual`` every message is ACKed, every 16th ACK with a receipt. After each
-restart:
+with ``client`` (cumulative) and ``client-individual`` every message is ACKed, every 16th
+ACK with a receipt. After each restart:
 
 * a message whose ACK was receipted never comes back;
 * every other message the consumer did not have comes back exactly once, in queue order - a
@@ -18,7 +18,7 @@ restart:
   written to its socket: the run's removal is journaled as the run is handed over, so up to
   the connection's output share (and the frame that crosses it) right after the consumer's
   last message may be gone (a known gap, README Status; 34 messages in one in-memory run
-  here). Client acks lose nothing.
+  here). Client acks, either kind, lose nothing.
 
 Backlogs from memory and paged out after a restart (the cursor's tail, refilled in batches).
 """
@@ -176,7 +176,7 @@ def drain(b: BrokerProcess, destination: str, ledger: Ledger) -> list[int]:
 
 
 @pytest.mark.parametrize("backlog", ["in memory", "paged out after a restart"])
-@pytest.mark.parametrize("ack", ["auto", "client-individual"])
+@pytest.mark.parametrize("ack", ["auto", "client", "client-individual"])
 def test_kill_9_mid_run_loses_nothing_and_keeps_the_order(broker_factory, ack: str,
                                                           backlog: str) -> None:
     b = broker_factory(config_text=CONFIG)
