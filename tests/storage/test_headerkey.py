@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from sluicemq.errors import StorageError
+from sluicemq.storage.checksum import crc32
 from sluicemq.storage.headerkey import KEY_NAME, HeaderKey
 from sluicemq.storage.journal import Journal
 from sluicemq.storage.segment import HEADER_SIZE, KEYED, encode_header, segment_name
@@ -114,3 +115,19 @@ def test_unkeyed_seeds_are_the_format_before_keys() -> None:
     assert not key.keyed(1) and key.seeds(7) == (0, 0)
     keyed = HeaderKey(bytes(32), 5)
     assert keyed.seeds(4) == (0, 0) and keyed.keyed(5) and keyed.seeds(5) != (0, 0)
+
+
+def test_a_key_file_of_a_newer_format_is_refused_and_nothing_is_touched(open_journal) -> None:
+    opened = open_journal(segment_bytes=SEG)
+    opened.watch.wait(opened.journal.append(1, b"kept").seq)
+    opened.journal.close()
+    path = opened.directory / KEY_NAME
+    data = bytearray(path.read_bytes())
+    data[8:12] = (2).to_bytes(4, "little")  # the version field, after the 8-byte magic
+    data[-4:] = crc32(bytes(data[:-4])).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    before = {p.name: p.read_bytes() for p in opened.directory.iterdir() if p.is_file()}
+    with pytest.raises(StorageError, match=r"journal format 2, newer than this SluiceMQ reads "
+                                           r"\(1\): .* written by a newer SluiceMQ"):
+        Journal(opened.directory, segment_bytes=SEG)
+    assert {p.name: p.read_bytes() for p in opened.directory.iterdir() if p.is_file()} == before

@@ -25,6 +25,11 @@ payload replay would accept, ~50 bytes or more): a 64 MiB segment of her bodies 
 every keyed segment, reused files too (``recovery.py``). Keying costs no hash a record: the
 checksums are as before, only their seeds differ (bench/header_check.py).
 
+The file's version is the journal's format: a later format that older code would misread
+raises it, and a broker refuses a key file of a version above its own at open, before reading
+or changing anything. Brokers before this file (8d52b76 and older) know no key file and drop a
+keyed journal's records as damage: they must not open it (README, Durability).
+
 The secret is not for confidentiality (records are in the clear); it must not be lost either:
 without it no record of a keyed segment checks out. So a journal whose files carry ``KEYED``
 headers but has no key file refuses to open (``StorageError``) instead of reading its records
@@ -134,7 +139,14 @@ def _decode(data: bytes, path: Path) -> HeaderKey:
     if len(data) != size + 4 or crc32(data[:size]) != int.from_bytes(data[size:], "little"):
         raise StorageError(f"{path} is damaged: restore it (no keyed record checks out without)")
     magic, version, first, secret = _FILE.unpack_from(data)
-    if magic != _FILE_MAGIC or version != _VERSION:
+    if magic != _FILE_MAGIC:
+        raise StorageError(f"{path} is not a journal key")
+    if version > _VERSION:
+        raise StorageError(
+            f"{path} is of journal format {version}, newer than this SluiceMQ reads "
+            f"({_VERSION}): the data directory was written by a newer SluiceMQ; start that one "
+            "(this one would read its records as damage)")
+    if version != _VERSION:
         raise StorageError(f"{path} is not a journal key of version {_VERSION}")
     return HeaderKey(secret, first)
 
