@@ -165,3 +165,43 @@ def test_fail_if_no_space_refuses_her_commit_and_keeps_the_transaction(
     conn.commit(transaction="tx1", headers={"receipt": "again"})
     wait_receipt(listener, "again")
     assert int(inbox.next(timeout=30).headers["n"]) == FIT
+
+
+def test_staged_publishing_meets_her_store_limit_at_the_part_and_at_publication(
+        broker_factory: Any) -> None:
+    """A staged part is journaled as it is sent and its publication makes it ready at once:
+    with ``fail_if_no_space``, a part staged while her queue had room but published once it is
+    full gets the ERROR naming the cap and publishes nothing; a SEND into a new part for the
+    full queue is refused the same way; once she read the queue the publication goes through."""
+    broker = broker_factory(config_text=CONFIG)
+    conn, listener = as_mallory(broker)
+    conn.begin(transaction="p0", headers={"sluice-stage": "sink/b1/p0"})
+    for i in range(FIT, FIT + 8):
+        conn.send("/queue/m.strict.q", BODY, transaction="p0", headers={"n": str(i)})
+    conn.commit(transaction="p0", headers={"receipt": "staged"})
+    wait_receipt(listener, "staged")
+    fill(conn, listener, "/queue/m.strict.q")
+    cap = ("destination store limit reached (65536 bytes of ready messages, store_limit 65536 "
+           "of its policy)")
+
+    conn.commit(transaction="pub", headers={"receipt": "publish", "sluice-stage-commit": "sink/b1",
+                                            "sluice-stage-parts": "p0"})
+    error = listener.errors.get(timeout=30)
+    assert error.headers["receipt-id"] == "publish"
+    assert error.headers["message"] == (
+        f"publication of sink/b1: /queue/m.strict.q cannot take its messages: {cap}")
+    conn.begin(transaction="p1", headers={"sluice-stage": "sink/b2/p1"})
+    conn.send("/queue/m.strict.q", BODY, transaction="p1", headers={"receipt": "into-p1"})
+    error = listener.errors.get(timeout=30)
+    assert error.headers["receipt-id"] == "into-p1"
+    assert error.headers["message"] == f"/queue/m.strict.q cannot take the message: {cap}"
+    alice_is_served(broker)
+
+    reader, inbox = as_mallory(broker)
+    subscribe_with_receipt(reader, inbox, "/queue/m.strict.q", "s")
+    assert [int(inbox.next(timeout=30).headers["n"]) for _ in range(FIT)] == list(range(FIT))
+    conn.commit(transaction="pub", headers={"receipt": "again", "sluice-stage-commit": "sink/b1",
+                                            "sluice-stage-parts": "p0"})
+    wait_receipt(listener, "again")
+    got = [int(inbox.next(timeout=30).headers["n"]) for _ in range(8)]
+    assert got == list(range(FIT, FIT + 8))

@@ -315,19 +315,23 @@ def no_room(session: SessionContext, frame: Frame, kind: str, name: str,
 
     Waiting pauses reading this connection (its later frames wait behind the SEND, in order)
     until the destination has room; other connections carry on. A transactional SEND only
-    goes to the spool, so only its size is checked. ``policy``: the destination's, when the
-    caller has it (``remember``).
+    goes to the spool, so only its size is checked (its COMMIT meets the rest); a SEND into a
+    staged part is journaled with the part, and persistent, so it meets them all.
+    ``policy``: the destination's, when the caller has it (``remember``).
     """
     broker = session.broker
     flow_control = broker.flow
     if policy is None:
         policy = broker.policy(kind, name)
-    if "transaction" in frame.headers:
+    txid = frame.headers.get("transaction")
+    staged = txid is not None and isinstance(session.transactions.get(txid),
+                                             stage_frames.StageSpool)
+    if txid is not None and not staged:
         too_large = flow_control.too_large(policy, len(frame.body))
         if too_large is not None:
             raise ProtocolError(too_large, fatal=False)
         return False
-    persistent = frame.headers.get("persistent") == "true"
+    persistent = staged or frame.headers.get("persistent") == "true"
     reason = broker.room_for(kind, name, persistent, policy, len(frame.body))
     if reason is None:
         return False

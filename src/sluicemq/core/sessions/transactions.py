@@ -5,7 +5,8 @@ whole is handed to the broker as one transaction. A staged part (``stage_frames`
 through the stager instead. Producer flow control applies at COMMIT, which is what stores the
 SENDs (a spooled SEND takes no room): a COMMIT to a destination without room waits as a SEND
 would, or with ``fail_if_no_space`` gets an ERROR and the transaction stays open - else a
-user could pass her destinations' ``store_limit`` and the broker's through transactions.
+user could pass her destinations' ``store_limit`` and the broker's through transactions. A
+staged batch's publication, which makes its messages ready at once, meets the same check.
 """
 
 from __future__ import annotations
@@ -62,11 +63,15 @@ def abort(session: SessionContext, frame: Frame) -> None:
 
 def commit(session: SessionContext, frame: Frame) -> None:
     if STAGE_COMMIT in frame.headers:
-        stage_frames.publish(session, frame)
+        targets = [(kind, name, True) for kind, name in stage_frames.targets(session, frame)]
+        if not no_room(session, frame, f"publication of {frame.headers[STAGE_COMMIT]}",
+                       targets):
+            stage_frames.publish(session, frame)
         return
     txid = _tx_id(frame)
     spool = session.tx(txid)
-    if _no_room(session, frame, txid, spool):
+    if no_room(session, frame, f"COMMIT of {txid}",
+               [(keys.kind_of(k), keys.name_of(k), p) for k, p in spool.targets.items()]):
         return
     del session.transactions[txid]
     try:
@@ -76,19 +81,20 @@ def commit(session: SessionContext, frame: Frame) -> None:
     session.receipt(frame, extra)
 
 
-def _no_room(session: SessionContext, frame: Frame, txid: str, spool: TxSpool) -> bool:
-    """Producer flow control for a COMMIT: True when it was refused (ERROR, the transaction
+def no_room(session: SessionContext, frame: Frame, what: str,
+            targets: list[tuple[str, str, bool]]) -> bool:
+    """Producer flow control for a COMMIT or a publication ``what`` storing messages in
+    ``targets`` ((kind, name, persistent)): True when it was refused (ERROR; a transaction is
     kept) or waits for room (it runs again then, and the frames after it wait behind it)."""
     broker = session.broker
-    for key, persistent in spool.targets.items():
-        kind, name = keys.kind_of(key), keys.name_of(key)
+    for kind, name, persistent in targets:
         reason = broker.room_for(kind, name, persistent)
         if reason is None:
             continue
         if broker.policy(kind, name).fail_if_no_space:
             broker.flow.failed_total += 1
-            raise ProtocolError(f"COMMIT of {txid}: /{kind}/{name} cannot take its messages: "
-                                f"{reason}", fatal=False)
+            raise ProtocolError(f"{what}: /{kind}/{name} cannot take its messages: {reason}",
+                                fatal=False)
         log.log(logging.DEBUG if isinstance(reason, Pacing) else logging.INFO,
                 "flow control: %s waits for /%s/%s (%s)", session.peer, kind, name, reason)
         session.wait_behind(frame)

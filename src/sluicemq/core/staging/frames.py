@@ -169,6 +169,17 @@ def publish(session: Session, frame: Frame) -> None:
     session.receipt(frame, answer)
 
 
+def targets(session: Session, frame: Frame) -> set[tuple[str, str]]:
+    """The destinations a publication (COMMIT with ``sluice-stage-commit``) would make messages
+    ready in: its batch's, as this connection's user sees it (none if the names are bad)."""
+    try:
+        sink, batch = parse_names(frame.headers[STAGE_COMMIT], STAGE_COMMIT, 2)
+    except ProtocolError:
+        return set()  # publish() says why
+    stager = session.broker.stager
+    return stager.book.destinations(stager.book.scope(owner(session), sink, batch))
+
+
 def abort(session: Session, frame: Frame) -> None:
     """ABORT with ``sluice-stage-abort``: discard the batch's parked parts."""
     sink, batch = parse_names(frame.headers[STAGE_ABORT], STAGE_ABORT, 2)
