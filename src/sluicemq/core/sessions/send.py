@@ -354,8 +354,9 @@ def no_room(session: SessionContext, frame: Frame, kind: str, name: str,
 def message(session: SessionContext, kind: str, name: str, h: dict[str, str],
             body: bytes | memoryview, destination: str | None = None) -> Message:
     headers = h.copy()  # the stored headers: the SEND's, less the transport's own
-    headers.pop("destination", None)  # on every SEND, as content-length on nearly every one:
-    headers.pop("content-length", None)  # the rest are looked for in one C call, rarely found
+    headers.pop("destination", None)  # on every SEND, as content-length on nearly every one
+    headers.pop("content-length", None)  # and receipt on every persistent one at full speed:
+    headers.pop("receipt", None)  # the rest are looked for in one C call, rarely found
     if not _OTHER_TRANSPORT_HEADERS.isdisjoint(headers):
         for key in _OTHER_TRANSPORT_HEADERS.intersection(headers):
             del headers[key]
@@ -373,7 +374,7 @@ def message(session: SessionContext, kind: str, name: str, h: dict[str, str],
                    0 if expires is None else parse_expires(expires), now)
 
 
-_OTHER_TRANSPORT_HEADERS = TRANSPORT_HEADERS - {"destination", "content-length"}
+_OTHER_TRANSPORT_HEADERS = TRANSPORT_HEADERS - {"destination", "content-length", "receipt"}
 
 
 def _producer(frame: Frame) -> tuple[str, int] | None:
