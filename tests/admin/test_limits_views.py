@@ -76,7 +76,7 @@ def test_connection_and_destination_caps_are_shown_with_their_use(broker_factory
     assert value(families["sluice_limit"], limit="output_buffer_bytes") == 3 << 20
     assert value(families["sluice_output_buffered_bytes"]) >= 0
     assert value(families["sluice_connection_memory_bytes"]) % TCP_CONNECTION_BYTES == 0
-    assert value(families["sluice_destination_memory_bytes"]) == 4 * DESTINATION_BYTES
+    assert value(families["sluice_destinations_memory_bytes"]) == 4 * DESTINATION_BYTES
     assert value(families["sluice_turns_deferred"], "_total") >= 0
     assert value(families["sluice_limit_used"], limit="max_destinations") == 4
     assert value(families["sluice_limit_used"], limit="max_destinations_per_user") == 4

@@ -61,6 +61,22 @@ def test_metrics_expose_destinations_journal_and_process(broker, raw) -> None:
     assert value(families["sluice_streams_in_progress"]) == 0
 
 
+def test_each_family_is_declared_once(broker, raw) -> None:
+    """The text format allows one TYPE line per metric name: a second family of the same name
+    (the destinations' own state once shared the per-destination memory gauge's) breaks
+    scrapers, and a parser keeping the last one hides the first."""
+    conn = raw()
+    conn.connect()
+    send(conn, "/queue/once", "m", persistent="true")
+    with urllib.request.urlopen(f"{broker.console_url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    declared = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
+    assert sorted(n for n in set(declared) if declared.count(n) > 1) == []
+    families = scrape(broker.console_url)
+    assert value(families["sluice_destination_memory_bytes"], kind="queue", name="once") == 1
+    assert value(families["sluice_destinations_memory_bytes"]) > 0
+
+
 SPARES = """
 [journal]
 segment_bytes = 262144

@@ -91,7 +91,7 @@ class BrokerCollector(Collector):
                                 "Open connections' own state (TCP and WebSocket), charged to "
                                 "memory_limit (with destinations' at most the part store "
                                 "cursors leave)", value=broker.memory.connections)
-        yield GaugeMetricFamily("sluice_destination_memory_bytes",
+        yield GaugeMetricFamily("sluice_destinations_memory_bytes",
                                 "Destinations' and durable subscriptions' own state, charged "
                                 "to memory_limit", value=broker.memory.objects)
         yield GaugeMetricFamily("sluice_durable_subscriptions", "Durable topic subscriptions",
