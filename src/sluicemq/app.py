@@ -295,6 +295,8 @@ class BrokerServer:
             log.info("concurrent store and dispatch: %d messages deferred, %d acknowledged "
                      "before their write (never written), %d written", later.deferred,
                      later.skipped, later.stored)
+        if self.broker is not None:
+            self.broker.later.release_all()  # removals held back for unwritten bytes
         if self.store is not None:
             broker = self.broker
             # The index snapshot lets the next start skip the journal scan.

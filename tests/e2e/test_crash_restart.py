@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_dispatch_runs_crash import stalled
 from test_fast_restart import (
     SNAPSHOT,
     build_state,
@@ -19,7 +20,7 @@ from test_fast_restart import (
     send,
 )
 
-from sluice_testing import BrokerProcess, eventually, stored
+from sluice_testing import BrokerProcess, RawStomp, eventually, stored
 from sluicemq import Client, ClientError
 from sluicemq.storage.segment import MAGIC
 
@@ -124,6 +125,39 @@ def test_messages_unacknowledged_at_the_snapshot_are_redelivered(broker_factory)
         pass
     assert "index snapshot used" in crash(b)
     assert stored(b.url, "/queue/work") == [f"w{i}" for i in range(2, 20)]
+
+
+def test_what_a_stuck_auto_ack_consumer_was_never_written_at_the_snapshot_comes_back(
+        broker_factory) -> None:
+    """An ack:auto consumer that reads nothing is handed what its connection has room for; the
+    kernel takes some of it, the broker holds the rest, and the removal of that rest is not
+    journaled. A snapshot taken then keeps those messages as the queue's (its self-check
+    counts them, or there is no snapshot), so after a crash none is lost: the queue holds every
+    message the consumer did not read, in order, and perhaps a few it read (at least once)."""
+    b = broker_factory(config_text=CONFIG + '[limits]\noutput_buffer_bytes = "32 KiB"\n')
+    bodies = [f"{i:04d}" + "." * 2000 for i in range(150)]
+    send(client(b), "/queue/auto.stuck", bodies)
+    stuck = RawStomp(b.host, b.port, timeout=30, rcvbuf=4096)
+    stuck.connect()
+    stuck.send("SUBSCRIBE", {"destination": "/queue/auto.stuck", "id": "s", "ack": "auto"})
+    stalled(b, "/queue/auto.stuck")
+    fresh_snapshot(b)  # captured while the broker holds frames it never wrote
+    assert "index snapshot used" in crash(b)
+    read: list[str] = []
+    try:
+        while True:
+            frame = stuck.recv(timeout=30)
+            if frame.command == "MESSAGE":
+                read.append(frame.body.decode())
+    except (ConnectionError, OSError):
+        pass
+    stuck.close()
+    assert read == bodies[:len(read)] and len(read) < len(bodies)
+    left = stored(b.url, "/queue/auto.stuck")
+    assert left, "what was never written came back"
+    first = bodies.index(left[0])
+    assert first <= len(read), f"lost after the crash: {bodies[len(read)][:4]}..."
+    assert left == bodies[first:]
 
 
 def test_snapshot_and_tail_give_what_a_full_scan_gives(broker_factory) -> None:

@@ -350,22 +350,33 @@ class StompProtocol(asyncio.BufferedProtocol):
         if send_ms or expect_ms:
             self._keepalive = Keepalive(self, send_ms, expect_ms)
 
+    def bytes_written(self) -> int:
+        """How many of the bytes ever written to this connection (``bytes_out``) have left
+        user space: what neither ``_out`` nor the transport's buffer still holds. The kernel
+        sends those even after a kill -9 of the broker (its socket then closes after them),
+        so a stored message's removal for an ack:auto consumer is journaled once they reach
+        the message's end (``StoreLater.remove_when_written``). -1 when that cannot be known
+        (TLS keeps buffers of its own; a closed connection)."""
+        transport = self.transport
+        if transport is None or transport.get_extra_info("ssl_object") is not None:
+            return -1
+        return self.bytes_out - self._pending - transport.get_write_buffer_size()
+
     def bytes_acked(self) -> int:
         """How many of the bytes ever written to this connection (``bytes_out``) its peer's
         TCP has acknowledged: what is neither in our buffers nor in the kernel's send queue
         (SIOCOUTQ). Bytes counted here survive a kill -9 or a reset of the broker, so a
         message deferred for an ack:auto consumer is settled once they reach its end. -1
         when that cannot be known (TLS keeps buffers of its own; a closed connection)."""
-        transport = self.transport
-        if transport is None or transport.get_extra_info("ssl_object") is not None:
+        written = self.bytes_written()
+        if written < 0 or self.transport is None:
             return -1
-        held = sum(map(len, self._out)) + transport.get_write_buffer_size()
-        sock = transport.get_extra_info("socket")
+        sock = self.transport.get_extra_info("socket")
         try:
             queued = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, _INT0)
         except (OSError, AttributeError, ValueError):
             return -1
-        return self.bytes_out - held - int.from_bytes(queued, sys.byteorder)
+        return written - int.from_bytes(queued, sys.byteorder)
 
     @property
     def gone(self) -> bool:
@@ -376,5 +387,8 @@ class StompProtocol(asyncio.BufferedProtocol):
         return self._reading_paused
 
     def send_heartbeat(self) -> None:
-        if self.transport is not None:
+        if self._out:  # behind the frames waiting for the flush, as every byte is counted
+            self.write(b"\n")
+        elif self.transport is not None:
+            self.bytes_out += 1  # counted: bytes_written and bytes_acked compare with it
             self.transport.write(b"\n")

@@ -3,7 +3,9 @@ injected clock and timer list (no loop, no sleeping).
 
 A deferred message is either acknowledged (and never written) or written when it is due; a
 receipt asked for while messages are deferred waits until every one of them has settled;
-deferred messages are written oldest first and before any other record of their queue."""
+deferred messages are written oldest first and before any other record of their queue. The
+removal of a stored message an ack:auto consumer took is journaled only once its bytes left the
+broker's user space (or its connection is gone), and until then it is still its queue's."""
 
 from __future__ import annotations
 
@@ -245,3 +247,95 @@ def test_where_the_peer_cannot_say_what_it_has_a_large_body_is_due_a_delay_after
     assert written == []
     loop.advance(0.005)
     assert written == [("q:q", 1, False)]
+
+
+# -- stored messages an ack:auto consumer took: their removal waits for their bytes ----------
+class Removals(Store):
+    """A store that records the ids of the messages whose removal was journaled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.removed: list[int] = []
+
+    def remove(self, key: str, mid: int, ticket: TicketLike) -> None:
+        self.removed.append(mid)
+
+
+def make_held() -> tuple[StoreLater, Loop, list[int]]:
+    loop = Loop()
+    store = Removals()
+    later = StoreLater(store, 1 << 16, loop.call_soon, loop.call_later, lambda: loop.now,
+                       delay=0.005)
+    return later, loop, store.removed
+
+
+def stored(mid: int) -> Message:
+    m = msg(mid)
+    m.ticket = Ticket(mid)  # journaled before it was handed over
+    return m
+
+
+def test_a_stored_message_auto_acked_is_removed_only_once_its_bytes_left_user_space() -> None:
+    later, loop, removed = make_held()
+    out = [100]  # bytes of the connection handed to the kernel so far
+    run = [stored(1), stored(2)]
+    later.remove_when_written("q:q", run, (lambda: out[0], 300))  # their frames end at 300
+    loop.run_soon()
+    loop.advance(0.05)
+    assert removed == [] and later.unwritten == 2
+    assert later.unwritten_of() == {"q:q": run}  # still the queue's, for snapshots
+    out[0] = 300
+    loop.advance(0.05)
+    assert removed == [1, 2] and later.unwritten == 0 and later.unwritten_of() == {}
+
+
+def test_removals_are_looked_at_right_after_the_delivery_turn_not_a_timer_later() -> None:
+    later, loop, removed = make_held()
+    later.remove_when_written("q:q", [stored(1)], (lambda: 500, 300))  # the flush wrote it
+    loop.run_soon()
+    assert removed == [1]
+
+
+def test_each_connection_s_removals_wait_for_its_own_bytes() -> None:
+    later, loop, removed = make_held()
+    a, b = [0], [0]
+    later.remove_when_written("q:a", [stored(1)], (lambda: a[0], 100))
+    later.remove_when_written("q:b", [stored(2)], (lambda: b[0], 100))
+    b[0] = 100
+    loop.run_soon()
+    assert removed == [2] and list(later.unwritten_of()) == ["q:a"]
+    a[0] = 100
+    loop.advance(0.05)
+    assert removed == [2, 1]
+
+
+def test_a_closed_connection_releases_its_removals() -> None:
+    """-1: the connection is gone; in memory the messages were consumed when handed over."""
+    later, loop, removed = make_held()
+    later.remove_when_written("q:q", [stored(1)], (lambda: -1, 300))
+    loop.run_soon()
+    assert removed == [1]
+
+
+def test_where_the_transport_cannot_say_the_removal_is_journaled_at_once() -> None:
+    later, _, removed = make_held()
+    later.remove_when_written("q:q", [stored(1), stored(2)], None)
+    assert removed == [1, 2] and later.unwritten == 0
+
+
+def test_release_written_journals_what_is_out_and_keeps_the_rest() -> None:
+    """What an index snapshot calls first: it then keeps only the unwritten ones."""
+    later, _, removed = make_held()
+    later.remove_when_written("q:q", [stored(1)], (lambda: 300, 200))
+    later.remove_when_written("q:q", [stored(2)], (lambda: 300, 400))
+    later.release_written()
+    assert removed == [1] and [m.mid for m in later.unwritten_of()["q:q"]] == [2]
+
+
+def test_a_clean_stop_journals_every_held_back_removal() -> None:
+    """In memory they were consumed when handed over: none may come back after the restart,
+    behind messages consumed after it."""
+    later, _, removed = make_held()
+    later.remove_when_written("q:q", [stored(1), stored(2)], (lambda: 0, 400))
+    later.release_all()
+    assert removed == [1, 2] and later.unwritten == 0 and later.unwritten_of() == {}

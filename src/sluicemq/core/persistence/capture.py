@@ -7,7 +7,9 @@ snapshot may be written only once those records are durable
 clean stop the journal is closed first).
 
 Every persistent message a journaled queue holds (paged-out slots, in-memory messages, ones a
-consumer has not acked, chunks held for their stream) becomes a lane entry, in dispatch order.
+consumer has not acked, ones an ack:auto consumer took whose bytes have not left user space yet -
+their removal is not journaled -, chunks held for their stream) becomes a lane entry, in dispatch
+order.
 Self-check (``verify``, off the loop for big snapshots): those holders, SUB records, stream pins
 and the pins of every ``StatePart`` must add up, segment by segment, to the journal's own live
 counts. Anything unaccounted for means no snapshot rather than a wrong one.
@@ -62,6 +64,7 @@ def capture(broker: Broker, parts: Sequence[type[StatePart]],
     retained by others than the broker's holders (the checkpointer's anchor pins)."""
     store = broker.store
     journal = store.journal
+    broker.later.release_written()  # removals whose bytes are out: journaled, not kept
     store.flush()  # pending acks become a record: the state below includes their removals
     if broker.compactor.busy:
         return COMPACTING
@@ -80,9 +83,10 @@ def capture(broker: Broker, parts: Sequence[type[StatePart]],
         pins.append(ticket.loc)
     lanes: list[snapshot.Lane] = []
     queues = [*broker.queues.values(), *(q for _, q in broker.durables.values())]
+    unwritten = broker.later.unwritten_of()
     for q in queues:
         if q.durable:
-            why = _capture_queue(q, lanes)
+            why = _capture_queue(q, lanes, unwritten.get(q.key, ()))
             if why is not None:
                 return why
     streams: list[dict[str, Any]] = []
@@ -150,11 +154,13 @@ def count_runs(seg: array, counts: Counter[int]) -> None:
         ranges += [(mid, hi), (lo, mid)]
 
 
-def _capture_queue(q: Queue, lanes: list[snapshot.Lane]) -> str | None:
-    """Append the queue's lanes: unacked messages and those set aside first (where their
-    return would put them), then each lane's in-memory head, then its paged-out tail."""
+def _capture_queue(q: Queue, lanes: list[snapshot.Lane], unwritten: Iterable[Message]
+                   ) -> str | None:
+    """Append the queue's lanes: unacked messages, those set aside and those whose removal
+    waits for their bytes first (where their return would put them: a restart from the
+    snapshot gives them back), then each lane's in-memory head, then its paged-out tail."""
     unacked: dict[int, list[Message]] = defaultdict(list)
-    for m in q.pending.aside.values():
+    for m in [*q.pending.aside.values(), *unwritten]:
         unacked[m.priority].append(m)
     for c in q.consumers:
         for m in [*c.inflight.values(), *(m for ms in c.stream_acked.values() for m in ms)]:

@@ -19,6 +19,12 @@ more the delay starts once the consumer's TCP acknowledged the message's last by
 write is due ``AUTO_SECONDS`` after the send at the latest (a consumer that stopped reading).
 The receipt still waits for the ACK or the write, whichever comes first.
 
+The same watch serves stored messages (journaled before a consumer was ready) that an ack:auto
+consumer takes: their removal is journaled only once the connection's bytes up to their end
+have left user space (``remove_when_written``). Journaled as they were handed over, a kill -9
+lost what the broker still held unsent - up to the connection's output share, never received.
+Bytes in the kernel go out after the kill; a reset can still lose those (TCP's own limit).
+
 Order: deferred messages are written in the order they were published, and all of them before
 any other record (the store calls ``store_all`` before every append), so the journal holds
 everything in publish order; an acknowledged deferred message leaves no record at all.
@@ -29,7 +35,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -43,6 +49,9 @@ Waiter = Callable[[BaseException | None], None]
 # when unknown -, the connection's byte count at the end of the message).
 Sent = tuple[Callable[[], int], int]
 RECHECK_SECONDS = 0.001  # how often an ack:auto delivery is looked at again until it is due
+# how often removals held back for unwritten bytes are looked at again: their consumer's
+# socket is full (a slow reader), the removal record is merely later
+UNWRITTEN_RECHECK_SECONDS = 0.01
 # An ack:auto consumer that is reading is given this long to take a message in before it is
 # written after all: such a consumer paces the producer (as RabbitMQ's confirms do), and its
 # bytes reach it behind what was sent before, however short the store delay.
@@ -108,6 +117,13 @@ class StoreLater:
         self._timer_gen = 0  # a timer armed earlier than the current one ignores itself
         self._recheck: Any = None
         self._sent_auto: list[_Entry] = []
+        # removals of stored messages handed to ack:auto consumers, waiting for their bytes
+        # to leave user space: per connection (its bytes_written), in delivery order, (queue
+        # key, messages, where their bytes end) - a check stops at a connection's first
+        # unwritten one, so a fast consumer's backlog of held runs costs one look a turn
+        self._unwritten: dict[Callable[[], int], deque[tuple[str, list[Message], int]]] = {}
+        self.unwritten = 0  # messages in _unwritten
+        self._unwritten_soon = False  # _check_unwritten is scheduled
         self._storing = False
         self.deferred = 0  # counters, for /metrics and the benchmarks
         self.skipped = 0  # acknowledged before they were due: never written
@@ -173,6 +189,77 @@ class StoreLater:
         self._release()
         return True
 
+    def remove_when_written(self, key: str, msgs: list[Message], written: Sent | None) -> None:
+        """An ack:auto consumer was handed ``msgs``, stored messages of queue ``key``: journal their
+        removal once ``written`` (how much of the connection left user space, where their
+        bytes end) says the kernel has all their bytes - it sends them even if the broker is
+        killed -9 next, while bytes still in our buffers would be gone with it. At once when
+        the transport cannot say (None). Until then they are the queue's in the journal, in index
+        snapshots (``unwritten_of``) and for compaction; a closed connection releases them
+        (-1: in memory they were consumed when handed over). At most the connection's output
+        share of them waits."""
+        if written is None:
+            remove = self._store.remove
+            for m in msgs:
+                if m.ticket is not None:
+                    remove(key, m.mid, m.ticket)
+            return
+        written_fn, end = written
+        line = self._unwritten.get(written_fn)
+        if line is None:
+            line = self._unwritten[written_fn] = deque()
+        line.append((key, msgs, end))
+        self.unwritten += len(msgs)
+        if not self._unwritten_soon:  # each dispatch turn's removals looked at right after it
+            self._unwritten_soon = True
+            # call_soon runs after the transport's own flush scheduled by this delivery
+            self._soon(self._check_unwritten)
+
+    def release_written(self) -> None:
+        """Journal the held-back removals whose bytes have left user space (``capture`` calls
+        it first, so that a snapshot keeps only what is still unwritten)."""
+        remove = self._store.remove
+        lines = self._unwritten
+        for written in list(lines):
+            line = lines[written]
+            seen = written()
+            while line and (seen < 0 or line[0][2] <= seen):
+                key, msgs, _ = line.popleft()
+                self.unwritten -= len(msgs)
+                for m in msgs:
+                    if m.ticket is not None:  # (compaction may have moved it: the current one)
+                        remove(key, m.mid, m.ticket)
+            if not line:
+                del lines[written]
+
+    def _check_unwritten(self) -> None:
+        self._unwritten_soon = False
+        self.release_written()
+        if self._unwritten and self._recheck is None:  # a full socket: look again later
+            self._recheck = self._later(UNWRITTEN_RECHECK_SECONDS, self._check_sent)
+
+    def release_all(self) -> None:
+        """Journal every held-back removal now, written or not: the broker stops cleanly and
+        its connections with it; in memory those messages were consumed when handed over, so
+        none comes back after the restart behind messages consumed after it."""
+        remove = self._store.remove
+        for line in self._unwritten.values():
+            for key, msgs, _ in line:
+                for m in msgs:
+                    if m.ticket is not None:
+                        remove(key, m.mid, m.ticket)
+        self._unwritten = {}
+        self.unwritten = 0
+
+    def unwritten_of(self) -> dict[str, list[Message]]:
+        """The messages whose removal waits for their bytes, by queue key, in delivery order:
+        index snapshots and compaction count them as the queue's."""
+        found: dict[str, list[Message]] = {}
+        for line in self._unwritten.values():
+            for key, msgs, _ in line:
+                found.setdefault(key, []).extend(msgs)
+        return found
+
     def wait(self, waiter: Waiter) -> bool:
         """Hold ``waiter`` until every message deferred so far has settled; False (and nothing
         held) when none is outstanding."""
@@ -191,6 +278,8 @@ class StoreLater:
     # -- internals ---------------------------------------------------------------------------
     def _check_sent(self) -> None:
         self._recheck = None
+        if self._unwritten:
+            self.release_written()
         waiting = self._sent_auto
         self._sent_auto = []
         now = self._clock()
@@ -213,6 +302,8 @@ class StoreLater:
             self._arm(next(iter(self.entries.values())).due)
         if self._sent_auto:
             self._recheck = self._later(RECHECK_SECONDS, self._check_sent)
+        elif self._unwritten:
+            self._recheck = self._later(UNWRITTEN_RECHECK_SECONDS, self._check_sent)
 
     def _arm(self, at: float) -> None:
         """Have ``_due`` run at ``at``, unless a timer already runs it as early."""

@@ -336,11 +336,11 @@ class Broker:
 
     def _compaction_holders(self, segment: int) -> list[Holder] | None:
         return holders.holders(segment, self._journaled_queues(), self.sub_tickets,
-                               self.large_streams)
+                               self.large_streams, self.later.unwritten_of())
 
     def _compaction_relocate(self, plan: list[tuple[Holder, TicketLike]]) -> list[bool]:
         return holders.relocate(plan, self._journaled_queues(), self.sub_tickets,
-                                self.large_streams)
+                                self.large_streams, self.later.unwritten_of())
 
     # -- QueueOwner --------------------------------------------------------------------------
     def schedule_dispatch(self, queue: Queue) -> None:
@@ -396,6 +396,24 @@ class Broker:
                     self.store.remove(queue.key, m.mid, m.ticket)
                 elif later.entries:
                     later.removed(m)  # deferred and now settled: it needs no record at all
+
+    def record_delivered(self, queue: Queue, consumer: Consumer, msgs: list[Message]) -> None:
+        """``msgs`` went to ``consumer``, which acks automatically: consumed. A stored one's
+        removal is journaled only once its bytes have left user space (``StoreLater.
+        remove_when_written``): journaled at once, a kill -9 lost what the broker still held
+        unsent (up to the connection's output share), although the client never got it."""
+        if not queue.durable:
+            return
+        later = self.later
+        stored: list[Message] = []
+        for m in msgs:
+            if m.persistent:
+                if m.ticket is not None:
+                    stored.append(m)
+                elif later.entries:
+                    later.removed(m)  # deferred: settled once its consumer's TCP has it
+        if stored:
+            later.remove_when_written(queue.key, stored, consumer.delivery.written_mark())
 
     def record_removal_run(self, queue: Queue, mids: array, segments: array,
                            offsets: array) -> None:

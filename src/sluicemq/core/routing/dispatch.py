@@ -96,7 +96,7 @@ def _auto_run(queue: Queue, consumer: Consumer, now_ms: int, limit: int) -> tupl
         _expire(queue, expired)
     if run:
         queue.stats.dequeued += delivered
-        queue.owner.record_removal(queue, run)
+        queue.owner.record_delivered(queue, consumer, run)
     return delivered, grouped
 
 
@@ -107,7 +107,7 @@ def _each(queue: Queue, candidates: list[Consumer], now_ms: int, scan_limit: int
     delivered = 0
     skipped: list[Message] = []
     expired: list[Message] = []
-    auto_acked: list[Message] = []
+    auto_acked: dict[Consumer, list[Message]] = {}
     pending = queue.pending
     scanned = 0
     # Readiness only changes within a pass by our own deliveries, so count it, don't poll it.
@@ -147,7 +147,11 @@ def _each(queue: Queue, candidates: list[Consumer], now_ms: int, scan_limit: int
             continue
         msg.deliveries += 1
         if consumer.ack_mode == AUTO:
-            auto_acked.append(msg)
+            taken = auto_acked.get(consumer)
+            if taken is None:
+                auto_acked[consumer] = [msg]
+            else:
+                taken.append(msg)
             if consumer.open_streams and is_final(msg):
                 queue.close_stream(consumer, msg.group)
         else:
@@ -159,9 +163,9 @@ def _each(queue: Queue, candidates: list[Consumer], now_ms: int, scan_limit: int
     pending.restore(skipped)
     if expired:
         _expire(queue, expired)
-    if auto_acked:
-        queue.stats.dequeued += len(auto_acked)
-        queue.owner.record_removal(queue, auto_acked)
+    for taker, taken in auto_acked.items():
+        queue.stats.dequeued += len(taken)
+        queue.owner.record_delivered(queue, taker, taken)
     return delivered
 
 

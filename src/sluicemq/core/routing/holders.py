@@ -3,7 +3,9 @@
 Compaction (``storage/compaction.py``) copies the few live records of an old segment forward;
 it asks who holds records of a segment (``holders``) and then points each holder at its copy
 (``relocate``). Holders are queue slots (in memory or paged out), in-flight and held-back
-messages, durable subscriptions' SUB records, and open streams' tail pins (which cannot move).
+messages, messages an ack:auto consumer took whose removal waits for their bytes to leave user
+space (``StoreLater.unwritten_of``), durable subscriptions' SUB records, and open streams' tail
+pins (which cannot move).
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from sluicemq.storage.segment import Location
 from sluicemq.storage.store import TicketLike
 
 
-def held_objects(q: Queue, streams: StreamTable) -> Iterator[Message]:
+def held_objects(q: Queue, streams: StreamTable,
+                 unwritten: dict[str, list[Message]]) -> Iterator[Message]:
     """Every message object of a queue that may pin a journal record."""
     yield from q.pending.in_memory()
+    yield from unwritten.get(q.key, ())
     for c in q.consumers:
         yield from c.inflight.values()
         for msgs in c.stream_acked.values():
@@ -32,7 +36,7 @@ def held_objects(q: Queue, streams: StreamTable) -> Iterator[Message]:
 
 
 def holders(segment: int, queues: Iterable[Queue], sub_tickets: dict[str, TicketLike],
-            streams: StreamTable) -> list[Holder] | None:
+            streams: StreamTable, unwritten: dict[str, list[Message]]) -> list[Holder] | None:
     """Who holds records of ``segment``; None when something we cannot move does."""
     for st in streams.open.values():
         pin = st.last_ticket
@@ -43,7 +47,7 @@ def holders(segment: int, queues: Iterable[Queue], sub_tickets: dict[str, Ticket
     for q in queues:
         for mid, seg, off, length, inner in q.pending.journal_slots(segment):
             found.append(Holder(q.key, mid, Location(seg, off, length), inner))
-        for m in held_objects(q, streams):
+        for m in held_objects(q, streams, unwritten):
             loc = m.ticket.loc if m.ticket is not None else None
             if loc is not None and loc.segment == segment:
                 if m.inner < 0:
@@ -53,7 +57,8 @@ def holders(segment: int, queues: Iterable[Queue], sub_tickets: dict[str, Ticket
 
 
 def relocate(plan: list[tuple[Holder, TicketLike]], queues: Iterable[Queue],
-             sub_tickets: dict[str, TicketLike], streams: StreamTable) -> list[bool]:
+             sub_tickets: dict[str, TicketLike], streams: StreamTable,
+             unwritten: dict[str, list[Message]]) -> list[bool]:
     """Point each holder at its durable copy; False where the holder is gone."""
     by_key: dict[str, Queue] = {q.key: q for q in queues}
     moved: dict[str, dict[tuple[int, int, int], Location]] = {}
@@ -79,7 +84,7 @@ def relocate(plan: list[tuple[Holder, TicketLike]], queues: Iterable[Queue],
         ok = k in found[h.key]
         q = by_key.get(h.key)
         if not ok and q is not None:
-            for m in held_objects(q, streams):
+            for m in held_objects(q, streams, unwritten):
                 if m.mid == h.mid and m.ticket is not None and m.ticket.loc == h.loc:
                     m.ticket, m.inner = t, 0
                     ok = True

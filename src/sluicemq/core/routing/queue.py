@@ -8,7 +8,7 @@ acks, prefetch, redelivery and DLQ rules are written once.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -39,6 +39,12 @@ class Delivery(Protocol):
     def deliver_run(self, consumer: Consumer, msgs: list[Message]) -> int:
         """``deliver`` each of ``msgs`` in order (counting its delivery) until the connection
         has no room; returns how many went."""
+        ...
+
+    def written_mark(self) -> tuple[Callable[[], int], int] | None:
+        """Where the connection's output ends now, with a function telling how much of it has
+        left user space (the kernel sends that even if the broker dies); None when the
+        transport cannot tell."""
         ...
 
     def stream_error(self, stream_id: str, text: str) -> None: ...
@@ -132,6 +138,10 @@ class QueueOwner(Protocol):
     def make_pending(self, destination: str, policy: Policy) -> PendingList: ...
 
     def record_removal(self, queue: Queue, msgs: Iterable[Message]) -> None: ...
+
+    def record_delivered(self, queue: Queue, consumer: Consumer, msgs: list[Message]) -> None:
+        """``record_removal`` of messages handed to ``consumer``, which acks automatically."""
+        ...
 
     def record_removal_run(self, queue: Queue, mids: array, segments: array,
                            offsets: array) -> None: ...

@@ -91,6 +91,9 @@ class SessionContext:
         self._write_frames: Callable[[list[bytes], int], None] | None = getattr(
             out, "write_frames", None)
         self._room: Callable[[], int] | None = getattr(out, "room", None)
+        # a transport that can tell how much of its output left user space holds back the
+        # journaled removal of stored messages an ack:auto consumer takes until then
+        self._written: Callable[[], int] | None = getattr(out, "bytes_written", None)
         self.parser = FrameParser(max_frame_bytes=limits.max_frame_bytes,
                                   max_headers=limits.max_headers,
                                   max_header_line=limits.max_header_line,
@@ -170,6 +173,14 @@ class SessionContext:
             self.deliver(consumer, msg)
             done += 1
         return done
+
+    def written_mark(self) -> tuple[Callable[[], int], int] | None:
+        """``Delivery.written_mark``: how many bytes of this connection have left user space
+        (a function), and where its output ends now; None when the transport cannot say."""
+        written = self._written
+        if written is None:
+            return None
+        return written, getattr(self.out, "bytes_out", 0)
 
     def when_writable(self, resume: Callable[[], None]) -> None:
         """Call ``resume`` once the transport has drained (paced writers: range reads)."""
