@@ -13,7 +13,7 @@ import time
 import urllib.request
 
 import stomp
-from stomp_helpers import Collector, connect, send_with_receipt
+from stomp_helpers import Collector, connect, nothing_delivered, send_with_receipt, wait_receipt
 
 from sluice_testing import BrokerProcess, RawStomp, eventually
 from sluicemq import Client
@@ -375,3 +375,40 @@ def test_a_cron_round_cut_by_kill_9_between_two_repeats_finishes_once_then_the_n
         assert len(seen) == 8
     finally:
         b.kill()
+
+
+FULL_CONFIG = '[[policy]]\nqueue = "full.>"\nstore_limit = "8 KiB"\n'
+
+
+def test_a_due_burst_larger_than_the_queues_store_limit_waits_then_arrives_once_in_due_order(
+        broker_factory) -> None:
+    """24 x 1 KiB due into a queue whose [[policy]] store_limit is 8 KiB: 8 move (as 8 SENDs
+    would), 16 wait in the scheduler's queues (listed by the admin API, headed for
+    /queue/full.q) while a message due after them all reaches another queue on time; a
+    consumer then receives all 24 exactly once, in due order (sent in about its reverse; the
+    order is checked against each message's due time as the admin API listed it)."""
+    b = broker_factory(config_text=FULL_CONFIG)
+    conn, got = connect(b)
+    for i in range(24):  # message i is due about (23 - i) x 50 ms after the first
+        headers = {"persistent": "true", "AMQ_SCHEDULED_DELAY": str(3000 + (23 - i) * 50)}
+        conn.send("/queue/full.q", f"{i:02d}".ljust(1024, "."),
+                  headers={**headers, **({"receipt": "burst"} if i == 23 else {})})
+    wait_receipt(got, "burst")
+    due = {m["body_preview"][:2]: (int(m["headers"]["sluice-scheduled-at"]), m["mid"])
+           for m in waiting(b)}
+    assert len(due) == 24  # none due yet: the first is 3 s away
+    send_with_receipt(conn, got, "/queue/other", "after them all", "o", persistent="true",
+                      AMQ_SCHEDULED_DELAY="4700")
+    conn.subscribe("/queue/other", id="o", ack="auto")
+    assert got.next(timeout=20).body == "after them all"  # the burst's due times have passed
+    full = [d for d in api(b, "destinations")["destinations"] if d["name"] == "full.q"]
+    assert [d["pending"] for d in full] == [8]
+    held = waiting(b)
+    assert len(held) == 16
+    assert {m["headers"]["sluice-scheduled-destination"] for m in held} == {"/queue/full.q"}
+    conn.subscribe("/queue/full.q", id="f", ack="auto")
+    bodies = [got.next(timeout=15).body[:2] for _ in range(24)]
+    assert bodies == sorted(due, key=due.__getitem__)
+    eventually(lambda: not waiting(b), "the scheduler's queues emptied")
+    assert nothing_delivered(conn, got)
+    conn.disconnect()

@@ -92,6 +92,31 @@ def test_persistent_sends_wait_while_the_journal_is_behind_the_disk() -> None:
     assert flow.full(Policy(), True, 0) is None
 
 
+def test_a_due_scheduled_message_meets_its_destinations_store_limit_and_when_it_adds_the_brokers(
+        ) -> None:
+    """``store_refusal`` (the scheduler's question for a due message): the policy's
+    store_limit always; the broker's store limit only for a move that adds a message (a
+    repetition follows), since a one-off move replaces its scheduled copy. The broker's own
+    waiter is not counted as a waiting SEND, and is resumed by ``poll`` as producers are."""
+    usage, memory = Usage(), MemoryAccount(10_000)
+    flow = flow_with(usage, memory)
+    capped = Policy(store_limit=100)
+    assert flow.store_refusal(capped, 99, whole=False) is None
+    assert "store_limit 100 of its policy" in (flow.store_refusal(capped, 100, whole=False) or "")
+    usage.store = 1000
+    assert flow.store_refusal(Policy(), 0, whole=False) is None
+    assert "store limit reached (1000" in (flow.store_refusal(Policy(), 0, whole=True) or "")
+    resumed: list[str] = []
+    flow.wait(lambda: "full" if usage.store >= 1000 else None,
+              lambda: resumed.append("scheduler"), producer=False)
+    assert (flow.waiting, flow.blocked_total) == (0, 0)
+    flow.poll()
+    assert resumed == []
+    usage.store = 999
+    flow.poll()
+    assert resumed == ["scheduler"]
+
+
 def test_persistent_sends_wait_for_store_space_non_persistent_for_temp_space() -> None:
     usage, memory = Usage(), MemoryAccount(10_000)
     flow = flow_with(usage, memory)

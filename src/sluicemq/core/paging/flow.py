@@ -249,6 +249,7 @@ class FlowControl:
         self._store_used = store_used
         self._temp_used = temp_used
         self._waiters: list[Waiter] = []
+        self._own: list[Waiter] = []  # the broker's own (the scheduler's due messages)
         self._sizes: dict[int, tuple[Policy, int, int, int, int]] = {}  # id(policy) -> sizes_of
         self.blocked_total = 0  # lifetime count of SENDs that had to wait
         self.failed_total = 0  # lifetime count of SENDs refused (fail_if_no_space)
@@ -324,10 +325,26 @@ class FlowControl:
             return f"temp limit reached ({self.limits.temp} bytes)"
         return None
 
+    def store_refusal(self, policy: Policy, held: int, whole: bool) -> str | None:
+        """Why a destination holding ``held`` body bytes of ready messages cannot take one
+        more stored: its policy's ``store_limit`` and, with ``whole``, the broker's (a due
+        scheduled message asks this, as a persistent SEND meets ``refusal``), or None."""
+        if whole and self._store_used() >= self.limits.store:
+            return f"store limit reached ({self.limits.store} bytes of journal)"
+        dest_store = self.sizes_of(policy)[4]
+        if dest_store and held >= dest_store:
+            return (f"destination store limit reached ({held} bytes of ready messages, "
+                    f"store_limit {dest_store} of its policy)")
+        return None
+
     def wait(self, recheck: Callable[[], str | None], resume: Callable[[], None],
-             reason: str = "") -> None:
+             reason: str = "", *, producer: bool = True) -> None:
         """Call ``resume`` once ``recheck`` finds room (checked on every ``poll``: after each
-        dispatch pass, so a paced producer resumes as soon as its consumers caught up)."""
+        dispatch pass, so a paced producer resumes as soon as its consumers caught up).
+        ``producer=False``: the broker's own waiter (the scheduler), not counted as a SEND."""
+        if not producer:
+            self._own.append((recheck, resume))
+            return
         if isinstance(reason, Pacing):
             self.paced_total += 1
         else:
@@ -359,15 +376,25 @@ class FlowControl:
         self.poll()
 
     def poll(self) -> None:
-        """Resume, in arrival order, every waiter whose destination has room now."""
-        if not self._waiters:
-            return
-        waiters, self._waiters = self._waiters, []
+        """Resume, in arrival order, every waiter whose destination has room now (a resumed
+        one may wait again: it joins the fresh list)."""
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            self._waiters[:0] = self._resume(waiters)
+        if self._own:
+            own, self._own = self._own, []
+            self._own[:0] = self._resume(own)
+
+    @staticmethod
+    def _resume(waiters: list[Waiter]) -> list[Waiter]:
+        """Resume the ``waiters`` with room, in order; returns those still waiting."""
+        still: list[Waiter] = []
         ready = []
         for recheck, resume in waiters:
             if recheck() is None:
                 ready.append(resume)
             else:
-                self._waiters.append((recheck, resume))
+                still.append((recheck, resume))
         for resume in ready:
             resume()
+        return still

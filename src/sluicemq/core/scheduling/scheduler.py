@@ -10,7 +10,14 @@ many repetitions are left.
 
 When it is due it moves in one journal transaction: removed from its queue, a copy under a
 fresh id stored at its destination and, if it repeats, the next repetition filed again - so a
-crash at any moment neither loses a scheduled message nor delivers one twice. Nobody may
+crash at any moment neither loses a scheduled message nor delivers one twice. A persistent
+due message whose destination is at its policy's ``store_limit`` (or, when its move adds a
+message - a repetition follows - at the broker's store limit) does not move: it stays set aside
+in its bucket (stored, listed, cancellable) and waits in its destination's line, behind which
+every later due message to that destination waits too (due order kept); it moves once the
+destination has room (flow control's poll says so), while other destinations' messages go on
+time. Without this a scheduled burst, checked for room only when SENT, overshot the limit when
+it came due. Nobody may
 send to, subscribe to or read the ``sluice.scheduled`` queues directly; the admin API lists
 and purges them like any queue (that cancels what it removes).
 
@@ -25,6 +32,7 @@ A scheduled SEND in a transaction or to several destinations at once gets an ERR
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -97,6 +105,9 @@ class Scheduler:
         self.calendar = Calendar(horizon_ms)
         self._armed_for: int | None = None
         self._handle: Any = None
+        # destination -> its due messages waiting for room, (due, id, bucket) in due order
+        self._lines: dict[str, deque[tuple[int, int, Any]]] = {}
+        self._watched: set[str] = set()  # destinations whose room flow control watches for us
 
     def wants(self, headers: dict[str, str]) -> bool:
         """Whether this SEND is to be scheduled (the switch is on and it asks for it)."""
@@ -192,12 +203,15 @@ class Scheduler:
             self._handle = None
         self._armed_for = None
         wake = self.calendar.wake_at()
-        if wake is None:
+        if wake is None and not at_once:
             return
         now = self.broker.now_ms()
-        self._armed_for = now if at_once else wake
-        self._handle = self._call_later(0.0 if at_once else max(0.0, (wake - now) / 1000),
-                                        self.fire)
+        if at_once or wake is None:
+            self._armed_for = now
+            self._handle = self._call_later(0.0, self.fire)
+        else:
+            self._armed_for = wake
+            self._handle = self._call_later(max(0.0, (wake - now) / 1000), self.fire)
 
     def fire(self) -> None:
         """One turn: read buckets whose time has come, move what is due (one journal
@@ -225,16 +239,41 @@ class Scheduler:
         return False
 
     def _move_due(self, now: int) -> bool:
-        due_now = self.calendar.due(now, MAX_FIRES_PER_TURN)
-        if not due_now:
-            return False
+        """Move what is due (one journal transaction): first the messages waiting in a
+        destination's line while it has room, then the newly due, each behind its
+        destination's line if there is one. True if the turn's budget ran out."""
+        budget = MAX_FIRES_PER_TURN
+        picked: list[tuple[int, Any, Message]] = []
+        added: dict[str, int] = {}  # body bytes this turn moves to each destination
+        for target in list(self._lines):
+            line = self._lines[target]
+            while line and len(picked) < budget:
+                due, mid, queue = line[0]
+                msg = queue.pending.aside.get(mid)
+                if msg is not None and self._no_room(target, msg, added) is not None:
+                    break
+                line.popleft()
+                if msg is not None:  # (None: removed through the admin API: cancelled)
+                    picked.append((due, queue, msg))
+            if not line:
+                del self._lines[target]
+        room_left = budget - len(picked)
+        due_now = self.calendar.due(now, room_left)
+        for due, mid, queue in due_now:
+            msg = queue.pending.aside.get(mid)
+            if msg is None:
+                continue  # removed through the admin API meanwhile: cancelled
+            target = msg.headers.get(DESTINATION, "")
+            if target not in self._lines and self._no_room(target, msg, added) is None:
+                picked.append((due, queue, msg))
+            else:
+                self._lines.setdefault(target, deque()).append((due, mid, queue))
+        self._watch()
         moves: list[tuple[str, str, Message]] = []
         taken: dict[int, tuple[Any, list[Message]]] = {}
         follow: list[tuple[str, int, int]] = []
-        for due, mid, queue in due_now:
-            msg = queue.pending.take_aside(mid)
-            if msg is None:
-                continue  # removed through the admin API meanwhile: cancelled
+        for due, queue, msg in picked:
+            queue.pending.take_aside(msg.mid)
             try:
                 moves += self._moves(msg, due, now, follow)
             except (ProtocolError, ValueError) as exc:
@@ -246,7 +285,58 @@ class Scheduler:
             self.broker.commit(f"sched:{first.mid}", moves, list(taken.values()), [])
         for where, at, mid in follow:
             self._filed(where, at, mid)
-        return len(due_now) >= MAX_FIRES_PER_TURN
+        return len(picked) >= budget or 0 < room_left <= len(due_now)
+
+    def _no_room(self, target: str, msg: Message, added: dict[str, int]) -> str | None:
+        """Why ``msg`` cannot move to ``target`` now (its store limits, as a persistent
+        SEND meets them; ``added``: bytes this turn already moves there, counted and
+        updated), or None. A one-off move stores its message in place of the scheduled
+        copy, so only one that repeats meets the broker-wide store limit: holding the rest
+        could leave a store full of due messages that nothing drains."""
+        if not msg.persistent:
+            return None  # store limits count persistent messages
+        try:
+            kind, name = parse_destination(target)
+        except (ProtocolError, ValueError):
+            return None  # _moves says why it cannot go
+        broker = self.broker
+        if kind == QUEUE:
+            q = broker.queues.get(name)
+            held = q.pending.held if q is not None else 0
+        else:
+            t = broker.topics.get(name)
+            held = max((s.pending.held for s in t.subscribers.values()), default=0) \
+                if t is not None else 0
+        h = msg.headers
+        repeats = h.get(LEFT, "0") not in ("0", "") or CRON in h
+        reason = broker.flow.store_refusal(broker.policy(kind, name),
+                                           held + added.get(target, 0), whole=repeats)
+        if reason is None:
+            added[target] = added.get(target, 0) + msg.size
+        return reason
+
+    def _watch(self) -> None:
+        """Ask flow control to wake the scheduler once a waiting line's destination has room
+        for its first message (after a dispatch pass or tick; no polling here)."""
+        for target in self._lines.keys() - self._watched:
+            self._watched.add(target)
+
+            def recheck(target: str = target) -> str | None:
+                line = self._lines.get(target)
+                while line and line[0][2].pending.aside.get(line[0][1]) is None:
+                    line.popleft()  # cancelled meanwhile
+                return None if not line else self._no_room(
+                    target, line[0][2].pending.aside[line[0][1]], {})
+
+            def resume(target: str = target) -> None:
+                self._watched.discard(target)
+                self._arm(at_once=True)
+
+            self.broker.flow.wait(recheck, resume, producer=False)
+
+    def waiting_for_room(self) -> int:
+        """Due messages waiting for their destination's room (metrics, specs)."""
+        return sum(len(line) for line in self._lines.values())
 
     def _refile(self, now: int) -> bool:
         """Far messages whose bucket is near move into it (one journal transaction)."""
