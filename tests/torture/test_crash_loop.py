@@ -20,4 +20,5 @@ def test_receipted_messages_survive_repeated_kill_9(broker_factory: Any, tmp_pat
     assert verdict.receipted > 50, verdict.summary()  # the run did real work
     assert verdict.corrupt == 0, verdict.summary()
     assert verdict.lost == [], verdict.summary()
+    assert verdict.after_ack == 0, verdict.summary()  # none back after a receipted ACK
     assert "internal error" not in broker.log()

@@ -4,6 +4,10 @@ The verdict comes from an independent ledger, never from the broker: producers a
 id to their ledger file only after its RECEIPT; consumers append every delivery with whether its
 embedded SHA-256 matched. At the end every receipted id must have been delivered at least once
 and no delivery may be corrupt; redeliveries (duplicates) are counted, as at-least-once allows.
+One ACK in 16 is sent with a receipt: once it came, that message must never be delivered again
+(a delivery after it is recorded ``after-ack``: a lost ACK, or a record of a reused journal
+file's earlier use read back). Each consumer checks the ids it acknowledged itself, which is
+every redelivery when each queue has one consumer (the default: as many consumers as queues).
 
 Used by tests/torture/ (a short run) and bench/torture.py (N cycles). The broker is anything
 with `url`, `kill()`, `restart()`: the test fixture's BrokerProcess or the bench's launcher.
@@ -65,16 +69,18 @@ class Verdict:
     corrupt: int = 0
     duplicates: int = 0
     unreceipted_delivered: int = 0  # sends whose receipt the crash ate but that were stored
+    after_ack: int = 0  # delivered again after an ACK whose receipt came: never allowed
 
     @property
     def ok(self) -> bool:
-        return not self.lost and not self.corrupt
+        return not self.lost and not self.corrupt and not self.after_ack
 
     def summary(self) -> str:
         return (f"{self.cycles} kill -9 cycles: {self.receipted} receipted, "
                 f"{self.delivered_unique} delivered ({self.deliveries} deliveries, "
                 f"{self.duplicates} duplicates, {self.unreceipted_delivered} stored without "
-                f"receipt), {len(self.lost)} lost, {self.corrupt} corrupt")
+                f"receipt), {len(self.lost)} lost, {self.corrupt} corrupt, "
+                f"{self.after_ack} delivered after a receipted ACK")
 
 
 class Ledger:
@@ -154,6 +160,8 @@ def producer(url: str, queues: list[str], name: str, ledger: Ledger, stop: threa
 def consumer(url: str, queue: str, name: str, ledger: Ledger, stop: threading.Event,
              drained: threading.Event) -> None:
     record = ledger.writer(f"recv-{name}")
+    acked: set[str] = set()  # ids whose ACK was receipted
+    delivered = 0
     while not stop.is_set():
         client = connect(url, stop)
         if client is None:
@@ -167,8 +175,16 @@ def consumer(url: str, queue: str, name: str, ledger: Ledger, stop: threading.Ev
                         return
                     continue
                 msg_id = check_body(msg.body)
-                record(f"{msg_id} ok" if msg_id else f"{msg.headers.get('torture-id')} corrupt")
-                msg.ack()
+                if msg_id is None:
+                    record(f"{msg.headers.get('torture-id')} corrupt")
+                else:
+                    record(f"{msg_id} after-ack" if msg_id in acked else f"{msg_id} ok")
+                delivered += 1
+                if delivered % 16 or msg_id is None:
+                    msg.ack()
+                else:
+                    msg.ack(receipt=True)
+                    acked.add(msg_id)
         except (ClientError, OSError):
             pass
         finally:
@@ -228,7 +244,8 @@ def judge(ledger: Ledger, cycles: int) -> Verdict:
     counts = Counter(line.split(" ", 1)[0] for line in lines if line.endswith(" ok"))
     verdict = Verdict(cycles=cycles, receipted=len(sent), deliveries=len(lines),
                       delivered_unique=len(counts),
-                      corrupt=sum(1 for line in lines if line.endswith(" corrupt")))
+                      corrupt=sum(1 for line in lines if line.endswith(" corrupt")),
+                      after_ack=sum(1 for line in lines if line.endswith(" after-ack")))
     verdict.lost = sorted(sent - set(counts))
     verdict.duplicates = sum(n - 1 for n in counts.values())
     verdict.unreceipted_delivered = len(set(counts) - sent)
