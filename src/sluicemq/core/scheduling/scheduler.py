@@ -108,6 +108,7 @@ class Scheduler:
         # destination -> its due messages waiting for room, (due, id, bucket) in due order
         self._lines: dict[str, deque[tuple[int, int, Any]]] = {}
         self._watched: set[str] = set()  # destinations whose room flow control watches for us
+        self._room_came = False  # a line's destination got room during this turn
 
     def wants(self, headers: dict[str, str]) -> bool:
         """Whether this SEND is to be scheduled (the switch is on and it asks for it)."""
@@ -217,11 +218,12 @@ class Scheduler:
         """One turn: read buckets whose time has come, move what is due (one journal
         transaction), refile far messages whose time has come; yield between turns."""
         self._handle = None
+        self._room_came = False
         now = self.broker.now_ms()
         busy = self._read_buckets(now)
         busy |= self._move_due(now)
         busy |= self._refile(now)
-        self._arm(at_once=busy)
+        self._arm(at_once=busy or self._room_came)  # (room may come within the turn's commit)
 
     def _read_buckets(self, now: int) -> bool:
         """Read due buckets front to back into RAM (each message waits there until due);
@@ -330,6 +332,7 @@ class Scheduler:
 
             def resume(target: str = target) -> None:
                 self._watched.discard(target)
+                self._room_came = True
                 self._arm(at_once=True)
 
             self.broker.flow.wait(recheck, resume, producer=False)
