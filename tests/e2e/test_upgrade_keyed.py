@@ -103,6 +103,12 @@ def test_a_data_dir_from_before_keys_starts_whole_and_is_keyed_from_its_next_seg
 def test_a_kill_9_loop_on_an_upgraded_data_dir_loses_nothing_receipted(broker_factory) -> None:
     b = on_fixture(broker_factory)
     journal = b.data_dir / "journal"
+    key = open_key(journal)
+    assert key is not None
+    b.kill()  # right after the upgrade's first start: its key stays the journal's key
+    b.restart()
+    again = open_key(journal)
+    assert again is not None and (again.first, again.seeds(13)) == (key.first, key.seeds(13))
     for cycle, receipts in enumerate((20, 45, 70)):  # ~12 segments of 16 KiB a cycle
         receipted = send_until_killed(b, cycle, receipts)
         b.restart()
