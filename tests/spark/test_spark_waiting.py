@@ -8,6 +8,7 @@ import logging
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+from sluice_testing import eventually
 from sluicemq.client import Client
 from sluicemq.spark.options import SourceOptions
 from sluicemq.spark.stream_reader import SluiceStreamReader
@@ -29,8 +30,8 @@ def test_a_missing_queue_is_logged_once_then_every_30_s_until_it_appears(broker,
         for _ in range(50):  # an idle query asks ~80 times a second
             assert reader.latestOffset(start, ReadAllAvailable()) == start
         assert waiting_lines(caplog) == [
-            "waiting for /queue/ordrs: it does not exist yet (nothing was sent to it; check "
-            "option destination for a typo)"]
+            "waiting for /queue/ordrs: it does not exist (nothing sent to it yet, or it was "
+            "emptied and dropped as idle; check option destination for a typo)"]
         now[0] += 29.0
         reader.latestOffset(start, ReadAllAvailable())
         assert len(waiting_lines(caplog)) == 1
@@ -59,3 +60,29 @@ def test_an_empty_queue_that_exists_is_not_reported(broker, caplog):
         assert waiting_lines(caplog) == []
     finally:
         reader.stop()
+
+
+def test_a_queue_the_query_saw_and_the_broker_reclaimed_when_idle_is_not_reported(
+        broker_factory, caplog):
+    """A running query drains its queue; the broker drops the empty queue once idle (as the
+    CSV example's continuous job meets a minute after its last file) and brings it back with
+    the next SEND: no typo, nothing to warn about, and the next message is read."""
+    caplog.set_level(logging.WARNING, logger="sluicemq.spark")
+    broker = broker_factory(config_text="[limits]\nidle-destination-seconds = 1.0\n")
+    with Client(broker.url) as c:
+        c.send("/queue/drained", "x")
+        reader = SluiceStreamReader(SourceOptions.parse({"url": broker.url,
+                                                         "destination": "/queue/drained"}))
+        try:
+            start = reader.initialOffset()
+            with c.subscribe("/queue/drained", ack="client-individual") as sub:
+                msg = sub.get(timeout=5)
+                assert msg is not None
+                msg.ack(receipt=True)
+            eventually(lambda: not c.head("/queue/drained").exists, "the idle queue dropped")
+            assert reader.latestOffset(start, ReadAllAvailable()) == start
+            c.send("/queue/drained", "y")
+            assert reader.latestOffset(start, ReadAllAvailable()) != start
+            assert waiting_lines(caplog) == []
+        finally:
+            reader.stop()
