@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 _txids = itertools.count(1)
 _BOOT = os.urandom(3).hex()
-DLQ_HEADERS = (DLQ_ORIGIN, "sluice-dlq-deliveries")
+DLQ_HEADERS = (DLQ_ORIGIN, "sluice-dlq-deliveries", "sluice-dlq-reason")  # what a retry drops
 
 
 class OperationError(ValueError):
