@@ -3,7 +3,7 @@
 The seam of the cursor (``cursor.py``): this module is what runs for every message - a push
 by a producer or a redelivery, a pop or a run taken by the dispatch pass, a refill of the
 in-memory head from the paged-out tail, a message set aside by the scheduler - with the
-accounting each does inline. It is compiled in the accelerated build (``setup.py``).
+accounting each does (``_hold``/``_unhold``: compiled, their calls are native). It is compiled in the accelerated build (``setup.py``).
 ``cursor.PendingList`` adds what works on the cursor as a whole or by id and range (admin
 removals, ledger commits, purges and unsubscribes, browsing, compaction, snapshots): none of
 it is on a message's path, and it needs no more than the lanes' counts kept here.
@@ -142,8 +142,8 @@ class Lanes:
         # May it stay in memory? The per-destination window bounds persistent messages
         # (paging one out costs a journal read later); a non-persistent one stays while the
         # broker-wide memory budget allows, since paging it out means writing a temp file.
-        # (That test, ``MemoryAccount.cursor_room`` and ``_hold`` are written out here: this
-        # runs once per message.)
+        # (That test, ``MemoryAccount.cursor_room``, is written out here: this runs once per
+        # message.)
         if self.pager is None or (not lane.tail
                                   and (not msg.persistent or self._in_head < self.window)
                                   and (account is None
@@ -151,18 +151,7 @@ class Lanes:
                                        + account.objects < account.high_water)):
             lane.head.append(msg)
             self._in_head += 1
-            if msg.body is not None:
-                body = msg.size
-            else:
-                body = 0
-                self.large += msg.size
-            cost = body + MESSAGE_OBJECT_BYTES + msg.extra
-            self.memory += cost
-            self.bytes += body
-            if account is not None:
-                account.used += cost
-                if account.used > account.peak:
-                    account.peak = account.used
+            self._hold(msg)
             return
         if self.pager.page_out(lane.tail, msg, self._settled):
             self.stored_bytes += msg.size
@@ -222,16 +211,7 @@ class Lanes:
                 msg = lane.head.popleft()
                 self._size -= 1
                 self._in_head -= 1
-                if msg.body is not None:  # ``_unhold``, inlined
-                    body = msg.size
-                else:
-                    body = 0
-                    self.large -= msg.size
-                cost = body + MESSAGE_OBJECT_BYTES + msg.extra
-                self.memory -= cost
-                self.bytes -= body
-                if self.account is not None:
-                    self.account.used -= cost
+                self._unhold(msg)
                 return msg
         return None
 
