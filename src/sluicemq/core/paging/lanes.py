@@ -3,7 +3,8 @@
 The seam of the cursor (``cursor.py``): this module is what runs for every message - a push
 by a producer or a redelivery, a pop or a run taken by the dispatch pass, a refill of the
 in-memory head from the paged-out tail, a message set aside by the scheduler - with the
-accounting each does (``_hold``/``_unhold``: compiled, their calls are native). It is compiled in the accelerated build (``setup.py``).
+accounting each does (``_hold``/``_unhold``: compiled, their calls are native). It is
+compiled in the accelerated build (``setup.py``).
 ``cursor.PendingList`` adds what works on the cursor as a whole or by id and range (admin
 removals, ledger commits, purges and unsubscribes, browsing, compaction, snapshots): none of
 it is on a message's path, and it needs no more than the lanes' counts kept here.
