@@ -1,6 +1,6 @@
 """Spec of the journal's key (storage/headerkey.py): created with the journal, kept beside its
-segments, never silently missing; a journal written before keys recovers as it did and is keyed
-from its next segment on."""
+segments, never silently missing nor another journal's; a journal written before keys recovers as
+it did and is keyed from its next segment on."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from sluicemq.errors import StorageError
 from sluicemq.storage.checksum import crc32
-from sluicemq.storage.headerkey import KEY_NAME, HeaderKey
+from sluicemq.storage.headerkey import KEY_NAME, HeaderKey, create_key
 from sluicemq.storage.journal import Journal
 from sluicemq.storage.segment import HEADER_SIZE, KEYED, encode_header, segment_name
 
@@ -131,3 +131,73 @@ def test_a_key_file_of_a_newer_format_is_refused_and_nothing_is_touched(open_jou
                                            r"\(1\): .* written by a newer SluiceMQ"):
         Journal(opened.directory, segment_bytes=SEG)
     assert {p.name: p.read_bytes() for p in opened.directory.iterdir() if p.is_file()} == before
+
+
+def written(open_journal, count: int = 60) -> tuple[Path, list[bytes]]:
+    """A closed journal of ``count`` records, three segments and the next one made ahead."""
+    opened = open_journal(segment_bytes=SEG)
+    sent = [random.Random(2).randbytes(3000) + b"%d" % i for i in range(count)]
+    tickets = [opened.journal.append(1, p) for p in sent]
+    opened.watch.wait(tickets[-1].seq)
+    opened.journal.close()
+    return opened.directory, sent
+
+
+def files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in directory.iterdir() if p.is_file()}
+
+
+FOREIGN = (r"journal\.key is not the key this journal's segments were written with: the first "
+           r"record of none of them checks out under it \(00000000000000000001\.log")
+
+
+def test_a_key_that_is_not_the_segments_own_refuses_to_open_and_changes_nothing(
+        open_journal, tmp_path: Path) -> None:
+    directory, sent = written(open_journal)
+    own = (directory / KEY_NAME).read_bytes()
+    Journal(tmp_path / "other").close()  # another broker's journal: its own key
+    (directory / KEY_NAME).write_bytes((tmp_path / "other" / KEY_NAME).read_bytes())
+    before = files(directory)
+    with pytest.raises(StorageError, match=FOREIGN + r" and \d+ more\).* Nothing was changed. "
+                                                     r"Put back the journal\.key"):
+        Journal(directory, segment_bytes=SEG)
+    assert files(directory) == before  # nothing zeroed as a torn tail, no segment deleted
+    (directory / KEY_NAME).write_bytes(own)  # the directory lock was let go with the refusal
+    payloads, _ = recovered(directory)
+    assert payloads == sent
+
+
+def test_a_key_file_put_beside_a_journal_from_before_keys_is_refused_too(tmp_path: Path) -> None:
+    directory = tmp_path / "journal"
+    directory.mkdir()
+    data = encode_header(1, b"old", 1, 0, seeds=(0, 0)) + b"old"
+    (directory / segment_name(1)).write_bytes(data.ljust(SEG, b"\0"))
+    create_key(directory, 1)  # claims segment 1, which was written before keys
+    with pytest.raises(StorageError, match=FOREIGN + r"\)"):
+        Journal(directory, segment_bytes=SEG)
+    assert (directory / segment_name(1)).read_bytes()[: len(data)] == data
+
+
+@pytest.mark.parametrize("landed", [0, HEADER_SIZE, HEADER_SIZE + 1000],
+                         ids=["nothing", "the header", "part of the payload"])
+@pytest.mark.parametrize("segments", [1, 3], ids=["the journal's only segment",
+                                                  "its third segment"])
+def test_a_crash_that_tore_the_first_write_of_a_new_segment_still_opens(
+        open_journal, landed: int, segments: int) -> None:
+    """Of the first write into a new segment only ``landed`` bytes reached the disk (it is
+    zero-filled ahead of use): under the right key there is nothing at offset 0 or a header
+    that checks out, so the journal opens and drops the torn write as a tail."""
+    directory, sent = written(open_journal, count=20 * segments)
+    journal = Journal(directory, segment_bytes=SEG)
+    before = [loc.segment for rtype, _, loc in journal.recover() if rtype == 1]
+    journal.close()
+    assert before[-1] == segments
+    path = directory / segment_name(segments)
+    data = bytearray(path.read_bytes())
+    data[landed:] = bytes(len(data) - landed)
+    path.write_bytes(bytes(data))
+    payloads, journal = recovered(directory)
+    assert payloads == sent[: before.index(segments)]  # every record before the torn write
+    assert journal.report is not None
+    torn = [(n, offset) for n, offset, _, why in journal.report.dropped if "torn tail" in why]
+    assert torn == ([(segments, 0)] if landed else [])

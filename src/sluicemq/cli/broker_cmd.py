@@ -16,6 +16,7 @@ from sluicemq.config import (
     DEFAULT_WS_PORT,
     BrokerConfig,
 )
+from sluicemq.errors import StorageError
 
 
 class PortOrOff(click.ParamType):
@@ -105,5 +106,8 @@ def broker(host: str | None, port: int | None, console_port: int | None, ws_port
 
     try:
         run(config)
+    except StorageError as exc:  # a data directory it must not read on (say, a foreign key)
+        logging.getLogger("sluicemq.server").error("%s", exc)
+        raise SystemExit(1) from exc
     except OSError as exc:
         raise click.ClickException(str(exc)) from exc

@@ -33,7 +33,9 @@ keyed journal's records as damage: they must not open it (README, Durability).
 The secret is not for confidentiality (records are in the clear); it must not be lost either:
 without it no record of a keyed segment checks out. So a journal whose files carry ``KEYED``
 headers but has no key file refuses to open (``StorageError``) instead of reading its records
-as damage, and a key file that does not check out refuses the same way.
+as damage, and a key file that does not check out refuses the same way. Nor does a journal
+open under a key file that is not its segments' own (``check_key``): copied from another data
+directory, or made anew when the directory was recreated under a running broker.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ from sluicemq.storage.segment import (
     Seeds,
     fsync_dir,
     parse_segment_name,
+    segment_name,
+    written_at,
 )
 
 KEY_NAME = "journal.key"
@@ -116,6 +120,39 @@ def open_key(directory: Path) -> HeaderKey | None:
     return _decode(data, path)
 
 
+def check_key(directory: Path, key: HeaderKey) -> None:
+    """Refuse ``key`` if no keyed segment of the journal was written with it.
+
+    The journal writes offset 0 of every segment itself (the first record, or a reused file's
+    stamp), so under the right key the header there checks out in every segment but one whose
+    first write a crash tore, and that one holds zeros there (a header is never split) or a
+    whole header, which checks out. Under another key none does, and recovery would take every
+    keyed segment for a torn tail and zero it. Asked: the segments whose header claims a key
+    or that the key claims; the first that checks out ends the look (at most one read a start
+    in practice). Reads only."""
+    asked: list[str] = []
+    for number in sorted(n for p in directory.iterdir()
+                         if (n := parse_segment_name(p.name)) is not None):
+        name = segment_name(number)
+        head = _head(directory / name)
+        if len(head) < HEADER_SIZE or head[:2] != MAGIC:
+            continue  # a new segment whose first write never landed
+        if not head[3] & KEYED and not key.keyed(number):
+            continue  # written before keys, and the key agrees
+        if written_at(head, number, 0, seeds=key.seeds(number)):
+            return
+        asked.append(name)
+    if asked:
+        more = f" and {len(asked) - 1} more" if len(asked) > 1 else ""
+        raise StorageError(
+            f"{directory / KEY_NAME} is not the key this journal's segments were written with: "
+            f"the first record of none of them checks out under it ({asked[0]}{more}); was it "
+            "copied from another data directory, or the directory recreated under a running "
+            f"broker? Nothing was changed. Put back the {KEY_NAME} these segments were written "
+            "with (a backup of this data directory holds it) and start again; if it is lost, "
+            f"so are their records: move {directory} aside to start on an empty journal")
+
+
 def create_key(directory: Path, first: int) -> HeaderKey:
     """Create the key file (a fresh secret keying segments from ``first`` on), durably."""
     secret = secrets.token_bytes(32)
@@ -156,12 +193,17 @@ def _journal_files(directory: Path) -> list[Path]:
             if parse_segment_name(p.name) is not None or parse_spare_name(p.name) is not None]
 
 
+def _head(path: Path) -> bytes:
+    """The file's first header-sized bytes (fewer if it is shorter; none if unreadable)."""
+    try:
+        with path.open("rb") as fh:
+            return fh.read(HEADER_SIZE)
+    except OSError:
+        return b""
+
+
 def _keyed_header(path: Path) -> bool:
     """Does the file start with a header flagged KEYED (its first record, or a spare's stamp)?
     Offset 0 is always written by the journal, never by a sender."""
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(HEADER_SIZE)
-    except OSError:
-        return False
+    head = _head(path)
     return len(head) == HEADER_SIZE and head[:2] == MAGIC and bool(head[3] & KEYED)

@@ -49,7 +49,7 @@ from pathlib import Path
 
 from sluicemq.buffers import BufferPool
 from sluicemq.errors import StorageError
-from sluicemq.storage.headerkey import HeaderKey, create_key, open_key
+from sluicemq.storage.headerkey import HeaderKey, check_key, create_key, open_key
 from sluicemq.storage.journal_reads import EXTENT_BYTES, EXTENTS_KEPT, JournalReads
 from sluicemq.storage.journal_retention import JournalRetention
 from sluicemq.storage.journal_writer import Entry, JournalStats, JournalWriter, Ticket
@@ -98,7 +98,14 @@ class Journal(JournalReads, JournalRetention, JournalWriter):
         self.pool.live = self.segment_count
         self.report: RecoveryReport | None = None
         self._dir_lock = _lock_directory(self.directory) if dir_lock else -1
-        key = open_key(self.directory)
+        try:
+            key = open_key(self.directory)
+            if key is not None:
+                check_key(self.directory, key)
+        except StorageError:
+            if self._dir_lock >= 0:  # refused: the directory is free again
+                os.close(self._dir_lock)
+            raise
         self.header_key = key if key is not None else HeaderKey()
         self._unkeyed = key is None  # written before keys: keyed after its recovery
         self._lock = threading.Lock()

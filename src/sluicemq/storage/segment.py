@@ -189,6 +189,15 @@ def stamped(buf: Buffer, segment: int, *, seeds: Seeds) -> bool:
             == int.from_bytes(head[12:], "little"))
 
 
+def written_at(head: bytes, segment: int, offset: int, *, seeds: Seeds) -> bool:
+    """Whether ``head`` is a header written at (segment, offset) under ``seeds``: a record's,
+    its payload intact or torn, or a reuse stamp. The header checksum alone, so a first
+    record whose write a crash tore still shows which key wrote it."""
+    return (len(head) >= HEADER_SIZE and head[:2] == MAGIC
+            and crc32(head[:12], _seed(segment, offset, seeds[0]))
+            == int.from_bytes(head[12:HEADER_SIZE], "little"))
+
+
 def own_headers_end(buf: Buffer, segment: int, start: int, end: int, *, seeds: Seeds) -> int:
     """Where the last header in [start, end) that checks out for ``segment`` at its offset
     claims its record ends (at most ``end``); ``start`` if there is none. In a reused file, a
