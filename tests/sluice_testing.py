@@ -6,7 +6,9 @@ themselves (`from sluice_testing import BrokerProcess, RawStomp`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import os
 import random
 import re
@@ -16,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +108,25 @@ def eventually(check: Callable[[], object], what: str | Callable[[], str],
             raise AssertionError(f"not within {timeout:.0f} s: "
                                  f"{what() if callable(what) else what}")
         pace.wait(0.02)  # nothing to wake us: this only paces the re-check
+
+
+def async_test(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run a coroutine test on a fresh event loop, with a hard 60 s ceiling."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(asyncio.wait_for(fn(*args, **kwargs), 60))
+
+    return run
+
+
+async def held_async(c: Any, destination: str, timeout: float = 30.0) -> list[bytes]:
+    """`held` for a ``sluicemq.AsyncClient``."""
+    count = (await c.head(destination)).count
+    async with await c.subscribe(destination) as sub:
+        got = [await sub.get(timeout) for _ in range(count)]
+    assert all(m is not None for m in got), f"{destination}: fewer than {count} delivered"
+    return [bytes(m.body) for m in got if m is not None]
 
 
 def held(c: Any, destination: str, timeout: float = 30.0) -> list[bytes]:

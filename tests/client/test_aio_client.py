@@ -3,24 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Callable, Coroutine
-from typing import Any
 
 import pytest
 
+from sluice_testing import async_test
 from sluicemq.client import AsyncClient, AsyncMessage
 from sluicemq.errors import ClientError
-
-
-def async_test(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
-    """Run a coroutine test on a fresh event loop, with a hard 30 s ceiling."""
-
-    @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> None:
-        asyncio.run(asyncio.wait_for(fn(*args, **kwargs), 30))
-
-    return run
 
 
 async def next_message(sub, timeout: float = 10.0) -> AsyncMessage:

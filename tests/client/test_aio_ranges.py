@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Callable, Coroutine
-from typing import Any
 
 import pytest
 
+from sluice_testing import async_test
 from sluicemq.client import AsyncClient
 from sluicemq.client.aio import READ_CHUNK
 from sluicemq.client.ranges import MAX_BYTES
 from sluicemq.errors import ClientError
-
-
-def async_test(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
-    @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> None:
-        asyncio.run(asyncio.wait_for(fn(*args, **kwargs), 60))
-
-    return run
 
 
 async def fill(c: AsyncClient, destination: str, n: int, size: int = 10) -> None:

@@ -10,7 +10,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sluicemq.client.aio import AsyncClient, AsyncSubscription, AsyncTransaction
+    from sluicemq.client.aio import (
+        AsyncClient,
+        AsyncReceipt,
+        AsyncStagedPart,
+        AsyncSubscription,
+        AsyncTransaction,
+    )
     from sluicemq.client.aio_ranges import AsyncRangeRead
     from sluicemq.client.aio_streams import (
         AsyncStreamReader,
@@ -31,7 +37,8 @@ if TYPE_CHECKING:
     )
 
 _WHERE = {
-    "AsyncClient": "aio", "AsyncSubscription": "aio", "AsyncTransaction": "aio",
+    "AsyncClient": "aio", "AsyncReceipt": "aio", "AsyncStagedPart": "aio",
+    "AsyncSubscription": "aio", "AsyncTransaction": "aio",
     "AsyncRangeRead": "aio_ranges", "AsyncStreamReader": "aio_streams",
     "AsyncStreamSubscription": "aio_streams", "AsyncStreamWriter": "aio_streams",
     "AsyncMessage": "message", "Message": "message", "RangeHead": "ranges",
@@ -60,6 +67,8 @@ __all__ = [
     "AsyncClient",
     "AsyncMessage",
     "AsyncRangeRead",
+    "AsyncReceipt",
+    "AsyncStagedPart",
     "AsyncStreamReader",
     "AsyncStreamSubscription",
     "AsyncStreamWriter",

@@ -1,5 +1,5 @@
 """The asyncio client: an `AsyncConnection` (client/aio_conn.py) plus what is built on its
-frames - range reads and ledgers, large streams and files."""
+frames - range reads and ledgers, large streams and files, staged publishing."""
 
 from __future__ import annotations
 
@@ -7,21 +7,43 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from sluicemq.client import aio_streams
+from sluicemq.client import aio_staging, aio_streams
 from sluicemq.client.aio_conn import AsyncConnection
 from sluicemq.client.aio_failover import READ_CHUNK
-from sluicemq.client.aio_handles import AsyncSubscription, AsyncTransaction
+from sluicemq.client.aio_handles import AsyncReceipt, AsyncSubscription, AsyncTransaction
 from sluicemq.client.aio_ranges import AsyncRangeRead, open_range
+from sluicemq.client.aio_staging import AsyncStagedPart
 from sluicemq.client.aio_streams import AsyncStreamSubscription, AsyncStreamWriter
 from sluicemq.client.files import Progress
 from sluicemq.client.ranges import RangeHead, range_headers
+from sluicemq.client.staging import PublishResult
 from sluicemq.client.streams import DEFAULT_CHUNK_SIZE, DEFAULT_WINDOW
 
-__all__ = ["READ_CHUNK", "AsyncClient", "AsyncSubscription", "AsyncTransaction"]
+__all__ = ["READ_CHUNK", "AsyncClient", "AsyncReceipt", "AsyncStagedPart", "AsyncSubscription",
+           "AsyncTransaction"]
 
 
 class AsyncClient(AsyncConnection):
     """An asyncio STOMP client; create it with `await AsyncClient.connect(url, ...)`."""
+
+    # Staged publishing (docs/replay-protocol.md, section 3): the blocking client's API, awaited.
+    def stage(self, sink: str, batch: str | int, part: str | int) -> AsyncStagedPart:
+        """A part of a batch: `async with` it and `await part.send(...)`; a clean exit
+        commits it, durable and invisible, until `publish_stage`."""
+        return AsyncStagedPart(self, sink, batch, part)
+
+    async def publish_stage(self, sink: str, batch: str | int,
+                            parts: list[str] | tuple[str, ...],
+                            token: str | None = None) -> PublishResult:
+        """Make exactly these parts of the batch visible, atomically and once; returns
+        ("published" | "duplicate", messages) with `.token`: for a duplicate, the token the
+        batch was first published with. A part the broker lacks raises ClientError and
+        nothing is published."""
+        return await aio_staging.publish_stage(self, sink, batch, parts, token)
+
+    async def abort_stage(self, sink: str, batch: str | int) -> int:
+        """Discard the batch's parked parts; returns how many there were."""
+        return await aio_staging.abort_stage(self, sink, batch)
 
     # Range reads, head queries and ledgers (docs/replay-protocol.md, sections 1, 2 and 5):
     # the blocking client's API, awaited.

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Self
 
 from sluicemq.client.aio_failover import READ_CHUNK, AsyncFailover, connect_first
-from sluicemq.client.aio_handles import AsyncSubscription, AsyncTransaction
+from sluicemq.client.aio_handles import AsyncReceipt, AsyncSubscription, AsyncTransaction
 from sluicemq.client.failover import FailoverCallback, PendingSend, resolve
 from sluicemq.client.inbox import AsyncReceiver, Ended
 from sluicemq.client.machine import (
@@ -31,7 +31,7 @@ from sluicemq.client.machine import (
     ReceiptReceived,
 )
 from sluicemq.client.message import AsyncMessage, TransactionRef, _Received, transaction_id
-from sluicemq.client.producer import ProducerNumbers
+from sluicemq.client.producer import ProducerNumbers, numbered
 from sluicemq.client.tracker import FrameTags, Tracker
 from sluicemq.client.url import BrokerList, parse_brokers
 from sluicemq.config import DEFAULT_URL
@@ -126,37 +126,52 @@ class AsyncConnection(AsyncFailover):
 
     async def send(self, destination: str, body: bytes | str = b"",
                    headers: dict[str, str] | None = None, *, persistent: bool = True,
-                   receipt: bool = True, transaction: TransactionRef | None = None) -> None:
-        """Send; with `receipt` (the default) returns only once the broker has stored it."""
+                   receipt: bool = True, transaction: TransactionRef | None = None,
+                   producer_seq: int | None = None) -> AsyncReceipt:
+        """Send; with `receipt` (the default) returns only once the broker has stored it.
+
+        The returned AsyncReceipt tells `producer_seq` (numbered clients) and `duplicate` (the
+        broker had stored that number already and dropped this copy); a failed numbered SEND
+        raises a ClientError whose `producer_seq` is the number to resend under."""
         await self._wait_up()
-        future = self.send_async(destination, body, headers, persistent=persistent,
-                                 receipt=receipt, transaction=transaction)
-        await self._settle(future)
+        handle = self.send_async(destination, body, headers, persistent=persistent,
+                                 receipt=receipt, transaction=transaction,
+                                 producer_seq=producer_seq)
+        try:
+            await self._settle(handle)
+        except ClientError as exc:
+            if handle.producer_seq is None:
+                raise
+            raise numbered(exc, handle.producer_seq) from exc
+        return handle
 
     def send_async(self, destination: str, body: bytes | str = b"",
                    headers: dict[str, str] | None = None, *, persistent: bool = True,
                    receipt: bool = True, transaction: TransactionRef | None = None,
-                   ) -> Waiter:
+                   producer_seq: int | None = None) -> AsyncReceipt:
         """Write the SEND now and return a future of its receipt, to pipeline many sends.
 
         Nothing waits for the socket to drain here; await `drain()` now and then when
-        producing large volumes so memory stays bounded.
+        producing large volumes so memory stays bounded. `producer_seq` resends under an
+        earlier number (needs `producer_id` on the client).
         """
         tx = transaction_id(transaction)
         self._track.check_transaction(tx)
+        if self.producer is None and producer_seq is not None:
+            raise ValueError("producer_seq needs a client made with producer_id")
+        handle = AsyncReceipt(loop=asyncio.get_running_loop())
         extra = dict(headers or {})
         if self.producer is not None:
-            self.producer.stamp(extra)
+            handle.producer_seq = self.producer.stamp(extra, producer_seq)
         pending = PendingSend[Waiter](destination, body, extra, persistent) \
             if receipt and tx is None else None
         if pending is not None and self._track.failover and not self._up.is_set():
-            future: Waiter = asyncio.get_running_loop().create_future()
-            self._track.hold(pending, future)  # failing over: goes out with the replay
-            return future
-        _, future = self._submit(lambda m: m.send(destination, body, extra,
-                                                  persistent=persistent, receipt=receipt,
-                                                  transaction=tx), FrameTags(pending))
-        return future
+            self._track.hold(pending, handle)  # failing over: goes out with the replay
+            return handle
+        self._submit(lambda m: m.send(destination, body, extra, persistent=persistent,
+                                      receipt=receipt, transaction=tx),
+                     FrameTags(pending), handle)
+        return handle
 
     async def drain(self) -> None:
         """Wait until the socket buffer has room again."""
@@ -225,11 +240,14 @@ class AsyncConnection(AsyncFailover):
     # ---------------------------------------------------------------- plumbing
 
     def _submit(self, build: Callable[[ClientMachine], Outgoing],
-                tags: FrameTags[Waiter] | None = None) -> tuple[Outgoing, Waiter]:
+                tags: FrameTags[Waiter] | None = None,
+                future: Waiter | None = None) -> tuple[Outgoing, Waiter]:
+        """Build and write a frame; ``future`` (default: a new one) waits for its receipt."""
         if self._failure is not None:
             raise self._failure
         out = build(self._track.machine)
-        future: Waiter = asyncio.get_running_loop().create_future()
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
         if not self._track.sent(out, future, tags):
             future.set_result({})
         if out.data:
@@ -241,6 +259,13 @@ class AsyncConnection(AsyncFailover):
         out, future = self._submit(build)
         await self._settle(future)
         return out
+
+    async def _ask(self, build: Callable[[ClientMachine], Outgoing]) -> dict[str, str]:
+        """Send a frame and return its RECEIPT's headers (where answers such as a
+        publication's result travel)."""
+        await self._wait_up()
+        _, future = self._submit(build)
+        return await self._settle(future)
 
     async def _settle(self, future: Waiter, timeout: float | None = None) -> dict[str, str]:
         """Wait for a receipt (client timeout by default); returns the RECEIPT's headers."""

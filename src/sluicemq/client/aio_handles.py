@@ -1,16 +1,16 @@
-"""What the asyncio client hands out: subscriptions and transactions."""
+"""What the asyncio client hands out: subscriptions, transactions and receipts."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
-from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 from sluicemq.client.inbox import Ended, take
 from sluicemq.client.machine import ClientMachine, Outgoing
 from sluicemq.client.message import AsyncMessage
+from sluicemq.client.producer import DUPLICATE
+from sluicemq.client.scope import AsyncCommitScope
 from sluicemq.errors import ClientError
 
 if TYPE_CHECKING:
@@ -72,15 +72,16 @@ class AsyncSubscription:
             await self.unsubscribe()
 
 
-class AsyncTransaction:
-    """A STOMP transaction, begun by `async with` (or `begin()`); commit on a clean exit."""
+class AsyncTransaction(AsyncCommitScope):
+    """A STOMP transaction, begun by `async with` (or `begin()`); commit on a clean exit,
+    abort on an exception."""
 
     def __init__(self, client: AsyncPort) -> None:
         self.client = client
         self.id = ""
         self.finished = False
 
-    async def begin(self) -> AsyncTransaction:
+    async def begin(self) -> Self:
         client = self.client
 
         def begin(m: ClientMachine) -> Outgoing:
@@ -136,15 +137,16 @@ class AsyncTransaction:
                 raise client._track.commit_failed(self.id, exc, client.is_open) from exc
             raise
 
-    async def __aenter__(self) -> AsyncTransaction:
-        return await self.begin()
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        if self.finished:
-            return
-        if exc_type is None:
-            await self.commit()
-        else:
-            with contextlib.suppress(ClientError):  # never mask the error that got us here
-                await self.abort()
+class AsyncReceipt(asyncio.Future[dict[str, str]]):
+    """The receipt of a SEND: a future of the RECEIPT's headers (what `send_async` returns,
+    and `send` once it came), telling ``producer_seq`` (numbered clients: the number to resend
+    under) and ``duplicate``."""
+
+    producer_seq: int | None = None  # the number a numbered SEND went out with
+
+    @property
+    def duplicate(self) -> bool:
+        """The broker had this producer number stored already and dropped this copy (asked of
+        a receipt not yet come, raises asyncio.InvalidStateError)."""
+        return self.result().get(DUPLICATE) == "true"

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import time
 
+from sluicemq.errors import ClientError
+
 PRODUCER_ID = "sluice-producer-id"
 PRODUCER_SEQ = "sluice-producer-seq"
 DUPLICATE = "sluice-duplicate"
@@ -37,3 +39,10 @@ class ProducerNumbers:
         headers[PRODUCER_ID] = self.id
         headers[PRODUCER_SEQ] = str(seq)
         return seq
+
+
+def numbered(exc: ClientError, producer_seq: int) -> ClientError:
+    """A copy of ``exc`` that tells which number the failed SEND had (to resend under it)."""
+    failed = ClientError(str(exc), exc.headers, exc.body)
+    failed.producer_seq = producer_seq
+    return failed

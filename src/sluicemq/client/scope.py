@@ -1,5 +1,5 @@
-"""What a blocking transaction and a staged part share: `with` commits on a clean exit and
-aborts on an exception, without masking that exception."""
+"""What transactions and staged parts share, in both clients: `with` (`async with`) commits on
+a clean exit and aborts on an exception, without masking that exception."""
 
 from __future__ import annotations
 
@@ -33,3 +33,32 @@ class CommitScope:
         else:
             with contextlib.suppress(ClientError):  # never mask the error that got us here
                 self.abort()
+
+
+class AsyncCommitScope:
+    """Mixin for the asyncio client: `async with` begins (``begin()``, which returns the
+    scope), then commits or aborts as `CommitScope` does."""
+
+    finished: bool
+
+    async def begin(self) -> Self:
+        raise NotImplementedError
+
+    async def commit(self) -> object:
+        raise NotImplementedError
+
+    async def abort(self) -> object:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return await self.begin()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        if self.finished:
+            return
+        if exc_type is None:
+            await self.commit()
+        else:
+            with contextlib.suppress(ClientError):  # never mask the error that got us here
+                await self.abort()

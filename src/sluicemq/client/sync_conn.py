@@ -35,7 +35,7 @@ from sluicemq.client.machine import (
     ReceiptReceived,
 )
 from sluicemq.client.message import Message, TransactionRef, _Received, transaction_id
-from sluicemq.client.producer import ProducerNumbers
+from sluicemq.client.producer import ProducerNumbers, numbered
 from sluicemq.client.sync_failover import SyncFailover
 from sluicemq.client.sync_handles import (
     Receipt,
@@ -43,7 +43,6 @@ from sluicemq.client.sync_handles import (
     Subscription,
     Transaction,
     _nothing,
-    _numbered,
 )
 from sluicemq.client.tracker import FrameTags, Tracker
 from sluicemq.client.url import parse_brokers
@@ -150,7 +149,7 @@ class Connection(SyncFailover):
         except ClientError as exc:
             if handle.producer_seq is None:
                 raise
-            raise _numbered(exc, handle.producer_seq) from exc
+            raise numbered(exc, handle.producer_seq) from exc
         return handle
 
     def send_async(self, destination: str, body: bytes | str = b"",
@@ -182,7 +181,7 @@ class Connection(SyncFailover):
         except ClientError as exc:
             if not seq:
                 raise
-            raise _numbered(exc, seq[0]) from exc
+            raise numbered(exc, seq[0]) from exc
         receipt_handle.producer_seq = seq[0] if seq else None
         return receipt_handle
 

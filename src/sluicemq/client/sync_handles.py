@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from sluicemq.client.inbox import Ended, take
 from sluicemq.client.machine import ClientMachine, Outgoing
 from sluicemq.client.message import Message
+from sluicemq.client.producer import DUPLICATE
 from sluicemq.client.scope import CommitScope
 from sluicemq.errors import ClientError
 
@@ -143,7 +144,7 @@ class Receipt:
     @property
     def duplicate(self) -> bool:
         """The broker had this producer number stored already and dropped this copy."""
-        return self.result().get("sluice-duplicate") == "true"
+        return self.result().get(DUPLICATE) == "true"
 
     def done(self) -> bool:
         return self._future.done()
@@ -194,11 +195,3 @@ class ReceiptWaiters:
 
 def _nothing() -> None:
     return None
-
-
-def _numbered(exc: ClientError, producer_seq: int) -> ClientError:
-    """A copy of ``exc`` that tells which number the failed SEND had (to resend under it)."""
-    failed = ClientError(str(exc), exc.headers, exc.body)
-    failed.producer_seq = producer_seq
-    return failed
-
