@@ -231,6 +231,42 @@ def _too_large(size: int, limit: int) -> TooLarge:
     return TooLarge(f"message of {size} bytes exceeds the limit of {limit} bytes")
 
 
+class Credit:
+    """The room a transaction's COMMIT makes itself, as producer flow control counts it.
+
+    Why: a transaction that consumes and produces (ACKs and SENDs) applies its ACKs only at
+    COMMIT, so the prefetch they give back cannot take anything out of a full destination
+    before; COMMIT asking for room as it stands would wait for room its own ACKs make. So a
+    COMMIT's ``store_limit`` checks see its ACKed messages as gone: a destination it stores
+    no more body bytes in than its ACKs free there is not held back by its cap, and one it
+    stores more in is looked at with those bytes taken out; likewise the broker-wide store
+    with the persistent bytes its ACKs free anywhere.
+    """
+
+    __slots__ = ("added", "added_store", "freed", "freed_store")
+
+    def __init__(self) -> None:
+        self.added: dict[tuple[str, str], int] = {}  # (kind, name) -> body bytes stored there
+        self.freed: dict[int, int] = {}  # id(queue) -> body bytes the ACKs take out of it
+        self.added_store = 0  # persistent body bytes the SENDs store
+        self.freed_store = 0  # persistent body bytes the ACKs remove, anywhere
+
+    def held(self, kind: str, name: str, queue: object, held: int) -> int:
+        """``held`` (ready body bytes of ``queue``, a queue or subscription of ``kind/name``)
+        as that destination's ``store_limit`` sees it at this COMMIT."""
+        freed = self.freed.get(id(queue), 0)
+        if not freed:
+            return held
+        return 0 if self.added.get((kind, name), 0) <= freed else held - freed
+
+    def store(self, used: int) -> int:
+        """The broker-wide store's ``used`` bytes as this COMMIT sees them."""
+        freed = self.freed_store
+        if not freed:
+            return used
+        return 0 if self.added_store <= freed else used - freed
+
+
 class FlowControl:
     """Decides whether a destination can take a message now, and resumes waiting producers.
 
@@ -289,11 +325,13 @@ class FlowControl:
         return self.refusal(policy, 0, persistent, dest_memory, lag)
 
     def refusal(self, policy: Policy, size: int, persistent: bool, dest_memory: int,
-                lag: int | None = None, held: int = 0) -> str | None:
+                lag: int | None = None, held: int = 0,
+                credit: Credit | None = None) -> str | None:
         """``too_large`` and ``full`` in one look at the policy's sizes, as a SEND of ``size``
         body bytes asks (once per message: two lookups were a tenth of the plain SEND path).
         ``held``: the body bytes of the destination's ready messages (its policy's
-        ``store_limit``). A ``TooLarge`` reason is final; any other is waited out."""
+        ``store_limit``); ``credit``: a COMMIT's own ACKs, for the broker-wide store. A
+        ``TooLarge`` reason is final; any other is waited out."""
         entry = self._sizes.get(id(policy))
         if entry is None or entry[0] is not policy:
             entry = self.sizes_of(policy)
@@ -306,7 +344,8 @@ class FlowControl:
         if persistent and self._unwritten() >= self.limits.journal_backlog:
             return (f"journal writes behind ({self._unwritten()} bytes not yet on disk, "
                     f"journal_backlog {self.limits.journal_backlog})")
-        if persistent and self._store_used() >= self.limits.store:
+        if (persistent and self._store_used() >= self.limits.store
+                and (credit is None or credit.store(self._store_used()) >= self.limits.store)):
             return f"store limit reached ({self.limits.store} bytes of journal)"
         if persistent and dest_store and held >= dest_store:
             return (f"destination store limit reached ({held} bytes of ready messages, "

@@ -25,7 +25,7 @@ from sluicemq.core.limits.admission import Admission
 from sluicemq.core.limits.turns import Turns
 from sluicemq.core.limits.waits import ConsumerWaits
 from sluicemq.core.paging.cursor import PendingList
-from sluicemq.core.paging.flow import FlowControl, MemoryAccount, resolve_limits
+from sluicemq.core.paging.flow import Credit, FlowControl, MemoryAccount, resolve_limits
 from sluicemq.core.paging.pager import Pager
 from sluicemq.core.paging.trim import HeapTrimmer
 from sluicemq.core.persistence.storelater import StoreLater
@@ -168,25 +168,32 @@ class Broker:
                            account=self.memory)
 
     def room_for(self, kind: str, name: str, persistent: bool,
-                 policy: Policy | None = None, size: int = 0) -> str | None:
+                 policy: Policy | None = None, size: int = 0,
+                 credit: Credit | None = None) -> str | None:
         """Why ``kind/name`` cannot take a message of ``size`` body bytes now (producer flow
-        control; ``FlowControl.refusal``), or None."""
+        control; ``FlowControl.refusal``), or None. ``credit``: a COMMIT's own ACKs."""
         policy = policy or self.policy(kind, name)
         flow = self.flow
         if kind == QUEUE:  # consumer_lag, inlined: once per SEND
             q = self.queues.get(name)
             if q is None:
-                return flow.refusal(policy, size, persistent, 0, None)
+                return flow.refusal(policy, size, persistent, 0, None, 0, credit)
             pending = q.pending  # and ``Queue.lag``
+            held = pending.held if policy.store_limit else 0
+            if credit is not None and held:
+                held = credit.held(kind, name, q, held)
             return flow.refusal(policy, size, persistent, pending.memory,
                                 pending.memory + pending.stored_bytes if q.consumers else None,
-                                pending.held if policy.store_limit else 0)
+                                held, credit)
         t = self.topics.get(name)
         used = sum(q.pending.memory for q in t.subscribers.values()) if t else 0
         # A topic's record is shared by its subscriptions: it holds what its largest backlog does.
-        held = max((q.pending.held for q in t.subscribers.values()), default=0) \
+        held = max((q.pending.held if credit is None
+                    else credit.held(kind, name, q, q.pending.held)
+                    for q in t.subscribers.values()), default=0) \
             if t and policy.store_limit else 0
-        return flow.refusal(policy, size, persistent, used, self.consumer_lag(kind, name), held)
+        return flow.refusal(policy, size, persistent, used, self.consumer_lag(kind, name), held,
+                            credit)
 
     def consumer_lag(self, kind: str, name: str) -> int | None:
         """Body bytes the destination's consumers are behind, as producer pacing sees it; None

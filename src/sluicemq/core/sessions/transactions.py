@@ -7,15 +7,19 @@ SENDs (a spooled SEND takes no room): a COMMIT to a destination without room wai
 would, or with ``fail_if_no_space`` gets an ERROR and the transaction stays open - else a
 user could pass her destinations' ``store_limit`` and the broker's through transactions. A
 staged batch's publication, which makes its messages ready at once, meets the same check.
+A COMMIT's ``store_limit`` checks count its own ACKs as applied (``flow.Credit``): found by
+resolving them against copies of the consumers' in-flight messages, so a consume-transform-
+produce loop on a full destination does not wait for room only its COMMIT would make.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from sluicemq.core.dedup import producers as dedup
-from sluicemq.core.paging.flow import Pacing
+from sluicemq.core.paging.flow import Credit, Pacing
 from sluicemq.core.routing import keys
 from sluicemq.core.routing.message import (
     TRANSPORT_HEADERS,
@@ -71,7 +75,9 @@ def commit(session: SessionContext, frame: Frame) -> None:
     txid = _tx_id(frame)
     spool = session.tx(txid)
     if no_room(session, frame, f"COMMIT of {txid}",
-               [(keys.kind_of(k), keys.name_of(k), p) for k, p in spool.targets.items()]):
+               [(keys.kind_of(k), keys.name_of(k), p) for k, p in spool.targets.items()],
+               None if isinstance(spool, stage_frames.StageSpool)
+               else lambda: own_credit(session, spool)):
         return
     del session.transactions[txid]
     try:
@@ -82,13 +88,19 @@ def commit(session: SessionContext, frame: Frame) -> None:
 
 
 def no_room(session: SessionContext, frame: Frame, what: str,
-            targets: list[tuple[str, str, bool]]) -> bool:
+            targets: list[tuple[str, str, bool]],
+            own: Callable[[], Credit] | None = None) -> bool:
     """Producer flow control for a COMMIT or a publication ``what`` storing messages in
     ``targets`` ((kind, name, persistent)): True when it was refused (ERROR; a transaction is
-    kept) or waits for room (it runs again then, and the frames after it wait behind it)."""
+    kept) or waits for room (it runs again then, and the frames after it wait behind it).
+    ``own``: the room the COMMIT makes itself, asked for only when a destination is full."""
     broker = session.broker
+    credit: Credit | None = None
     for kind, name, persistent in targets:
         reason = broker.room_for(kind, name, persistent)
+        if reason is not None and own is not None:
+            credit = credit or own()
+            reason = broker.room_for(kind, name, persistent, credit=credit)
         if reason is None:
             continue
         if broker.policy(kind, name).fail_if_no_space:
@@ -99,13 +111,50 @@ def no_room(session: SessionContext, frame: Frame, what: str,
                 "flow control: %s waits for /%s/%s (%s)", session.peer, kind, name, reason)
         session.wait_behind(frame)
 
-        def recheck(kind: str = kind, name: str = name, persistent: bool = persistent
-                    ) -> str | None:
-            return None if session.closed else broker.room_for(kind, name, persistent)
+        def recheck(kind: str = kind, name: str = name, persistent: bool = persistent,
+                    credit: Credit | None = credit) -> str | None:
+            return None if session.closed else broker.room_for(kind, name, persistent,
+                                                               credit=credit)
 
         broker.flow.wait(recheck, session.resume_waiting, reason)
         return True
     return False
+
+
+def own_credit(session: SessionContext, spool: TxSpool) -> Credit:
+    """What the COMMIT of ``spool`` would store where, and what its own ACKs would take out
+    of which queue (``Credit``), found without applying anything: each ACK is resolved as
+    COMMIT resolves it, against copies of the consumers' in-flight messages, which are put
+    back afterwards. NACKs free nothing (their messages go back); an ACK that does not
+    resolve counts nothing here, and COMMIT reports it."""
+    credit = Credit()
+    consumers = {id(c): c for c in (*session.consumers.values(), *session.by_index.values())}
+    kept = {key: c.inflight for key, c in consumers.items()}
+    try:
+        for c in consumers.values():
+            c.inflight = dict(c.inflight)
+        for op in spool.operations():
+            if isinstance(op, StoredMessage):
+                where = (keys.kind_of(op.key), keys.name_of(op.key))
+                credit.added[where] = credit.added.get(where, 0) + len(op.body)
+                if op.headers.get("persistent") == "true":
+                    credit.added_store += len(op.body)
+                continue
+            if op.nack:
+                continue
+            try:
+                consumer, msgs = acks.resolve(session, op.headers, False)
+            except ProtocolError:
+                continue
+            key = id(consumer.queue)
+            for m in msgs:
+                credit.freed[key] = credit.freed.get(key, 0) + m.size
+                if m.persistent:
+                    credit.freed_store += m.size
+    finally:
+        for key, c in consumers.items():
+            c.inflight = kept[key]
+    return credit
 
 
 def spool_send(spool: TxSpool, frame: Frame, kind: str, name: str, now_ms: int) -> None:
