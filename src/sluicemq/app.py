@@ -113,6 +113,7 @@ def build_core(config: BrokerConfig, loop: Loop, *, clock: Callable[[], float] =
     services = Services(broker, security, RangeService(broker), scheduler, InputBuffers())
     counts = replay(broker, STATE_PARTS)
     waiting = scheduler.recover()
+    counts["user_shares"] = broker.count_shares()
     store.start(loop.call_soon_threadsafe)
     return Core(journal, store, broker, scheduler, services, counts, waiting)
 

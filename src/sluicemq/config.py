@@ -51,6 +51,9 @@ class Limits:
     # Sizes are bytes or strings such as "512 MiB".
     memory_limit: int | str = 0  # messages held in RAM, all destinations together
     store_limit: int | str = 0  # journal disk space; persistent producers wait beyond it
+    # Body bytes of persistent messages one login may have stored, all destinations together
+    # (a size, or a share of store_limit such as "25%"); 0: no per-user share
+    user_store_limit: int | str = 0
     temp_limit: int | str = 0  # temp files of non-persistent overflow; producers wait beyond it
     max_message_bytes: int | str = 0  # one message's body; 0: max_frame_bytes
     # Persistent messages accepted but not yet written to disk, broker-wide: beyond it
@@ -312,6 +315,7 @@ def _from_toml(data: dict[str, Any]) -> BrokerConfig:
         kwargs["data_dir"] = Path(broker.get("data-dir", broker.get("data_dir")))
     if "limits" in data:
         kwargs["limits"] = _section(Limits, data["limits"], "limits")
+        _check_share(kwargs["limits"].user_store_limit, "[limits] user_store_limit")
     if "journal" in data:
         kwargs["journal"] = _section(JournalSettings, data["journal"], "journal")
     if "ha" in data:

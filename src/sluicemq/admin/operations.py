@@ -146,8 +146,10 @@ def _rebuild(broker: Broker, msg: Message, destination: str,
     headers.setdefault(ORIGINAL_ID, msg.message_id)
     mid = broker.allocate_mid()
     body = msg.body if msg.body is not None else bytes(broker.body_of(msg))
-    return Message(mid, destination, headers, body, persistent=msg.persistent,
-                   priority=msg.priority, expires=msg.expires, timestamp=msg.timestamp)
+    new = Message(mid, destination, headers, body, persistent=msg.persistent,
+                  priority=msg.priority, expires=msg.expires, timestamp=msg.timestamp)
+    new.owner = msg.owner  # still its sender's share of the store
+    return new
 
 
 def transfer(broker: Broker, source: Queue, target: str, mids: Iterable[int] | None = None,
@@ -193,7 +195,8 @@ def _move_atomically(broker: Broker, source: Queue, target: Queue, msgs: list[Me
             placed = store.transaction(
                 f"admin:{_BOOT}:{next(_txids)}",
                 [NewMessage(target.key, new.mid, new.timestamp, new.expires, new.priority,
-                            new.headers, _loaded(new.body)) for _, new in durable],
+                            new.headers, _loaded(new.body), owner=new.owner)
+                 for _, new in durable],
                 [Removed(source.key, old.mid, old.ticket) for old, _ in durable
                  if old.ticket is not None])
             for (_, new), (ticket, inner) in zip(durable, placed, strict=True):

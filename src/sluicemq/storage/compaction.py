@@ -215,6 +215,6 @@ class Compactor:
             elif holder.mid < 0:  # unsubscribed meanwhile: its UNSUB follows the copy
                 self.store.release_after(self.store.flush(), [ticket])
             else:  # consumed meanwhile: the copy is removed like the original was
-                self.store.remove(holder.key, holder.mid, ticket)
+                self.store.remove_copy(holder.key, holder.mid, ticket)
         self.compacted_segments += 1
         journal.reclaim()

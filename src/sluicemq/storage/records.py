@@ -3,6 +3,9 @@
 Every record names its queue by *key*: ``q:NAME`` for a queue, ``t:NAME`` for a topic message
 (fanned out to durable subscriptions on replay), ``d:CLIENT:SUB`` for a durable subscription.
 Layouts are little-endian and versionless on purpose: a new layout gets a new record type.
+A MSG record may name the login that sent it (``OWNER_FLAG``): a u16 length and the UTF-8
+name right after the fixed head, before the key; a record without one (security off, or
+written before owners were stored) is the anonymous user's (docs/user-store-share.md).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ UNSUB = 5  # a durable subscription removed, with everything it held
 
 PRODUCER_HEADER = "sluice-producer-id"
 PRODUCER_FLAG = 1  # MSG flags bit: the headers name a producer (replay reads them for dedup)
+OWNER_FLAG = 2  # MSG flags bit: the sender's login follows the fixed head (``encode_owner``)
 
 MSG_HEAD = struct.Struct("<QqqBBHI")  # mid, timestamp, expires, priority, flags, keylen, hdrlen
 _U16 = struct.Struct("<H")
@@ -44,25 +48,53 @@ class StoredMessage:
     priority: int
     headers: dict[str, str]
     body: bytes
+    owner: bytes = b""  # the sender as ``encode_owner`` wrote it; b"": anonymous
+
+
+def encode_owner(login: str) -> bytes:
+    """A login as MSG records carry it (u16 length, UTF-8): encoded once per connection."""
+    b = login.encode()
+    if len(b) > 0xFFFF:
+        raise ValueError("a login of more than 65,535 bytes cannot own stored messages")
+    return _U16.pack(len(b)) + b
+
+
+def owner_name(owner: bytes) -> str:
+    """The login of an ``encode_owner`` value; "anonymous" for b"" (no owner stored)."""
+    return owner[2:].decode() if owner else "anonymous"
+
+
+def owner_prefix(payload: bytes | memoryview, flags: int) -> int:
+    """Bytes of the owner field after the fixed head (0 without ``OWNER_FLAG``)."""
+    if flags & OWNER_FLAG:
+        n: int = _U16.unpack_from(payload, MSG_HEAD.size)[0]
+        return 2 + n
+    return 0
 
 
 def encode_message(key: str, mid: int, timestamp: int, expires: int, priority: int,
-                   headers: dict[str, str], body: bytes | memoryview) -> bytes:
+                   headers: dict[str, str], body: bytes | memoryview,
+                   owner: bytes = b"") -> bytes:
     k = key.encode()  # inline, not encode_message_head + body: every persistent SEND pays
     h = encode_headers(headers)
     flags = PRODUCER_FLAG if PRODUCER_HEADER in headers else 0
+    if owner:
+        return b"".join((MSG_HEAD.pack(mid, timestamp, expires, priority, flags | OWNER_FLAG,
+                                       len(k), len(h)), owner, k, h, body))
     return b"".join((MSG_HEAD.pack(mid, timestamp, expires, priority, flags, len(k), len(h)),
                      k, h, body))
 
 
 def encode_message_head(key: str, mid: int, timestamp: int, expires: int, priority: int,
-                        headers: dict[str, str]) -> bytes:
+                        headers: dict[str, str], owner: bytes = b"") -> bytes:
     """A MSG record up to its body: ``encode_message`` is this followed by the body."""
     k = key.encode()
     h = encode_headers(headers)
     flags = PRODUCER_FLAG if PRODUCER_HEADER in headers else 0
+    if owner:
+        flags |= OWNER_FLAG
     return b"".join((MSG_HEAD.pack(mid, timestamp, expires, priority, flags, len(k), len(h)),
-                     k, h))
+                     owner, k, h))
 
 
 def encode_message_json(key: str, mid: int, timestamp: int, expires: int, priority: int,
@@ -75,13 +107,26 @@ def encode_message_json(key: str, mid: int, timestamp: int, expires: int, priori
 
 
 def decode_message(payload: bytes | memoryview) -> StoredMessage:
-    mid, ts, expires, priority, _flags, klen, hlen = MSG_HEAD.unpack_from(payload, 0)
+    mid, ts, expires, priority, flags, klen, hlen = MSG_HEAD.unpack_from(payload, 0)
     pos = MSG_HEAD.size
+    owner = b""
+    if flags & OWNER_FLAG:
+        n = owner_prefix(payload, flags)
+        owner = bytes(payload[pos:pos + n])
+        pos += n
     key = bytes(payload[pos:pos + klen]).decode()
     pos += klen
     headers = _decode_json(payload[pos:pos + hlen])
     pos += hlen
-    return StoredMessage(key, mid, ts, expires, priority, headers, bytes(payload[pos:]))
+    return StoredMessage(key, mid, ts, expires, priority, headers, bytes(payload[pos:]), owner)
+
+
+def message_owner(payload: bytes | memoryview) -> bytes:
+    """The owner field of a MSG record (``encode_owner``'s form; b"" when it has none), from
+    a prefix holding at least the fixed head and the owner."""
+    flags = MSG_HEAD.unpack_from(payload, 0)[4]
+    n = owner_prefix(payload, flags)
+    return bytes(payload[MSG_HEAD.size:MSG_HEAD.size + n])
 
 
 def rekey_message(payload: bytes | memoryview, key: str, mid: int) -> bytes:
@@ -91,23 +136,24 @@ def rekey_message(payload: bytes | memoryview, key: str, mid: int) -> bytes:
     _mid, ts, expires, priority, flags, klen, hlen = MSG_HEAD.unpack_from(payload, 0)
     k = key.encode()
     view = memoryview(payload)
-    return b"".join((MSG_HEAD.pack(mid, ts, expires, priority, flags, len(k), hlen), k,
-                     view[MSG_HEAD.size + klen:]))
+    o = MSG_HEAD.size + owner_prefix(payload, flags)
+    return b"".join((MSG_HEAD.pack(mid, ts, expires, priority, flags, len(k), hlen),
+                     view[MSG_HEAD.size:o], k, view[o + klen:]))
 
 
 def message_body(payload: bytes | memoryview) -> memoryview:
     """Just the body of a MSG record, without decoding its headers (delivery of large bodies)."""
-    _mid, _ts, _exp, _prio, _flags, klen, hlen = MSG_HEAD.unpack_from(payload, 0)
-    return memoryview(payload)[MSG_HEAD.size + klen + hlen:]
+    _mid, _ts, _exp, _prio, flags, klen, hlen = MSG_HEAD.unpack_from(payload, 0)
+    return memoryview(payload)[MSG_HEAD.size + owner_prefix(payload, flags) + klen + hlen:]
 
 
 def message_columns(payload: bytes | memoryview
                     ) -> tuple[int, int, int, memoryview, memoryview]:
     """(timestamp, expires, priority, headers as stored JSON, body) of a MSG record, as views
     and without decoding the headers: a column batch carries the JSON as it is."""
-    _mid, ts, expires, priority, _flags, klen, hlen = MSG_HEAD.unpack_from(payload, 0)
+    _mid, ts, expires, priority, flags, klen, hlen = MSG_HEAD.unpack_from(payload, 0)
     view = memoryview(payload)
-    pos = MSG_HEAD.size + klen
+    pos = MSG_HEAD.size + owner_prefix(payload, flags) + klen
     return ts, expires, priority, view[pos:pos + hlen], view[pos + hlen:]
 
 
@@ -124,15 +170,16 @@ def encode_headers(headers: dict[str, str]) -> bytes:
 
 
 def message_prefix_size(payload: bytes | memoryview) -> int:
-    """Bytes of a MSG record before its body: fixed head, key and headers."""
-    _mid, _ts, _exp, _prio, _flags, klen, hlen = MSG_HEAD.unpack_from(payload, 0)
-    return MSG_HEAD.size + klen + hlen
+    """Bytes of a MSG record before its body: fixed head, owner, key and headers (from a
+    prefix holding at least the fixed head and the owner's length)."""
+    _mid, _ts, _exp, _prio, flags, klen, hlen = MSG_HEAD.unpack_from(payload, 0)
+    return MSG_HEAD.size + owner_prefix(payload, flags) + klen + hlen
 
 
 def message_headers(prefix: bytes | memoryview) -> dict[str, str]:
     """The headers of a MSG record from a prefix holding at least ``message_prefix_size``."""
-    _mid, _ts, _exp, _prio, _flags, klen, hlen = MSG_HEAD.unpack_from(prefix, 0)
-    pos = MSG_HEAD.size + klen
+    _mid, _ts, _exp, _prio, flags, klen, hlen = MSG_HEAD.unpack_from(prefix, 0)
+    pos = MSG_HEAD.size + owner_prefix(prefix, flags) + klen
     headers: dict[str, str] = _decode_json(prefix[pos:pos + hlen])
     return headers
 
@@ -230,7 +277,7 @@ def message_head(payload: bytes | memoryview) -> tuple[int, int, int, str, int, 
     """(mid, priority, flags, key, header bytes offset, header length) without decoding the
     headers: replay needs no more for most records."""
     mid, _ts, _exp, priority, flags, klen, hlen = MSG_HEAD.unpack_from(payload, 0)
-    pos = MSG_HEAD.size
+    pos = MSG_HEAD.size + owner_prefix(payload, flags)
     return mid, priority, flags, bytes(payload[pos:pos + klen]).decode(), pos + klen, hlen
 
 

@@ -157,6 +157,11 @@ def _read(journal: Journal, mids: NDArray[np.uint64], segs: NDArray[np.uint32],
         head = head.reshape(-1).view(_HEAD)
         _check(buf, head, at, seg[i:j], off[i:j], size[i:j], mids[i:j], journal.header_key)
         h = at + _PAYLOAD_AT + head["klen"]
+        owned = np.flatnonzero(head["flags"] & records.OWNER_FLAG)
+        if len(owned):  # the sender's login before the key: u16 length + its bytes
+            raw = np.frombuffer(buf, np.uint8)
+            p = at[owned] + _PAYLOAD_AT
+            h[owned] += 2 + raw[p].astype(np.int64) + (raw[p + 1].astype(np.int64) << 8)
         b = h + head["hlen"]
         e = at + HEADER_SIZE + size[i:j]
         if bool((b > e).any()):

@@ -80,6 +80,7 @@ class NewMessage(NamedTuple):
     headers: dict[str, str]
     body: bytes | memoryview
     holders: int = 1
+    owner: bytes = b""  # the sender (``records.encode_owner``), b"": anonymous
 
 
 class Removed(NamedTuple):
@@ -88,6 +89,16 @@ class Removed(NamedTuple):
     key: str
     mid: int
     ticket: TicketLike
+
+
+class ShareBook(Protocol):
+    """What the store tells the per-user share of the store (``UserShares``)."""
+
+    def charge(self, owner: bytes, mid: int, size: int, holds: int) -> None: ...
+
+    def release(self, mid: int) -> None: ...
+
+    def release_run(self, mids: array) -> None: ...
 
 
 class Store:
@@ -118,6 +129,9 @@ class Store:
         self._quiet = False  # the loop iteration before that look did little else
         self._looks = 0  # loop iterations the batch has waited to fill
         journal.wake_on_append = False  # one hand-off per loop turn, decided in _end_turn
+        # The per-user share of the store (core/limits/usershare.py), when it is kept: charged
+        # by message appends, given back by removals. None (no per-message cost) otherwise.
+        self.shares: ShareBook | None = None
         self.durable_seq = 0
         self.appended_seq = 0
         self._releases: deque[tuple[int, TicketLike | SegmentRelease]] = deque()
@@ -236,13 +250,20 @@ class Store:
         return True
 
     def append_message(self, key: str, mid: int, timestamp: int, expires: int, priority: int,
-                       headers: dict[str, str], body: bytes, holds: int = 0) -> TicketLike:
-        """Append a MSG record, held by ``holds`` queues from the start (as ``hold``)."""
+                       headers: dict[str, str], body: bytes, holds: int = 0,
+                       owner: bytes = b"") -> TicketLike:
+        """Append a MSG record, held by ``holds`` queues from the start (as ``hold``), sent
+        by ``owner`` (``records.encode_owner``; charged to its share when shares are kept)."""
         self.pre_append(key)
+        shares = self.shares
+        if shares is not None:
+            shares.charge(owner, mid, len(body), holds or 1)
         if len(body) >= SPLIT_BODY:  # written from its own buffer, not copied into the record
-            head = records.encode_message_head(key, mid, timestamp, expires, priority, headers)
+            head = records.encode_message_head(key, mid, timestamp, expires, priority, headers,
+                                               owner)
             return self._append(records.MSG, head, body, holds)
-        payload = records.encode_message(key, mid, timestamp, expires, priority, headers, body)
+        payload = records.encode_message(key, mid, timestamp, expires, priority, headers, body,
+                                         owner)
         return self._append(records.MSG, payload, b"", holds)
 
     def append_tx(self, txid: str, ops: list[tuple[int, bytes]], *, final: bool) -> TicketLike:
@@ -265,9 +286,12 @@ class Store:
         ops: list[tuple[int, bytes]] = []
         size, pos = 0, first
         placed: list[tuple[int, int, int]] = []  # (part, inner, holders) of each added message
+        shares = self.shares
         for m in added:
             payload = records.encode_message(m.key, m.mid, m.timestamp, m.expires, m.priority,
-                                             m.headers, m.body)
+                                             m.headers, m.body, m.owner)
+            if shares is not None:
+                shares.charge(m.owner, m.mid, len(m.body), m.holders)
             placed.append((len(parts), pos, m.holders))
             ops.append((records.MSG, payload))
             size += len(payload)
@@ -276,6 +300,9 @@ class Store:
                 parts.append(ops)
                 ops, size, pos = [], 0, first
         gone = list(removed)
+        if shares is not None:
+            for r in gone:
+                shares.release(r.mid)
         if gone:
             ops.append((records.ACK, records.encode_acks((r.key, r.mid) for r in gone)))
         if ops or parts:
@@ -362,6 +389,14 @@ class Store:
 
     def remove(self, key: str, mid: int, ticket: TicketLike) -> None:
         """A queue let go of a message: journal that in the next batched ACK record."""
+        shares = self.shares
+        if shares is not None:
+            shares.release(mid)
+        self.remove_copy(key, mid, ticket)
+
+    def remove_copy(self, key: str, mid: int, ticket: TicketLike) -> None:
+        """``remove`` of a record no share counts (compaction's copy of a message consumed
+        while it was copied: the original's removal gave the room back)."""
         if not self._acks and not self._flush_scheduled:
             self._flush_scheduled = True
             self._schedule(self.flush)
@@ -373,6 +408,9 @@ class Store:
         counted per segment - no object per message."""
         if not mids:
             return
+        shares = self.shares
+        if shares is not None:
+            shares.release_run(mids)
         ticket = self._append(records.ACK, records.encode_ack_run(key, mids))
         self._releases.append((ticket.seq, _segment_release(segments, offsets)))
 

@@ -20,6 +20,7 @@ from sluicemq.core.paging.flow import (
     parse_size,
     physical_memory,
     resolve_limits,
+    user_store_limit,
 )
 
 
@@ -160,6 +161,23 @@ def test_a_store_limit_share_outside_0_to_100_percent_is_refused_at_load(
     cfg.write_text(f'[defaults]\nstore_limit = "{value}"\n')
     with pytest.raises(ValueError, match=r"\[defaults\] store_limit"):
         BrokerConfig.load(cfg)
+
+
+def test_the_user_store_limit_is_a_size_or_a_share_of_the_store_limit(tmp_path: Path) -> None:
+    """``[limits] user_store_limit``: bytes, a size string or a share of the broker's resolved
+    ``store_limit``; 0 (the default) keeps no per-user share; a share outside 0-100% is
+    refused when the config is read."""
+    assert Limits().user_store_limit == 0
+    assert user_store_limit(0, 1000) == 0
+    assert user_store_limit("64 KiB", 1000) == 65536
+    assert user_store_limit("25%", 1000) == 250
+    cfg = tmp_path / "b.toml"
+    cfg.write_text('[limits]\nuser_store_limit = "1 GiB"\n')
+    assert BrokerConfig.load(cfg).limits.user_store_limit == "1 GiB"
+    for value in ("0%", "150%", "lots%"):
+        cfg.write_text(f'[limits]\nuser_store_limit = "{value}"\n')
+        with pytest.raises(ValueError, match=r"\[limits\] user_store_limit.*between 0 and 100%"):
+            BrokerConfig.load(cfg)
 
 
 def test_vm_cursor_and_destination_limits_are_memory_limits() -> None:

@@ -437,3 +437,10 @@ class FlowControl:
         for resume in ready:
             resume()
         return still
+
+
+def user_store_limit(value: int | str, store: int) -> int:
+    """``[limits] user_store_limit`` in bytes: a size, or a share of the broker's resolved
+    ``store_limit`` ("25%"); 0: none."""
+    share = percent(value)
+    return parse_size(value) if share is None else int(store * share / 100)

@@ -192,6 +192,7 @@ class Pager:
         msg.size = size
         msg.ticket = RecoveredTicket(loc)
         msg.inner = inner
+        msg.owner = sm.owner
         return msg
 
     def stub(self, fifo: SpillFifo, slot: Slot, destination: str) -> Message:

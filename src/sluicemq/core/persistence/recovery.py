@@ -158,13 +158,16 @@ class Replay:
         stored_mid, _ts, _exp, priority, flags, klen, hlen = _HEAD.unpack_from(payload, 0)
         if mid is None:
             mid = stored_mid
-        hpos = _HEAD.size + klen
+        kpos = _HEAD.size
+        if flags & records.OWNER_FLAG:
+            kpos += records.owner_prefix(payload, flags)
+        hpos = kpos + klen
         raw = payload if type(payload) is bytes else bytes(payload)
         if flags:
             for bits, see in self._flagged:
                 if flags & bits:
                     see(raw)
-        kb = raw[_HEAD.size:hpos]
+        kb = raw[kpos:hpos]
         key = self._keys.get(kb)
         if key is None:
             key = self._keys[kb] = kb.decode()

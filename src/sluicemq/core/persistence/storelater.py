@@ -78,7 +78,8 @@ class Journaling(Protocol):
     the calls instead of writing a journal."""
 
     def append_message(self, key: str, mid: int, timestamp: int, expires: int, priority: int,
-                       headers: dict[str, str], body: bytes) -> TicketLike: ...
+                       headers: dict[str, str], body: bytes, holds: int = ...,
+                       owner: bytes = ...) -> TicketLike: ...
 
     def hold(self, ticket: TicketLike, count: int = ...) -> None: ...
 
@@ -344,7 +345,8 @@ class StoreLater:
         bytes were not out yet (``removed``) gets its removal journaled right behind it."""
         msg, store = entry.msg, self._store
         msg.ticket = store.append_message(entry.key, msg.mid, msg.timestamp, msg.expires,
-                                          msg.priority, msg.headers, msg.loaded_body)
+                                          msg.priority, msg.headers, msg.loaded_body, 0,
+                                          msg.owner)
         msg.inner = 0
         store.hold(msg.ticket)
         consumer = entry.consumer

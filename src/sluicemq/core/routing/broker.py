@@ -23,9 +23,16 @@ from sluicemq.config import BrokerConfig, Policy
 from sluicemq.core.dedup.producers import Producers
 from sluicemq.core.limits.admission import Admission
 from sluicemq.core.limits.turns import Turns
+from sluicemq.core.limits.usershare import UserShares, recount
 from sluicemq.core.limits.waits import ConsumerWaits
 from sluicemq.core.paging.cursor import PendingList
-from sluicemq.core.paging.flow import Credit, FlowControl, MemoryAccount, resolve_limits
+from sluicemq.core.paging.flow import (
+    Credit,
+    FlowControl,
+    MemoryAccount,
+    resolve_limits,
+    user_store_limit,
+)
 from sluicemq.core.paging.pager import Pager
 from sluicemq.core.paging.trim import HeapTrimmer
 from sluicemq.core.persistence.storelater import StoreLater
@@ -116,6 +123,10 @@ class Broker:
         # spares are journal disk too: within the store limit, and given back under pressure
         store.journal.pool.bound(self.limits.store, config.journal.recycle_min_free)
         self.memory = MemoryAccount(self.limits.memory)
+        # [limits] user_store_limit: each login's share of the store (None: not kept, and no
+        # per-message cost); the store keeps it once recovery counted it (``count_shares``)
+        share = user_store_limit(config.limits.user_store_limit, self.limits.store)
+        self.shares = UserShares(share) if share else None
         # connections, every transport; their output is held within the memory limit
         self.admission = Admission(config.limits, self.memory.room)
         self.temp = TempStore(config.data_dir / "tmp")
@@ -169,9 +180,18 @@ class Broker:
 
     def room_for(self, kind: str, name: str, persistent: bool,
                  policy: Policy | None = None, size: int = 0,
+                 owner: bytes | None = None, stored: int = -1,
                  credit: Credit | None = None) -> str | None:
         """Why ``kind/name`` cannot take a message of ``size`` body bytes now (producer flow
-        control; ``FlowControl.refusal``), or None. ``credit``: a COMMIT's own ACKs."""
+        control; ``FlowControl.refusal``), or None. ``owner``: the sender
+        (``records.encode_owner``), whose share of the store a persistent message meets;
+        ``stored``: the bytes it would store, when not ``size`` (a COMMIT's spool).
+        ``credit``: a COMMIT's own ACKs."""
+        shares = self.shares
+        if shares is not None and persistent and owner is not None:
+            why = shares.refusal(owner, size if stored < 0 else stored)
+            if why is not None:
+                return why
         policy = policy or self.policy(kind, name)
         flow = self.flow
         if kind == QUEUE:  # consumer_lag, inlined: once per SEND
@@ -256,7 +276,7 @@ class Broker:
             elif msg.persistent:  # held by q from the start (``_append_msg``, written out)
                 msg.ticket = self.store.append_message(q.key, msg.mid, msg.timestamp,
                                                        msg.expires, msg.priority, msg.headers,
-                                                       msg.loaded_body, 1)
+                                                       msg.loaded_body, 1, msg.owner)
                 msg.inner = 0
                 if msg.size >= self.config.journal.spill_bytes:
                     msg.body = None  # the journal has it; memory keeps the headers only
@@ -299,7 +319,8 @@ class Broker:
 
     def _append_msg(self, key: str, msg: Message, holds: int) -> TicketLike:
         return self.store.append_message(key, msg.mid, msg.timestamp, msg.expires,
-                                         msg.priority, msg.headers, msg.loaded_body, holds)
+                                         msg.priority, msg.headers, msg.loaded_body, holds,
+                                         msg.owner)
 
     # -- streams (the queues call these through QueueOwner) --------------------------------
     def stream_assigned(self, queue: Queue, stream_id: str, consumer: Consumer) -> None:
@@ -334,6 +355,17 @@ class Broker:
         if self.advisories.enabled:
             self.advisories.check_slow(now, self.subscriptions.consumer_queues())
         self.large_streams.tick(now)
+
+    def count_shares(self) -> int:
+        """Start-up, once recovery is done: charge every stored message to its sender's
+        share, then let the store keep the shares (no-op without ``user_store_limit``).
+        Returns the messages counted."""
+        if self.shares is None:
+            return 0
+        n = recount(self.shares, self._journaled_queues(), self.large_streams,
+                    self.store.journal.peek)
+        self.store.shares = self.shares
+        return n
 
     # -- journal compaction ------------------------------------------------------------------
     def _journaled_queues(self) -> Iterator[Queue]:

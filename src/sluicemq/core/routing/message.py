@@ -29,11 +29,13 @@ class Message:
     record; > 0: inside a transaction record; -1: unknown, so the store cursor keeps the
     object rather than paging it out).
     ``extra`` is what its headers cost in RAM beyond a typical message's (``header_cost``).
+    ``owner`` is the login that sent it as its record stores it (``records.encode_owner``;
+    b"": anonymous), which the per-user share of the store is counted by.
     """
 
     __slots__ = (
         "body", "deliveries", "destination", "expires", "extra", "group", "headers", "inner",
-        "mid", "persistent", "priority", "size", "ticket", "timestamp",
+        "mid", "owner", "persistent", "priority", "size", "ticket", "timestamp",
     )
 
     def __init__(
@@ -62,6 +64,7 @@ class Message:
         self.ticket: Any = None
         self.inner = -1
         self.deliveries = 0
+        self.owner = b""
 
     @property
     def message_id(self) -> str:
@@ -85,6 +88,7 @@ class Message:
                     self.priority, self.expires, self.timestamp, self.extra)
         m.size = self.size  # the body may live only in the journal
         m.inner = self.inner
+        m.owner = self.owner
         return m
 
     def moved_to(self, destination: str, mid: int) -> Message:

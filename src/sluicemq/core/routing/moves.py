@@ -103,4 +103,4 @@ def dead_letter(broker: MoveHost, queue: Queue, msg: Message, reason: str) -> No
 
 def _record(key: str, msg: Message, holders: int = 1) -> NewMessage:
     return NewMessage(key, msg.mid, msg.timestamp, msg.expires, msg.priority, msg.headers,
-                      msg.loaded_body, holders)
+                      msg.loaded_body, holders, msg.owner)

@@ -13,6 +13,7 @@ from sluicemq.errors import ProtocolError
 from sluicemq.protocol.codec import encode_frame
 from sluicemq.protocol.frames import Frame
 from sluicemq.protocol.heartbeat import negotiate, parse_heart_beat
+from sluicemq.storage import records
 
 SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
 
@@ -51,6 +52,7 @@ def _logged_in(session: SessionContext, frame: Frame, user: User | None, reason:
         session.error(reason, frame, fatal=True)
         return
     session.user = user
+    session.store_owner = records.encode_owner(user.name) if user is not None else b""
     session.guarded(lambda f: _accept(session, f), frame)
     for later in held:
         session.handle(later)

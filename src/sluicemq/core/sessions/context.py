@@ -67,6 +67,8 @@ class SessionContext:
         self.client_id: str | None = None
         self.login: str | None = None
         self.user: User | None = None  # None: anonymous (or security off)
+        # the login as stored messages name their sender (records.encode_owner); b"": anonymous
+        self.store_owner = b""
         self.cert_user: str | None = None  # CN of a verified TLS client certificate
         self.security = services.security
         self.ranges = services.ranges

@@ -90,7 +90,7 @@ def send(session: SessionContext, frame: Frame) -> None:
             session.admit_destination(kind, name)
     if h.keys().isdisjoint(_SPECIAL):  # the plain path: what most SENDs are
         if (session.broker.room_for(kind, name, h.get("persistent") == "true", policy,
-                                    len(frame.body)) is not None
+                                    len(frame.body), session.store_owner) is not None
                 and no_room(session, frame, kind, name, policy)):
             return  # (``no_room`` asks again and says why: only when there is no room)
         session.received += 1
@@ -332,7 +332,8 @@ def no_room(session: SessionContext, frame: Frame, kind: str, name: str,
             raise ProtocolError(too_large, fatal=False)
         return False
     persistent = staged or frame.headers.get("persistent") == "true"
-    reason = broker.room_for(kind, name, persistent, policy, len(frame.body))
+    size, owner = len(frame.body), session.store_owner
+    reason = broker.room_for(kind, name, persistent, policy, size, owner)
     if reason is None:
         return False
     if isinstance(reason, TooLarge):
@@ -345,7 +346,8 @@ def no_room(session: SessionContext, frame: Frame, kind: str, name: str,
     session.wait_behind(frame)
 
     def recheck() -> str | None:
-        return None if session.closed else broker.room_for(kind, name, persistent)
+        return None if session.closed else broker.room_for(kind, name, persistent, None, size,
+                                                           owner)
 
     flow_control.wait(recheck, session.resume_waiting, reason)
     return True
@@ -368,10 +370,12 @@ def message(session: SessionContext, kind: str, name: str, h: dict[str, str],
     expires = h.get("expires")
     mid = broker.next_mid  # ``allocate_mid``, written out: once per SEND
     broker.next_mid = mid + 1
-    return Message(mid, destination or f"/{kind}/{name}", headers,
-                   body if type(body) is bytes else bytes(body), h.get("persistent") == "true",
-                   DEFAULT_PRIORITY if priority is None else parse_priority(priority),
-                   0 if expires is None else parse_expires(expires), now)
+    msg = Message(mid, destination or f"/{kind}/{name}", headers,
+                  body if type(body) is bytes else bytes(body), h.get("persistent") == "true",
+                  DEFAULT_PRIORITY if priority is None else parse_priority(priority),
+                  0 if expires is None else parse_expires(expires), now)
+    msg.owner = session.store_owner
+    return msg
 
 
 _OTHER_TRANSPORT_HEADERS = TRANSPORT_HEADERS - {"destination", "content-length", "receipt"}

@@ -77,7 +77,7 @@ def commit(session: SessionContext, frame: Frame) -> None:
     if no_room(session, frame, f"COMMIT of {txid}",
                [(keys.kind_of(k), keys.name_of(k), p) for k, p in spool.targets.items()],
                None if isinstance(spool, stage_frames.StageSpool)
-               else lambda: own_credit(session, spool)):
+               else lambda: own_credit(session, spool), spool.nbytes, session.store_owner):
         return
     del session.transactions[txid]
     try:
@@ -89,18 +89,22 @@ def commit(session: SessionContext, frame: Frame) -> None:
 
 def no_room(session: SessionContext, frame: Frame, what: str,
             targets: list[tuple[str, str, bool]],
-            own: Callable[[], Credit] | None = None) -> bool:
+            own: Callable[[], Credit] | None = None, size: int = 0,
+            owner: bytes | None = None) -> bool:
     """Producer flow control for a COMMIT or a publication ``what`` storing messages in
     ``targets`` ((kind, name, persistent)): True when it was refused (ERROR; a transaction is
     kept) or waits for room (it runs again then, and the frames after it wait behind it).
-    ``own``: the room the COMMIT makes itself, asked for only when a destination is full."""
+    ``own``: the room the COMMIT makes itself, asked for only when a destination is full.
+    ``size`` and ``owner``: what the transaction stores (its spool's bytes, an upper bound)
+    and who sent it, for the sender's share of the store."""
     broker = session.broker
     credit: Credit | None = None
     for kind, name, persistent in targets:
-        reason = broker.room_for(kind, name, persistent)
+        reason = broker.room_for(kind, name, persistent, owner=owner, stored=size)
         if reason is not None and own is not None:
             credit = credit or own()
-            reason = broker.room_for(kind, name, persistent, credit=credit)
+            reason = broker.room_for(kind, name, persistent, credit=credit, owner=owner,
+                                     stored=size)
         if reason is None:
             continue
         if broker.policy(kind, name).fail_if_no_space:
@@ -113,8 +117,8 @@ def no_room(session: SessionContext, frame: Frame, what: str,
 
         def recheck(kind: str = kind, name: str = name, persistent: bool = persistent,
                     credit: Credit | None = credit) -> str | None:
-            return None if session.closed else broker.room_for(kind, name, persistent,
-                                                               credit=credit)
+            return None if session.closed else broker.room_for(
+                kind, name, persistent, credit=credit, owner=owner, stored=size)
 
         broker.flow.wait(recheck, session.resume_waiting, reason)
         return True
@@ -204,6 +208,7 @@ def _apply(session: SessionContext, txid: str, spool: TxSpool) -> dict[str, str]
                               persistent=headers.get("persistent") == "true",
                               priority=op.priority, expires=op.expires,
                               timestamp=op.timestamp)
+                msg.owner = session.store_owner
                 messages.append((kind, name, msg))
                 if producer is not None:
                     numbered.append((*producer, msg))

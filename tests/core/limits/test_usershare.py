@@ -1,0 +1,63 @@
+"""Spec of the per-user share's book (``UserShares``): body bytes by sender, charged once a
+record and given back when its last holder lets go."""
+
+from __future__ import annotations
+
+from array import array
+
+from sluicemq.core.limits.usershare import UserShares
+from sluicemq.storage import records
+
+ALICE, BOB = records.encode_owner("alice"), records.encode_owner("bob")
+
+
+def test_a_message_is_charged_to_its_sender_until_it_is_removed() -> None:
+    shares = UserShares(100)
+    shares.charge(ALICE, 1, 40, 1)
+    shares.charge(BOB, 2, 10, 1)
+    assert (shares.used(ALICE), shares.used(BOB)) == (40, 10)
+    shares.release(1)
+    assert shares.used(ALICE) == 0
+    shares.release(1)  # removed twice (or never charged): nothing more given back
+    shares.release(99)
+    assert (shares.used(ALICE), shares.used(BOB)) == (0, 10)
+
+
+def test_a_record_held_by_several_subscriptions_is_charged_once() -> None:
+    """A topic record held by two durable subscriptions counts once, until both let go."""
+    shares = UserShares(100)
+    shares.charge(ALICE, 5, 30, 2)
+    shares.release(5)
+    assert shares.used(ALICE) == 30
+    shares.release_run(array("Q", [5]))
+    assert shares.used(ALICE) == 0
+
+
+def test_recounting_a_record_adds_its_holders_not_its_bytes() -> None:
+    """Start-up charges a record once per queue that holds it."""
+    shares = UserShares(100)
+    shares.charge(ALICE, 5, 30, 1)
+    shares.charge(ALICE, 5, 30, 1)
+    assert shares.used(ALICE) == 30
+    shares.release(5)
+    assert shares.used(ALICE) == 30
+    shares.release(5)
+    assert shares.used(ALICE) == 0
+
+
+def test_a_send_that_would_pass_the_share_is_refused_for_that_user_only() -> None:
+    shares = UserShares(100)
+    shares.charge(ALICE, 1, 90, 1)
+    assert shares.refusal(ALICE, 10) is None  # exactly at the share
+    assert shares.refusal(ALICE, 11) == (
+        "user store limit reached (90 bytes of persistent messages of user 'alice', "
+        "user_store_limit 100)")
+    assert shares.refusal(BOB, 100) is None
+    assert shares.refusal(BOB, 1000) is None  # larger than the share, nothing stored: taken
+    assert shares.by_user() == {"alice": {"bytes": 90, "messages": 1}}
+
+
+def test_records_without_a_sender_are_the_anonymous_users() -> None:
+    shares = UserShares(100)
+    shares.charge(b"", 1, 7, 1)
+    assert shares.by_user() == {"anonymous": {"bytes": 7, "messages": 1}}

@@ -1,0 +1,142 @@
+"""Spec of the per-user share of the store (``[limits] user_store_limit``): the body bytes of
+persistent messages one login has stored, in any destination, ready or delivered and not yet
+acknowledged, are bounded. Past it her SEND waits like any flow-control wait (or, with
+``fail_if_no_space``, gets an ERROR naming the share, the connection kept), while another
+user still sends and receives. Each record names its sender, so a restart - clean (index
+snapshot) or kill -9 (the journal after it) - finds her at her share again; her consumer's
+acknowledgements give the room back and the waiting SEND goes in.
+
+``mallory`` (stomp.py) may write only ``/queue/m.>``, ``alice`` (our client) only
+``/queue/a.>``; each may store 64 KiB of persistent messages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accounts import NEIGHBOUR_RULES, NEIGHBOURS
+from stomp_helpers import (
+    Collector,
+    connect,
+    send_with_receipt,
+    subscribe_with_receipt,
+    wait_receipt,
+)
+
+from sluice_testing import BrokerProcess
+
+CONFIG = """
+[limits]
+user_store_limit = "64 KiB"
+
+[[policy]]
+queue = "m.strict.>"
+fail_if_no_space = true
+""" + NEIGHBOURS.config(NEIGHBOUR_RULES, delay=0.1, max_failures=10)
+
+BODY = b"m" * 4096
+FIT = 16  # 16 x 4 KiB fill the 64 KiB share; the 17th would pass it
+SHARE = ("user store limit reached (65536 bytes of persistent messages of user 'mallory', "
+         "user_store_limit 65536)")
+
+
+def as_mallory(broker: BrokerProcess) -> tuple[Any, Collector]:
+    return connect(broker, headers={"login": "mallory", "passcode": "m-pw"})
+
+
+def fill(conn: Any, listener: Collector) -> None:
+    """Her share filled through three destinations (none of which has a cap of its own)."""
+    for i in range(FIT):
+        send_with_receipt(conn, listener, f"/queue/m.{i % 3}", BODY, f"fill-{i}",
+                          persistent="true", n=str(i))
+
+
+def alice_is_served(broker: BrokerProcess) -> None:
+    """Alice stores twice mallory's whole share in her own queue, every SEND receipted, and
+    reads it back (each message acknowledged before the next is sent: her share is 64 KiB
+    as well)."""
+    with NEIGHBOURS.login(broker, "alice") as alice:
+        sub = alice.subscribe("/queue/a.inbox", ack="client-individual")
+        for i in range(4):
+            alice.send("/queue/a.inbox", b"a" * 32768, persistent=True, headers={"n": str(i)})
+            m = sub.get(timeout=30)
+            assert m is not None and m.headers["n"] == str(i)
+            m.ack()
+
+
+def test_a_user_at_her_share_waits_and_another_user_sends_and_receives(
+        broker_factory: Any) -> None:
+    """Mallory's 17th SEND waits (no RECEIPT) while alice is served; after a clean restart
+    and after kill -9 she is still at her share (counted from the records); once she reads
+    and acknowledges one queue, the waiting SEND goes in."""
+    broker = broker_factory(config_text=CONFIG)
+    conn, listener = as_mallory(broker)
+    fill(conn, listener)
+    mark = broker.mark()
+    conn.send("/queue/m.new", BODY, receipt="over", headers={"persistent": "true"})
+    broker.wait_for_log(f"waits for /queue/m.new ({SHARE})", since=mark)
+    alice_is_served(broker)
+    assert listener.receipts.empty()  # still waiting, after alice's SENDs were stored
+
+    for restart in ("clean", "kill -9"):
+        if restart == "clean":
+            assert broker.stop() == 0
+        else:
+            broker.kill()
+        broker.restart()
+        conn, listener = as_mallory(broker)
+        mark = broker.mark()
+        conn.send("/queue/m.new", BODY, receipt=restart, headers={"persistent": "true"})
+        broker.wait_for_log(f"waits for /queue/m.new ({SHARE})", since=mark)
+        alice_is_served(broker)
+        assert listener.receipts.empty()
+
+    reader, inbox = as_mallory(broker)
+    subscribe_with_receipt(reader, inbox, "/queue/m.0", "s", ack="client-individual")
+    first = [inbox.next(timeout=30) for _ in range(6)]  # m.0 holds every third: 0, 3, .. 15
+    assert [int(m.headers["n"]) for m in first] == list(range(0, FIT, 3))
+    assert listener.receipts.empty()  # delivered and not acknowledged: still hers
+    for m in first:
+        reader.ack(m.headers["ack"])
+    assert listener.receipts.get(timeout=30) == "kill -9"  # room again: it went in
+    reader.disconnect()
+    conn.disconnect()
+
+
+def test_fail_if_no_space_refuses_her_send_with_an_error_naming_the_share(
+        broker_factory: Any) -> None:
+    """With ``fail_if_no_space`` her SEND past the share gets the ERROR (the connection
+    stays: a non-persistent SEND, which the store does not hold, is still taken)."""
+    broker = broker_factory(config_text=CONFIG)
+    conn, listener = as_mallory(broker)
+    fill(conn, listener)
+    conn.send("/queue/m.strict.q", BODY, receipt="over", headers={"persistent": "true"})
+    error = listener.errors.get(timeout=30)
+    assert error.headers["receipt-id"] == "over"
+    assert error.headers["message"] == f"/queue/m.strict.q cannot take the message: {SHARE}"
+    alice_is_served(broker)
+    send_with_receipt(conn, listener, "/queue/m.strict.q", b"x", "not-stored")
+    conn.disconnect()
+
+
+def test_a_transaction_past_her_share_waits_at_commit(broker_factory: Any) -> None:
+    """A transaction's SENDs go to its spool; its COMMIT, which stores them, meets the share:
+    it waits while alice is served, and goes in once mallory's reader acknowledged."""
+    broker = broker_factory(config_text=CONFIG)
+    conn, listener = as_mallory(broker)
+    fill(conn, listener)
+    conn.begin(transaction="tx1")
+    conn.send("/queue/m.tx", BODY, transaction="tx1", headers={"persistent": "true"})
+    mark = broker.mark()
+    conn.commit(transaction="tx1", headers={"receipt": "commit"})
+    broker.wait_for_log("waits for /queue/m.tx (user store limit reached", since=mark)
+    alice_is_served(broker)
+    assert listener.receipts.empty()
+
+    reader, inbox = as_mallory(broker)
+    subscribe_with_receipt(reader, inbox, "/queue/m.1", "s", ack="client-individual")
+    for _ in range(5):  # 1, 4, .. 13
+        reader.ack(inbox.next(timeout=30).headers["ack"])
+    wait_receipt(listener, "commit")
+    reader.disconnect()
+    conn.disconnect()
