@@ -122,6 +122,11 @@ async def get_rates(request: web.Request) -> web.Response:
     return reply({"points": [{"t": p.t, "in": p.msgs_in, "out": p.msgs_out} for p in points]})
 
 
+async def get_users(request: web.Request) -> web.Response:
+    """Each login's share of the store (``[limits] user_store_limit``)."""
+    return reply(snapshot.user_shares_view(_ctx(request).broker))
+
+
 async def get_destinations(request: web.Request) -> web.Response:
     return reply({"destinations": snapshot.destinations(_ctx(request).broker)})
 
@@ -278,5 +283,6 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(queue + "/copy", copy)
     app.router.add_post(queue + "/retry", retry)
     app.router.add_get("/api/connections", get_connections)
+    app.router.add_get("/api/users", get_users)
     app.router.add_delete("/api/connections/{id}", close_connection)
     app.router.add_get("/api/streams", get_streams)

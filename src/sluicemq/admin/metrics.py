@@ -20,7 +20,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from sluicemq.admin.process import broker_memory_limit, rss_bytes
-from sluicemq.admin.snapshot import configured_limits
+from sluicemq.admin.snapshot import configured_limits, user_shares_view
 
 if TYPE_CHECKING:
     from sluicemq.admin.context import AdminContext
@@ -41,6 +41,7 @@ class BrokerCollector(Collector):
         yield from self._journal()
         yield from self._process()
         yield from self._flow()
+        yield from self._users()
         yield from self._pipelines()
 
     def _destinations(self) -> Iterator[Metric]:
@@ -204,6 +205,15 @@ class BrokerCollector(Collector):
         yield CounterMetricFamily("sluice_heap_trims",
                                   "times freed heap was handed back to the OS after a drain",
                                   value=flow.trimmer.trims)
+
+    def _users(self) -> Iterator[Metric]:
+        """Each login's share of the store (only while ``user_store_limit`` keeps one)."""
+        users = user_shares_view(self.ctx.broker)["users"]
+        yield _by_label("sluice_user_store_bytes", "Body bytes of persistent messages each "
+                        "user has stored (user_store_limit bounds it)", "user",
+                        ((u["user"], u["bytes"]) for u in users))
+        yield _by_label("sluice_user_store_messages", "Persistent messages each user has "
+                        "stored", "user", ((u["user"], u["messages"]) for u in users))
 
     def _pipelines(self) -> Iterator[Metric]:
         """Staged publishing and producer duplicate detection (docs/replay-protocol.md)."""

@@ -253,6 +253,7 @@ def overview(broker: Broker, store: Store | None, sessions: Iterable[Session],
                   "total_in": sampler.total_in, "total_out": sampler.total_out},
         "streams_in_progress": sum(1 for st in table.values() if st.state in STREAM_ACTIVE),
         "flow": flow_view(broker),
+        "user_shares": user_shares_view(broker),
         "limits": {**limits_view(broker), "output_buffered": sum(
             getattr(s.out, "buffered", 0) for s in sessions)},
     }
@@ -298,12 +299,25 @@ def configured_limits(broker: Broker) -> dict[str, float]:
     broker resolved them (0 in the file: derived from the machine, see core/paging/flow.py)."""
     limits, rl = broker.config.limits, broker.limits
     resolved = {"memory_limit": rl.memory, "store_limit": rl.store, "temp_limit": rl.temp,
-                "max_message_bytes": rl.max_message, "journal_backlog": rl.journal_backlog}
+                "max_message_bytes": rl.max_message, "journal_backlog": rl.journal_backlog,
+                "user_store_limit": broker.shares.limit if broker.shares is not None else 0}
     out: dict[str, float] = {}
     for f in dataclasses.fields(limits):
         value = resolved.get(f.name, getattr(limits, f.name))
         out[f.name] = parse_size(value) if isinstance(value, str) else value
     return out
+
+
+def user_shares_view(broker: Broker) -> dict[str, Any]:
+    """Each login's share of the store (``[limits] user_store_limit``): body bytes and count
+    of its stored persistent messages, largest first; no users while no share is kept."""
+    shares = broker.shares
+    if shares is None:
+        return {"user_store_limit": 0, "users": []}
+    by_user = shares.by_user()
+    users = [{"user": name, **by_user[name]}
+             for name in sorted(by_user, key=lambda n: (-by_user[n]["bytes"], n))]
+    return {"user_store_limit": shares.limit, "users": users}
 
 
 def flow_view(broker: Broker) -> dict[str, Any]:
