@@ -392,7 +392,10 @@ class Store:
         shares = self.shares
         if shares is not None:
             shares.release(mid)
-        self.remove_copy(key, mid, ticket)
+        if not self._acks and not self._flush_scheduled:  # (``remove_copy``, written out:
+            self._flush_scheduled = True  # once per consumed message)
+            self._schedule(self.flush)
+        self._acks.append((key, mid, ticket))
 
     def remove_copy(self, key: str, mid: int, ticket: TicketLike) -> None:
         """``remove`` of a record no share counts (compaction's copy of a message consumed

@@ -93,7 +93,12 @@ class Durables:
                                 fatal=False)
         sub, q = entry
         self.host.subscriptions.drop_topic_subscription(sub.topic, key)
-        held = [m.ticket for m in q.pending.drain_stubs() if m.ticket is not None]
+        stubs = q.pending.drain_stubs()
+        shares = self.store.shares  # its messages leave their senders' shares (UNSUB below)
+        if shares is not None:
+            for m in stubs:
+                shares.release(m.mid)
+        held = [m.ticket for m in stubs if m.ticket is not None]
         sub_ticket = self.tickets.pop(key, None)
         if sub_ticket is not None:
             held.append(sub_ticket)
