@@ -6,7 +6,7 @@ a consumer ("history") and time the restart after that.
 
 Usage: python bench/backlog.py [--count 1000000] [--size 1024] [--memory-limit "64 MiB"]
                                [--restarts crash,clean] [--history 0] [--snapshot-records N]
-                               [--json out.jsonl]
+                               [--user-store-limit "1 TiB"] [--json out.jsonl]
 
 It starts its own broker (`python -m sluicemq broker`) on a throwaway data directory, so the
 numbers are for this machine's disk and CPUs, with the journal fsyncing as in production.
@@ -161,10 +161,13 @@ async def restart(broker: Broker, how: str) -> dict[str, Any]:
 async def run(opts: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"count": opts.count, "size": opts.size,
                            "memory_limit": opts.memory_limit, "history": opts.history,
-                           "snapshot_records": opts.snapshot_records}
+                           "snapshot_records": opts.snapshot_records,
+                           "user_store_limit": opts.user_store_limit}
     work = Path(tempfile.mkdtemp(prefix="sluice-backlog-", dir=opts.work_dir))
     config = work / "broker.toml"
     text = f'[limits]\nmemory_limit = "{opts.memory_limit}"\n'
+    if opts.user_store_limit:  # the per-user share kept (anonymous: every message counted)
+        text += f'user_store_limit = "{opts.user_store_limit}"\n'
     if opts.snapshot_records is not None:
         text += f"[journal]\nsnapshot_records = {opts.snapshot_records}\n"
     config.write_text(text)
@@ -233,6 +236,8 @@ def main() -> int:
                         help="messages produced and consumed after the drain (restart after)")
     parser.add_argument("--snapshot-records", type=int, default=None,
                         help="[journal] snapshot_records for the broker (0: no periodic ones)")
+    parser.add_argument("--user-store-limit", default="",
+                        help='[limits] user_store_limit, e.g. "1 TiB" (default: none)')
     parser.add_argument("--work-dir", default=None, help="where the data directory goes")
     parser.add_argument("--json", type=Path, help="append the result as one JSON line")
     parser.add_argument("--log", type=Path, help="write the broker's log (all runs) here")
