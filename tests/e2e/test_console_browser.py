@@ -86,6 +86,22 @@ def test_destinations_page_follows_depth_then_browse_and_purge(broker, raw, page
             limits = page.locator("#card-configured-limits")
             expect(limits).to_contain_text("connect_timeout 10")
             expect(limits).to_contain_text("max_frame_bytes 64.0 MiB")
+            expect(page.locator("#card-user-shares")).to_contain_text(
+                "user_store_limit not set")
+
+
+def test_overview_shows_each_users_share_of_the_store(broker_factory, page) -> None:
+    """With ``user_store_limit`` set the overview lists each user's stored bytes (security off:
+    every client is ``anonymous``)."""
+    from sluicemq.client import Client
+
+    broker = broker_factory(config_text='[limits]\nuser_store_limit = "1 MiB"\n')
+    with Client(broker.url, timeout=10) as c:
+        c.send("/queue/kept", b"x" * 1024, persistent=True)
+    page.goto(f"{broker.console_url}/")
+    shares = page.locator("#card-user-shares")
+    sync_api.expect(shares).to_contain_text("≤ 1.0 MiB")
+    sync_api.expect(shares).to_contain_text("anonymous 1.0 KiB in 1")
 
 
 def test_streams_page_shows_progress_of_a_stream(broker, raw, page) -> None:

@@ -44,6 +44,24 @@ def test_a_run_reads_as_timestamps_expiries_headers_and_bodies(open_journal) -> 
                                                     for i in range(1, 301)]
 
 
+def test_records_naming_their_senders_read_the_same_beside_anonymous_ones(
+        open_journal) -> None:
+    """A record with its sender's login before the key (``OWNER_FLAG``, security on) gives
+    the same columns: the login is skipped, whatever its length, record by record."""
+    opened = open_journal()
+    logins = ["", "alice", "", "b" * 300, "ünïcode"]
+    tickets = [opened.journal.append(records.MSG, records.encode_message(
+        "q:orders", i, 1000 + i, 0, 4, {"n": str(i)}, b"body %d" % i,
+        records.encode_owner(login) if login else b""))
+        for i, login in enumerate(logins, 1)]
+    opened.watch.wait(tickets[-1].seq)
+    run = read_run(opened.journal, tickets, [1, 2, 3, 4, 5])
+    assert cut(run.bodies, run.body_lengths) == [b"body %d" % i for i in range(1, 6)]
+    assert cut(run.headers, run.header_lengths) == [records.encode_headers({"n": str(i)})
+                                                    for i in range(1, 6)]
+    assert run.timestamps.tolist() == [1000 + i for i in range(1, 6)]
+
+
 def test_records_far_apart_are_read_in_several_extents_and_still_in_order(
         open_journal) -> None:
     opened = open_journal()

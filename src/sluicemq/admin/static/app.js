@@ -155,6 +155,12 @@ function limitsCard(l) {
               `refused ${num(l.refused.connections)} connections, ${num(l.refused.destinations)} destinations`,
               "card-limits");
 }
+function usersCard(u) {
+  const top = u.users.slice(0, 5).map((x) => `${x.user} ${bytes(x.bytes)} in ${num(x.messages)}`);
+  return card("Store per user", u.user_store_limit ? `≤ ${bytes(u.user_store_limit)}` : "no share",
+              u.user_store_limit ? (top.join(" · ") || "nothing stored") + " (largest first)"
+                                 : "user_store_limit not set", "card-user-shares");
+}
 function configuredCard(c) {
   const shown = (k, v) => (k.endsWith("_bytes") || k.endsWith("_limit") || k === "journal_backlog")
     ? bytes(v) : num(v);
@@ -179,6 +185,7 @@ function overviewPage() {
       card("Flow control", num(o.flow.producers_waiting), `producers held now · ${num(o.flow.blocked_total)} sends held at a limit, ${num(o.flow.paced_total || 0)} paced to consumers, since start`, "card-flow"),
       card("Paged out", num(o.flow.paged), `messages on disk only · store ${bytes(o.flow.limits.store.used)} of ${bytes(o.flow.limits.store.limit)}`, "card-paged"),
       limitsCard(o.limits),
+      usersCard(o.user_shares),
       configuredCard(o.limits.configured),
     );
     const bar = $("#membar > div");
