@@ -4,9 +4,12 @@ record and given back when its last holder lets go."""
 from __future__ import annotations
 
 from array import array
+from pathlib import Path
 
+from sluicemq.core.limits import usershare
 from sluicemq.core.limits.usershare import UserShares
 from sluicemq.storage import records
+from sluicemq.storage.journal import Journal
 
 ALICE, BOB = records.encode_owner("alice"), records.encode_owner("bob")
 
@@ -76,3 +79,37 @@ def test_the_book_gives_its_memory_back_once_a_backlog_drained() -> None:
     shares.release_run(array("Q", range(99_990)))
     assert shares.used(ALICE) == 10 * 1024
     assert sys.getsizeof(shares._held) < empty + (full - empty) // 100
+
+
+def test_start_up_reads_each_records_sender_in_runs_and_large_records_alone(
+        tmp_path: Path) -> None:
+    """``recount`` reads the owners of a lane's records: neighbours with one extent, a large
+    record (``_SMALL``) and one out of order with a peek each, a message inside a transaction
+    record at its offset; records without a sender are anonymous's."""
+    directory = tmp_path / "journal"
+    journal = Journal(directory, segment_bytes=1 << 20)
+    list(journal.recover())
+    journal.start(lambda seq: None, lambda first, last, exc: None)
+    logins = ["alice", "", "bob", "", "carol" * 20]
+    for i, login in enumerate(logins):
+        body = b"x" * (usershare._SMALL + 1 if i == 2 else 100)
+        journal.append(records.MSG, records.encode_message(
+            "q:q", i + 1, 0, 0, 4, {}, body, records.encode_owner(login) if login else b""))
+    ops = [(records.MSG, records.encode_message("q:q", 10 + k, 0, 0, 4, {}, b"t",
+                                                records.encode_owner(f"tx{k}")))
+           for k in range(2)]
+    journal.append(records.TX, records.encode_tx("tx", ops))
+    journal.close()
+    reopened = Journal(directory, segment_bytes=1 << 20)
+    try:
+        found = [(rtype, loc) for rtype, _payload, loc in reopened.recover()]
+        msgs = [(loc.segment, loc.offset, loc.length, 0) for rtype, loc in found
+                if rtype == records.MSG]
+        tx = next(loc for rtype, loc in found if rtype == records.TX)
+        inner = records.tx_op_offsets("tx", ops)
+        slots = [*msgs, msgs[0], *((tx.segment, tx.offset, tx.length, k) for k in inner)]
+        owners = usershare._owners(reopened, slots)
+    finally:
+        reopened.close()
+    assert [records.owner_name(o) for o in owners] == [
+        "alice", "anonymous", "bob", "anonymous", "carol" * 20, "alice", "tx0", "tx1"]

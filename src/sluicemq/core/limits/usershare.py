@@ -16,21 +16,26 @@ store pays nothing per message.
 
 from __future__ import annotations
 
+import struct
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+from typing import Protocol
 
 from sluicemq.core.paging.spill import JOURNAL
 from sluicemq.core.routing.holders import held_objects
 from sluicemq.core.routing.queue import Queue
 from sluicemq.core.routing.streams import StreamTable
 from sluicemq.storage import records
-from sluicemq.storage.segment import Location
+from sluicemq.storage.segment import HEADER_SIZE, Location
 
 # A held record's entry: body size, holders and the owner's number in one int (no tuple a
 # message): size << _SIZE_AT | holds << _HOLDS_AT | number.
 _HOLDS_AT, _SIZE_AT = 20, 40
 _FIELD = (1 << 20) - 1
 _PEEK = records.MSG_HEAD.size + 2 + 62  # a record's head and an owner of up to 62 bytes
+_FLAGS_AT = struct.calcsize("<QqqB")  # where records.MSG_HEAD ("<QqqBBHI") has the flags
+_SMALL = 16 << 10  # records up to this are read with their neighbours, larger ones peeked
+_GAP, _SPAN = 64 << 10, 16 << 20  # other bytes bridged inside one read; the most one covers
 
 
 class UserShares:
@@ -112,27 +117,27 @@ class UserShares:
                 for n, owner in enumerate(self._owners)}
 
 
+class RecordReader(Protocol):
+    """What ``recount`` reads records with (``Journal``)."""
+
+    def peek(self, loc: Location, start: int, length: int) -> bytes: ...
+
+    def read_extent(self, segment: int, start: int, end: int) -> memoryview: ...
+
+
 def recount(shares: UserShares, queues: Iterable[Queue], streams: StreamTable,
-            peek: Callable[[Location, int, int], bytes]) -> int:
+            journal: RecordReader) -> int:
     """Charge every stored message the queues hold to its sender, read from its record's
-    head (start-up: replay keeps no owner); returns the messages counted. ``peek(loc, start,
-    length)``: bytes of a record without verifying it (``Journal.peek``)."""
-
-    def owner_at(loc: Location, inner: int) -> bytes:
-        head = peek(loc, inner, _PEEK)
-        flags = records.MSG_HEAD.unpack_from(head, 0)[4]
-        need = records.MSG_HEAD.size + records.owner_prefix(head, flags)
-        if need > len(head):
-            head = peek(loc, inner, need)
-        return records.message_owner(head)
-
+    head (start-up: replay keeps no owner); returns the messages counted. Paged-out slots are
+    read a lane at a time, neighbouring small records with one ``read_extent``: one ``peek``
+    a message took ~4.5 us (0.9 s for a 200k backlog)."""
     n = 0
     for q in queues:
         for m in held_objects(q, streams, {}):
             loc = m.ticket.loc if m.persistent and m.ticket is not None else None
             if loc is None or m.inner < 0:
                 continue
-            m.owner = owner_at(loc, m.inner)
+            m.owner = _peek_owner(journal, loc, m.inner)
             shares.charge(m.owner, m.mid, m.size, 1)
             n += 1
         for _prio, _head, tail in q.pending.lanes():
@@ -140,9 +145,53 @@ def recount(shares: UserShares, queues: Iterable[Queue], streams: StreamTable,
                 continue
             mids, srcs, segs, offs, lengths, inners, sizes = tail.columns(
                 tail.indexes().start, tail.end)
-            for x, src in enumerate(srcs):
-                if src == JOURNAL:
-                    owner = owner_at(Location(segs[x], offs[x], lengths[x]), inners[x])
-                    shares.charge(owner, mids[x], sizes[x], 1)
-                    n += 1
+            journal_slots = [x for x, src in enumerate(srcs) if src == JOURNAL]
+            owners = _owners(journal, [(segs[x], offs[x], lengths[x], inners[x])
+                                       for x in journal_slots])
+            for x, owner in zip(journal_slots, owners, strict=True):
+                shares.charge(owner, mids[x], sizes[x], 1)
+            n += len(journal_slots)
     return n
+
+
+def _peek_owner(journal: RecordReader, loc: Location, inner: int) -> bytes:
+    head = journal.peek(loc, inner, _PEEK)
+    flags = records.MSG_HEAD.unpack_from(head, 0)[4]
+    need = records.MSG_HEAD.size + records.owner_prefix(head, flags)
+    if need > len(head):
+        head = journal.peek(loc, inner, need)
+    return records.message_owner(head)
+
+
+def _owners(journal: RecordReader, slots: list[tuple[int, int, int, int]]) -> list[bytes]:
+    """The owner of each (segment, offset, length, inner) record, in order: runs of small
+    records that follow each other in one segment are read with one ``read_extent`` (a lane
+    is in journal order, mostly), a large record (or one out of order) by a ``peek``."""
+    out: list[bytes] = []
+    i, n = 0, len(slots)
+    while i < n:
+        seg, start, length, inner = slots[i]
+        end = start + HEADER_SIZE + length
+        if length > _SMALL:
+            out.append(_peek_owner(journal, Location(seg, start, length), inner))
+            i += 1
+            continue
+        j = i + 1
+        while j < n:
+            s2, o2, l2, _ = slots[j]
+            if (s2 != seg or l2 > _SMALL or o2 < slots[j - 1][1] or o2 > end + _GAP
+                    or o2 + HEADER_SIZE + l2 - start > _SPAN):
+                break
+            end = max(end, o2 + HEADER_SIZE + l2)
+            j += 1
+        buf = journal.read_extent(seg, start, end)
+        for _seg, off, _length, inner2 in slots[i:j]:
+            p = off - start + HEADER_SIZE + inner2
+            if buf[p + _FLAGS_AT] & records.OWNER_FLAG:
+                k = p + records.MSG_HEAD.size
+                out.append(bytes(buf[k:k + 2 + (buf[k] | buf[k + 1] << 8)]))
+            else:
+                out.append(b"")
+        del buf  # (the journal reuses its buffer once nothing refers to it)
+        i = j
+    return out

@@ -363,7 +363,7 @@ class Broker:
         if self.shares is None:
             return 0
         n = recount(self.shares, self._journaled_queues(), self.large_streams,
-                    self.store.journal.peek)
+                    self.store.journal)
         self.store.shares = self.shares
         return n
 
