@@ -67,6 +67,9 @@ __all__ = ["Journal", "JournalStats", "Location", "RecoveryReport", "Ticket"]
 log = logging.getLogger(__name__)
 
 LOCK_NAME = "journal.lock"
+# Builds a named tuple from its fields in order without its generated Python ``__new__``:
+# ``append`` makes a Location and an Entry for every record (a persistent SEND).
+_new_tuple = tuple.__new__
 SMALL_BATCH = 4  # records: group commits averaging more mean the journal is loaded
 
 
@@ -276,7 +279,7 @@ class Journal(JournalReads, JournalRetention, JournalWriter):
                 seg = self._seg = seg + 1
                 off = 0
                 self._segs.setdefault(seg, 0)
-            loc = Location(seg, off, length)
+            loc = _new_tuple(Location, (seg, off, length))  # (``Location(...)``, in C)
             self._off = off + size
             weight = self._weight.get(seg)
             if weight is None:
@@ -290,7 +293,7 @@ class Journal(JournalReads, JournalRetention, JournalWriter):
                 self._horizon = tail_at  # nothing retained lies beyond it
             seq = self._seq = self._seq + 1
             ticket = Ticket(seq, loc)
-            self._pending.append(Entry(ticket, loc, rtype, data, rest))
+            self._pending.append(_new_tuple(Entry, (ticket, seq, loc, rtype, data, rest)))
             self._unwritten[loc] = (data, rest) if rest else data
             self.unwritten_bytes += size
             self._last[seg] = (seq, off)

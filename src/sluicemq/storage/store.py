@@ -262,9 +262,13 @@ class Store:
             head = records.encode_message_head(key, mid, timestamp, expires, priority, headers,
                                                owner)
             return self._append(records.MSG, head, body, holds)
-        payload = records.encode_message(key, mid, timestamp, expires, priority, headers, body,
-                                         owner)
-        return self._append(records.MSG, payload, b"", holds)
+        ticket = self.journal.append(records.MSG, records.encode_message(  # (``_append``,
+            key, mid, timestamp, expires, priority, headers, body, owner), b"", holds)  # inlined)
+        self.appended_seq = ticket.seq
+        if not self._turn_scheduled:
+            self._turn_scheduled = True
+            self._schedule(self._end_turn)
+        return ticket
 
     def append_tx(self, txid: str, ops: list[tuple[int, bytes]], *, final: bool) -> TicketLike:
         self.pre_append(None)

@@ -17,6 +17,8 @@ import logging
 import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
+from operator import attrgetter
 from typing import Any
 
 from sluicemq.config import BrokerConfig, Policy
@@ -134,7 +136,8 @@ class Broker:
         self.flow = FlowControl(self.limits, self.memory, store.disk_estimate,
                                 lambda: self.temp.bytes_used,
                                 HeapTrimmer(trim_heap, free=free_heap),
-                                lambda: store.journal.unwritten_bytes)
+                                # asked on every persistent SEND: read in C, no lambda frame
+                                partial(attrgetter("unwritten_bytes"), store.journal))
         self.compactor = Compactor(store, self._compaction_holders, self._compaction_relocate,
                                    self._schedule)
         self.stager = Stager(self)  # staged publishing (docs/replay-protocol.md, section 3)
