@@ -143,3 +143,28 @@ def test_a_sent_file_goes_again_only_when_asked_and_to_every_destination(broker,
     ok(receive("b", "b1"))
     for got in (tmp_path / "a2" / "report.csv", tmp_path / "b1" / "report.csv"):
         assert got.read_bytes() == src.read_bytes()
+
+
+def test_receive_count_takes_no_chunk_of_the_next_stream(broker, tmp_path: Path) -> None:
+    """`--count N` ends the flow at the Nth stream's end: the broker never hands the receiver
+    a chunk of the stream after (which, unread, would go to the next receiver again: a
+    delivered_fraction above 1), whatever the window."""
+    files = [tmp_path / f"f{i}.bin" for i in range(3)]
+    for f in files:
+        f.write_bytes(os.urandom(10 * 4096))
+    ok(sluice("send", *map(str, files), "--url", broker.url, "--to", "seq", "--chunk-size",
+              "4KiB", "-q"))
+
+    def delivered() -> dict[str, int]:
+        return {s["name"]: s["delivered_bytes"] for s in broker.api("streams")["streams"]}
+
+    for i, want in enumerate((["f0.bin"], ["f1.bin", "f2.bin"])):
+        got = ok(sluice("receive", "--url", broker.url, "--from", "seq", "--dir",
+                        str(tmp_path / f"out{i}"), "--count", str(len(want)), "--window", "8",
+                        "--timeout", "10", "-q")).split()
+        assert [Path(p).name for p in got] == want
+        sizes = delivered()
+        assert all(sizes[name] == 10 * 4096 for name in want), sizes
+        if i == 0:
+            assert sizes["f1.bin"] == sizes["f2.bin"] == 0, sizes  # not one chunk of them
+    assert {s["delivered_fraction"] for s in broker.api("streams")["streams"]} == {1.0}

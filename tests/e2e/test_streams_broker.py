@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
+import pytest
+
 from sluice_testing import eventually
 
 
@@ -35,10 +37,13 @@ def send_stream(conn, sid: str, chunks: list[bytes], dest: str = "/queue/files",
 
 
 def subscribe(conn, dest: str = "/queue/files", max_streams: int = 1, prefetch: int = 2,
-              sub: str = "s") -> None:
-    conn.send("SUBSCRIBE", {"destination": dest, "id": sub, "ack": "client-individual",
-                            "activemq.prefetchSize": str(prefetch),
-                            "sluice-max-streams": str(max_streams), "receipt": "sub"})
+              sub: str = "s", credit: int | None = None) -> None:
+    headers = {"destination": dest, "id": sub, "ack": "client-individual",
+               "activemq.prefetchSize": str(prefetch), "sluice-max-streams": str(max_streams),
+               "receipt": "sub"}
+    if credit is not None:
+        headers["sluice-stream-credit"] = str(credit)
+    conn.send("SUBSCRIBE", headers)
     wait_receipt(conn, "sub")
 
 
@@ -310,3 +315,61 @@ def test_nack_gives_the_stream_back_in_order(raw) -> None:
             pass
     assert [f.headers["sluice-stream-seq"] for _, f in got] == ["1", "2"]
     assert got[0][0] is got[1][0], "the rest of a stream goes to one consumer"
+
+
+def test_stream_credit_ends_the_flow_at_the_last_wanted_streams_end(raw) -> None:
+    """``sluice-stream-credit:N``: the consumer is given N streams in all; once it acked the
+    Nth one's final chunk it gets no chunk of the next, however wide its window - the next
+    consumer gets that stream whole, never delivered before."""
+    p = raw()
+    p.connect()
+    for sid in ("c1", "c2", "c3"):
+        send_stream(p, sid, [f"{sid}-{i}".encode() for i in range(3)])
+    c = raw()
+    c.connect()
+    subscribe(c, prefetch=10, credit=2)
+    got = []
+    for _ in range(6):
+        frame = c.recv()
+        got.append(frame.body.decode())
+        ack_and_wait(c, frame.headers["ack"])
+    assert got == [f"{sid}-{i}" for sid in ("c1", "c2") for i in range(3)]
+    assert c.nothing_delivered()
+    nxt = raw()
+    nxt.connect()
+    subscribe(nxt, prefetch=10, credit=1)
+    frames = [nxt.recv() for _ in range(3)]
+    assert [f.body for f in frames] == [b"c3-0", b"c3-1", b"c3-2"]
+    assert not any("redelivered" in f.headers for f in frames)
+
+
+def test_a_stream_given_back_with_nack_does_not_use_up_the_credit(raw) -> None:
+    p = raw()
+    p.connect()
+    send_stream(p, "g1", [b"a", b"b"])
+    send_stream(p, "g2", [b"c", b"d"])
+    c = raw()
+    c.connect()
+    subscribe(c, prefetch=10, credit=1)
+    first = c.recv()
+    assert c.recv().headers["sluice-stream-id"] == first.headers["sluice-stream-id"]
+    c.send("NACK", {"id": first.headers["ack"], "receipt": "n"})  # the whole stream back
+    wait_receipt(c, "n")
+    again = [c.recv(), c.recv()]  # given again: the credit came back with it
+    assert [f.headers["sluice-stream-seq"] for f in again] == ["0", "1"]
+    for frame in again:
+        ack_and_wait(c, frame.headers["ack"])
+    assert c.nothing_delivered()
+
+
+@pytest.mark.parametrize("credit", ["0", "-1", "two", "1.5", " 1", "99999999999"])
+def test_a_bad_stream_credit_gets_an_error_and_the_connection_keeps_serving(raw,
+                                                                           credit) -> None:
+    c = raw()
+    c.connect()
+    c.send("SUBSCRIBE", {"destination": "/queue/files", "id": "bad", "ack": "client-individual",
+                         "sluice-stream-credit": credit, "receipt": "r"})
+    err = c.recv()
+    assert err.command == "ERROR" and "sluice-stream-credit" in err.headers["message"], err
+    assert err.headers["receipt-id"] == "r"
+    subscribe(c, credit=1)  # the same id is free: nothing was made for the refused one

@@ -434,3 +434,42 @@ def test_send_file_twice_sends_once_unless_again_with_both_clients(broker, tmp_p
                  for i in range(3)]
         assert c.head("/queue/twice").count == 0
     assert all(p.read_bytes() == src.read_bytes() for p in paths)
+
+
+def test_streams_with_a_count_end_there_and_take_nothing_of_the_next_stream(
+        broker, tmp_path: Path) -> None:
+    """``streams(count=N)`` (both clients) ends after N streams without waiting for its
+    timeout, and ``receive_file`` takes one: the broker hands them no chunk of the stream
+    after (sluice-stream-credit), however wide the window."""
+    blobs = [os.urandom(5 * 4096 + i) for i in range(5)]
+
+    def delivered() -> list[int]:
+        by_name = {s["name"]: s["delivered_bytes"] for s in broker.api("streams")["streams"]}
+        return [by_name[f"b{i}"] for i in range(len(blobs))]
+
+    with Client(broker.url) as c:
+        for i, blob in enumerate(blobs):
+            with c.stream_writer("/queue/counted", name=f"b{i}", chunk_size=4096) as w:
+                w.write(blob)
+        with c.streams("/queue/counted", window=16, timeout=None, count=2) as streams:
+            got = [stream.read() for stream in streams]
+        assert got == blobs[:2]
+        assert delivered() == [len(b) for b in blobs[:2]] + [0, 0, 0]
+        path = c.receive_file("/queue/counted", tmp_path / "sync", window=16, timeout=ARRIVAL)
+        assert path.read_bytes() == blobs[2] and delivered()[3:] == [0, 0]
+
+    async def scenario() -> tuple[list[bytes], Path]:
+        async with await AsyncClient.connect(broker.url) as ac:
+            got = []
+            async with ac.streams("/queue/counted", window=16, count=1) as streams:
+                async for stream in streams:
+                    async with stream:
+                        got.append(await stream.read())
+            assert delivered()[4] == 0
+            path = await ac.receive_file("/queue/counted", tmp_path / "aio", window=16,
+                                         timeout=ARRIVAL)
+            return got, path
+
+    got_async, last = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert got_async == [blobs[3]] and last.read_bytes() == blobs[4]
+    assert delivered() == [len(b) for b in blobs]

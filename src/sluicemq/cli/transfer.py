@@ -199,7 +199,8 @@ def receive(url: str, user: str | None, password: str | None, window: int,
     received = 0
     try:
         with progress_bar(not quiet) as bar, client.streams(dest, window=window,
-                                                          timeout=timeout) as streams:
+                                                          timeout=timeout,
+                                                          count=count) as streams:
             for stream in streams:
                 label = stream.name or stream.id
                 path = save_stream(stream, directory, tracker(bar, label, limit_rate))

@@ -92,9 +92,12 @@ class AsyncClient(AsyncConnection):
                                  resume=resume, wait_for_consumer=wait_for_consumer)
 
     def streams(self, destination: str, *, window: int = DEFAULT_WINDOW,
-                timeout: float | None = None) -> AsyncStreamSubscription:
-        """Streams on `destination`: `async for` them, one `AsyncStreamReader` each."""
-        return AsyncStreamSubscription(self, destination, window=window, timeout=timeout)
+                timeout: float | None = None,
+                count: int | None = None) -> AsyncStreamSubscription:
+        """Streams on `destination`: `async for` them, one `AsyncStreamReader` each (with
+        `count`, that many at most: the broker then sends no chunk of the stream after)."""
+        return AsyncStreamSubscription(self, destination, window=window, timeout=timeout,
+                                       count=count)
 
     async def send_file(self, destination: str, path: str | os.PathLike[str], *,
                         chunk_size: int = DEFAULT_CHUNK_SIZE, window: int = DEFAULT_WINDOW,

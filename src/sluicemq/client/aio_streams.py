@@ -214,14 +214,14 @@ class AsyncStreamSubscription:
     """
 
     def __init__(self, client: AsyncConnection, destination: str, *, window: int = DEFAULT_WINDOW,
-                 timeout: float | None = None) -> None:
+                 timeout: float | None = None, count: int | None = None) -> None:
         if window < 1:
             raise ValueError("window must be at least 1")
         self.client = client
         self.destination = destination
         self.window = window
         self.timeout = timeout
-        self._demux: StreamDemux[AsyncMessage] = StreamDemux(window)
+        self._demux: StreamDemux[AsyncMessage] = StreamDemux(window, count)
         self._current: AsyncStreamReader | None = None
         self._sub: AsyncSubscription | None = None
 
@@ -229,7 +229,7 @@ class AsyncStreamSubscription:
         if self._sub is None:
             self._sub = await self.client.subscribe(
                 self.destination, ack="client-individual", prefetch=self.window,
-                headers={wire.MAX_STREAMS: "1"})
+                headers=self._demux.subscribe_headers())
         return self
 
     def __aiter__(self) -> AsyncStreamSubscription:
@@ -240,6 +240,8 @@ class AsyncStreamSubscription:
         if self._current is not None:
             await self._current.close()
             self._current = None
+        if self._demux.satisfied:
+            raise StopAsyncIteration
         found = await self._arrival(None)
         if found is None:
             raise StopAsyncIteration
@@ -350,8 +352,8 @@ async def receive_file(client: AsyncConnection, destination: str,
                        directory: str | os.PathLike[str], *, window: int = DEFAULT_WINDOW,
                        timeout: float | None = None, progress: Progress | None = None) -> Path:
     """Receive the next stream on `destination` into `directory`; returns its path."""
-    async with AsyncStreamSubscription(client, destination, window=window,
-                                       timeout=timeout) as streams:
+    async with AsyncStreamSubscription(client, destination, window=window, timeout=timeout,
+                                       count=1) as streams:
         async for stream in streams:
             return await save_stream(stream, directory, progress)
     raise ClientError(f"no stream arrived on {destination} within {timeout}s")

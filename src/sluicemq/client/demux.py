@@ -4,7 +4,8 @@ With `sluice-max-streams:1` the broker sends one stream at a time, but a reader 
 trust that blindly: chunks of another stream that arrive while one is being read are held
 back (bounded by the prefetch window, beyond which the broker is plainly not honouring the
 limit), chunks of streams the reader refused are sent back, and late copies of streams it
-finished are acknowledged and dropped.
+finished are acknowledged and dropped. A reader that wants ``count`` streams says so
+(`sluice-stream-credit`), so the broker hands it no chunk of a stream after the last.
 """
 
 from __future__ import annotations
@@ -31,15 +32,34 @@ class Route(enum.Enum):
 class StreamDemux(Generic[M]):
     """Where each arriving chunk goes, given which stream (if any) is being read."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, count: int | None = None) -> None:
+        if count is not None and count < 1:
+            raise ValueError("count must be at least 1")
         self.limit = limit
+        self.count = count  # streams wanted in all (None: no end)
+        self.started = 0
         self.reading: str | None = None
         self._held: deque[tuple[ChunkInfo, M]] = deque()
         self._refused: set[str] = set()
         self._finished: set[str] = set()
 
+    def subscribe_headers(self) -> dict[str, str]:
+        """One stream at a time, and with a ``count`` that many in all: otherwise the chunks
+        of the next stream that fill the window as the last one ends would be taken unread
+        (and delivered again to the next reader)."""
+        headers = {wire.MAX_STREAMS: "1"}
+        if self.count is not None:
+            headers[wire.STREAM_CREDIT] = str(self.count)
+        return headers
+
+    @property
+    def satisfied(self) -> bool:
+        """``count`` streams were handed out: no more come."""
+        return self.count is not None and self.started >= self.count
+
     def start(self, stream_id: str) -> None:
         self.reading = stream_id
+        self.started += 1
 
     def finish(self, stream_id: str, *, complete: bool) -> None:
         """The reader closed the stream: fully read (`complete`) or given up on."""

@@ -201,7 +201,8 @@ def receive_file(client: Connection, destination: str, directory: str | os.PathL
                  window: int = DEFAULT_WINDOW, timeout: float | None = None,
                  progress: Progress | None = None) -> Path:
     """Receive the next stream on `destination` into `directory`; returns its path."""
-    with StreamSubscription(client, destination, window=window, timeout=timeout) as streams:
+    with StreamSubscription(client, destination, window=window, timeout=timeout,
+                            count=1) as streams:
         stream = next(streams, None)
         if stream is None:
             raise ClientError(f"no stream arrived on {destination} within {timeout}s")

@@ -255,17 +255,17 @@ class StreamSubscription:
     """
 
     def __init__(self, client: Connection, destination: str, *, window: int = DEFAULT_WINDOW,
-                 timeout: float | None = None) -> None:
+                 timeout: float | None = None, count: int | None = None) -> None:
         if window < 1:
             raise ValueError("window must be at least 1")
         self.client = client
         self.destination = destination
         self.timeout = timeout
-        self._demux: StreamDemux[Message] = StreamDemux(window)
+        self._demux: StreamDemux[Message] = StreamDemux(window, count)
         self._current: StreamReader | None = None
         self._sub: Subscription = client.subscribe(
             destination, ack="client-individual", prefetch=window,
-            headers={wire.MAX_STREAMS: "1"})
+            headers=self._demux.subscribe_headers())
 
     def __iter__(self) -> Iterator[StreamReader]:
         return self
@@ -274,6 +274,8 @@ class StreamSubscription:
         if self._current is not None:
             self._current.close()
             self._current = None
+        if self._demux.satisfied:
+            raise StopIteration
         found = self._arrival(None)
         if found is None:
             raise StopIteration

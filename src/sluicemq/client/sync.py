@@ -120,9 +120,11 @@ class Client(Connection):
                             wait_for_consumer=wait_for_consumer)
 
     def streams(self, destination: str, *, window: int = DEFAULT_WINDOW,
-                timeout: float | None = None) -> StreamSubscription:
-        """Subscribe for streams; iterate the result for one `StreamReader` per stream."""
-        return StreamSubscription(self, destination, window=window, timeout=timeout)
+                timeout: float | None = None, count: int | None = None) -> StreamSubscription:
+        """Subscribe for streams; iterate the result for one `StreamReader` per stream (with
+        `count`, that many at most: the broker then sends no chunk of the stream after)."""
+        return StreamSubscription(self, destination, window=window, timeout=timeout,
+                                  count=count)
 
     def send_file(self, destination: str, path: str | os.PathLike[str], *,
                   chunk_size: int = DEFAULT_CHUNK_SIZE, window: int = DEFAULT_WINDOW,

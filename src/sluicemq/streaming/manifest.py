@@ -47,8 +47,9 @@ GAP_MESSAGE = "stream gap"
 QUERY = "sluice-stream-query"
 WAIT_CONSUMER = "sluice-stream-wait-consumer"
 
-# Consumer -> broker, on SUBSCRIBE.
+# Consumer -> broker, on SUBSCRIBE: streams at once, and streams in all (then no more).
 MAX_STREAMS = "sluice-max-streams"
+STREAM_CREDIT = "sluice-stream-credit"
 
 # Advisory, set by `send_file`: lets a receiver show an ETA before the final chunk says the
 # size. Not part of the integrity check and deliberately outside the `sluice-stream-` space.

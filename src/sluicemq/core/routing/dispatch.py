@@ -132,7 +132,7 @@ def _each(queue: Queue, candidates: list[Consumer], now_ms: int, scan_limit: int
                 if consumer is not None:
                     queue.groups[msg.group] = consumer
                     if chunk:
-                        consumer.open_streams.add(msg.group)
+                        consumer.open_stream(msg.group)
                         if msg.headers.get(SEQ, "0") != "0":
                             consumer.resumed.add(msg.group)
                         queue.owner.stream_assigned(queue, msg.group, consumer)

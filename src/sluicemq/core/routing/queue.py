@@ -60,7 +60,7 @@ class Consumer:
     __slots__ = (
         "ack_mode", "delivery", "destination", "exclusive", "index", "inflight", "max_streams",
         "open_streams", "prefetch", "priority", "queue", "resumed", "selector", "stream_acked",
-        "sub_id", "wire",
+        "stream_credit", "sub_id", "wire",
     )
 
     def __init__(
@@ -76,6 +76,7 @@ class Consumer:
         selector: Selector | None = None,
         exclusive: bool = False,
         max_streams: int = 0,
+        stream_credit: int = -1,
         priority: int = 0,
     ) -> None:
         self.delivery = delivery
@@ -91,6 +92,9 @@ class Consumer:
         self.inflight: dict[int, Message] = {}
         self.max_streams = max_streams  # 0: any number of streams at once
         self.open_streams: set[str] = set()  # streams given to us whose final chunk is unacked
+        # Streams we may still be given (-1: any number): a receiver that wants N streams
+        # gets no chunk of the N+1st to leave unread (sluice-stream-credit)
+        self.stream_credit = stream_credit
         self.resumed: set[str] = set()  # streams taken over mid-way: mark the next chunk
         self.stream_acked: dict[str, list[Message]] = {}  # `restart` policy: acks held back
         # What its MESSAGE heads start with, for the destination it was last written for
@@ -104,7 +108,14 @@ class Consumer:
         return self.ack_mode == AUTO or len(self.inflight) < self.prefetch
 
     def can_open_stream(self) -> bool:
-        return self.max_streams <= 0 or len(self.open_streams) < self.max_streams
+        return self.stream_credit != 0 and (self.max_streams <= 0
+                                            or len(self.open_streams) < self.max_streams)
+
+    def open_stream(self, group: str) -> None:
+        """A stream is given to us: it is open until we ack its final chunk."""
+        self.open_streams.add(group)
+        if self.stream_credit > 0:
+            self.stream_credit -= 1
 
     def accepts(self, msg: Message) -> bool:
         return self.selector is None or self.selector.matches(msg.headers)
@@ -311,6 +322,8 @@ class Queue:
             del consumer.inflight[m.mid]
         consumer.open_streams.discard(group)
         consumer.resumed.discard(group)
+        if consumer.stream_credit >= 0:  # given back: it did not use up the credit
+            consumer.stream_credit += 1
         if self.groups.get(group) is consumer:
             del self.groups[group]
         return held + unread

@@ -25,7 +25,7 @@ from sluicemq.core.security.policy import READ
 from sluicemq.core.selectors import Selector, SelectorError, compile_selector
 from sluicemq.core.sessions.context import SessionContext
 from sluicemq.core.sessions.fanin import FanIn
-from sluicemq.core.streams.chunks import MAX_STREAMS
+from sluicemq.core.streams.chunks import MAX_STREAMS, STREAM_CREDIT
 from sluicemq.errors import ProtocolError
 from sluicemq.protocol.frames import Frame
 
@@ -42,6 +42,7 @@ class Wanted:
     selector: Selector | None
     durable_name: str | None
     max_streams: int
+    stream_credit: int  # -1: no limit
     priority: int
     exclusive: bool
 
@@ -130,8 +131,19 @@ def _wanted(session: SessionContext, h: dict[str, str], destination: str, kind: 
         raise ProtocolError(f"invalid {MAX_STREAMS} {h.get(MAX_STREAMS)!r}",
                             fatal=False) from None
     return Wanted(sub_id, destination, ack_mode, prefetch, selector_text, selector,
-                  durable_name, max_streams, consumer_priority(h),
+                  durable_name, max_streams, _stream_credit(h), consumer_priority(h),
                   h.get("activemq.exclusive") == "true")
+
+
+def _stream_credit(h: dict[str, str]) -> int:
+    """``sluice-stream-credit``: how many streams the consumer takes in all (-1: no limit)."""
+    text = h.get(STREAM_CREDIT)
+    if text is None:
+        return -1
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 1 << 31:
+        raise ProtocolError(f"invalid {STREAM_CREDIT} {text!r}: a number of streams, at least 1",
+                            fatal=False)
+    return int(text)
 
 
 def _open(session: SessionContext, wanted: Wanted, kind: str, name: str, pattern: bool,
@@ -170,7 +182,8 @@ def _open(session: SessionContext, wanted: Wanted, kind: str, name: str, pattern
     consumer = Consumer(session, wanted.sub_id, index, destination, queue,
                         ack_mode=wanted.ack_mode, prefetch=wanted.prefetch,
                         selector=consumer_selector, exclusive=wanted.exclusive,
-                        max_streams=wanted.max_streams, priority=wanted.priority)
+                        max_streams=wanted.max_streams, stream_credit=wanted.stream_credit,
+                        priority=wanted.priority)
     session.by_index[index] = consumer
     broker.attach(consumer)
     broker.advisories.consumer("added", kind, name, session.id, wanted.sub_id)
