@@ -527,6 +527,34 @@ def make_cert(d: Path, name: str, cn: str, ca: str, server: bool = False) -> Non
             "-CAcreateserial", "-days", "2", "-out", f"{name}.crt", "-extfile", ext.name, cwd=d)
 
 
+def produce(b: BrokerProcess, destination: str, count: int, *,
+            headers: Callable[[int], dict[str, str]], body: Callable[[int], bytes],
+            batch: int = 1000) -> None:
+    """Persistent SENDs of messages ``0 .. count - 1`` (``headers(n)``, ``body(n)``), written
+    ``batch`` at a time over one raw connection, the last of each batch with a receipt that is
+    awaited before the next batch: all of them stored, in order, on return."""
+    from sluicemq.protocol.codec import encode_frame
+    from sluicemq.protocol.frames import Frame
+
+    p = RawStomp(b.host, b.port, timeout=60)
+    try:
+        p.connect()
+        for start in range(0, count, batch):
+            stop = min(start + batch, count)
+            frames = []
+            for n in range(start, stop):
+                h = {"destination": destination, "persistent": "true", **headers(n)}
+                if n == stop - 1:
+                    h["receipt"] = str(stop)
+                frames.append(encode_frame(Frame("SEND", h, body(n))))
+            p.send_bytes(b"".join(frames))
+            answer = p.recv(timeout=60)
+            assert answer.command == "RECEIPT" and answer.headers["receipt-id"] == str(stop), \
+                answer
+    finally:
+        p.close()
+
+
 def restart_cycle(b: BrokerProcess, *, kill: bool = False) -> str:
     """Stop (or kill -9) and start again; returns the log lines of that cycle."""
     mark = b.mark()

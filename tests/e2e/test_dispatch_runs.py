@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from stomp_helpers import connect, nothing_delivered, subscribe_with_receipt
 
-from sluice_testing import BrokerProcess, RawStomp, eventually
+from sluice_testing import BrokerProcess, RawStomp, eventually, produce
 from sluicemq import Client
 from sluicemq.protocol.codec import FrameParser, encode_frame
 from sluicemq.protocol.frames import Frame
@@ -47,24 +47,6 @@ def _headers(n: int) -> dict[str, str]:
     if n % 97 == 0:
         h["JMSXGroupID"] = f"g{n % 3}"
     return h
-
-
-def produce(broker: BrokerProcess, destination: str, count: int, batch: int = 1000) -> None:
-    """Persistent SENDs (numbered ``n``), pipelined, a receipt per batch."""
-    p = RawStomp(broker.host, broker.port, timeout=60)
-    p.connect()
-    for start in range(0, count, batch):
-        stop = min(start + batch, count)
-        frames = [encode_frame(Frame("SEND", {"destination": destination, "persistent": "true",
-                                              **_headers(n)}, _body(n)))
-                  for n in range(start, stop)]
-        frames[-1] = encode_frame(Frame("SEND", {"destination": destination, "persistent": "true",
-                                                 "receipt": str(stop), **_headers(stop - 1)},
-                                        _body(stop - 1)))
-        p.send_bytes(b"".join(frames))
-        answer = p.recv(timeout=60)
-        assert answer.command == "RECEIPT" and answer.headers["receipt-id"] == str(stop), answer
-    p.close()
 
 
 def queue_state(broker: BrokerProcess, name: str) -> dict[str, Any]:
@@ -105,7 +87,7 @@ def test_what_a_run_could_not_write_waits_at_the_head_in_order(broker_factory, b
         config = config.replace("[limits]\n", "[limits]\nslow_reader_seconds = 1.0\n")
     b = broker_factory(config_text=config)
     name = "runs.stuck"
-    produce(b, f"/queue/{name}", COUNT)
+    produce(b, f"/queue/{name}", COUNT, headers=_headers, body=_body)
     if backlog != "in memory":
         b.stop()
         b.restart()
@@ -150,7 +132,7 @@ def test_a_consumer_arriving_between_runs_shares_the_queue_without_loss_or_reord
     reaches exactly one of them, each sees its own in queue order."""
     b = broker_factory(config_text=SMALL_SHARE)
     destination = "/queue/runs.shared"
-    produce(b, destination, COUNT)
+    produce(b, destination, COUNT, headers=_headers, body=_body)
     first = stuck_reader(b, destination, 10)
     got_first = list(range(10))
     got_second: list[int] = []

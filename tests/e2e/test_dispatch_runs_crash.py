@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import pytest
 
-from sluice_testing import BrokerProcess, RawStomp
-from sluicemq.protocol.codec import encode_frame
-from sluicemq.protocol.frames import Frame
+from sluice_testing import BrokerProcess, RawStomp, produce
 
 COUNT = 2400
 KILL_AFTER = (1, 300, 1100)  # messages read before each kill: a run's first, later ones
@@ -47,24 +45,6 @@ CONFIG = ('[limits]\noutput_buffer_bytes = "32 KiB"\n'
 def _body(n: int) -> bytes:
     """Small bodies (a run carries them), each naming its number."""
     return str(n).encode().rjust(10, b".") * (40 + n % 90)
-
-
-def produce(b: BrokerProcess, destination: str, count: int, batch: int = 400) -> None:
-    """Persistent SENDs numbered ``n``, pipelined, a receipt per batch."""
-    p = RawStomp(b.host, b.port, timeout=60)
-    p.connect()
-    for start in range(0, count, batch):
-        stop = min(start + batch, count)
-        frames = [encode_frame(Frame("SEND", {"destination": destination, "persistent": "true",
-                                              "n": str(n)}, _body(n)))
-                  for n in range(start, stop - 1)]
-        frames.append(encode_frame(Frame("SEND", {"destination": destination,
-                                                  "persistent": "true", "n": str(stop - 1),
-                                                  "receipt": str(stop)}, _body(stop - 1))))
-        p.send_bytes(b"".join(frames))
-        answer = p.recv(timeout=60)
-        assert answer.command == "RECEIPT" and answer.headers["receipt-id"] == str(stop), answer
-    p.close()
 
 
 class Ledger:
@@ -193,7 +173,7 @@ def test_kill_9_mid_run_loses_nothing_and_keeps_the_order(broker_factory, ack: s
                                                           backlog: str) -> None:
     b = broker_factory(config_text=CONFIG)
     destination = f"/queue/crash.{ack}"
-    produce(b, destination, COUNT)
+    produce(b, destination, COUNT, headers=lambda n: {"n": str(n)}, body=_body, batch=400)
     if backlog != "in memory":
         b.stop()
         b.restart()
