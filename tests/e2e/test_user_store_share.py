@@ -140,3 +140,31 @@ def test_a_transaction_past_her_share_waits_at_commit(broker_factory: Any) -> No
     wait_receipt(listener, "commit")
     reader.disconnect()
     conn.disconnect()
+
+
+def test_a_commit_that_acks_her_own_messages_makes_its_own_room(broker_factory: Any) -> None:
+    """Consume-transform-produce at her share: a COMMIT that ACKs one of her stored 4 KiB
+    messages and SENDs 4 KiB goes in (its own ACK frees what it stores); one that ACKs one
+    and SENDs two waits."""
+    broker = broker_factory(config_text=CONFIG)
+    conn, listener = as_mallory(broker)
+    fill(conn, listener)
+    subscribe_with_receipt(conn, listener, "/queue/m.0", "s", ack="client-individual",
+                           headers={"activemq.prefetchSize": "2"})
+    first, second = listener.next(timeout=30), listener.next(timeout=30)
+    conn.begin(transaction="tx1")
+    conn.ack(first.headers["ack"], transaction="tx1")
+    conn.send("/queue/m.out", BODY, transaction="tx1", headers={"persistent": "true"})
+    conn.commit(transaction="tx1", headers={"receipt": "commit-1"})
+    wait_receipt(listener, "commit-1")
+
+    conn.begin(transaction="tx2")
+    conn.ack(second.headers["ack"], transaction="tx2")
+    for _ in range(2):
+        conn.send("/queue/m.out", BODY, transaction="tx2", headers={"persistent": "true"})
+    mark = broker.mark()
+    conn.commit(transaction="tx2", headers={"receipt": "commit-2"})
+    broker.wait_for_log("waits for /queue/m.out (user store limit reached", since=mark)
+    alice_is_served(broker)
+    assert listener.receipts.empty()
+    conn.disconnect()

@@ -113,3 +113,14 @@ def test_start_up_reads_each_records_sender_in_runs_and_large_records_alone(
         reopened.close()
     assert [records.owner_name(o) for o in owners] == [
         "alice", "anonymous", "bob", "anonymous", "carol" * 20, "alice", "tx0", "tx1"]
+
+
+def test_a_commit_may_store_what_its_own_acks_free_of_hers() -> None:
+    shares = UserShares(100)
+    shares.charge(ALICE, 1, 100, 1)
+    shares.charge(BOB, 2, 50, 1)
+    assert shares.refusal(ALICE, 30) is not None
+    assert shares.refusal(ALICE, 30, freed=30) is None  # stores no more than it frees
+    assert shares.refusal(ALICE, 30, freed=10) is not None  # 100 - 10 + 30 > 100
+    assert shares.refusal(BOB, 60) is not None  # 50 + 60 > 100
+    assert shares.refusal(BOB, 60, freed=20) is None  # 50 - 20 + 60 = 90

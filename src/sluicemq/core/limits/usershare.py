@@ -35,7 +35,9 @@ _FIELD = (1 << 20) - 1
 _PEEK = records.MSG_HEAD.size + 2 + 62  # a record's head and an owner of up to 62 bytes
 _FLAGS_AT = struct.calcsize("<QqqB")  # where records.MSG_HEAD ("<QqqBBHI") has the flags
 _SMALL = 16 << 10  # records up to this are read with their neighbours, larger ones peeked
-_GAP, _SPAN = 64 << 10, 16 << 20  # other bytes bridged inside one read; the most one covers
+# other bytes bridged inside one read; the most one covers (the journal keeps the buffer for
+# its next read_extent: 16 MiB spans, as runread's, left 16 MiB of RSS after the recount)
+_GAP, _SPAN = 64 << 10, 1 << 20
 
 
 class UserShares:
@@ -98,12 +100,14 @@ class UserShares:
         n = self._numbers.get(owner)
         return 0 if n is None else self._used[n]
 
-    def refusal(self, owner: bytes, size: int) -> str | None:
+    def refusal(self, owner: bytes, size: int, freed: int = 0) -> str | None:
         """Why ``owner`` may not store ``size`` more body bytes now, or None. A message larger
         than the whole share is taken while the user has nothing stored (it could never be
-        sent otherwise)."""
+        sent otherwise). ``freed``: bytes of hers the same COMMIT removes (its own ACKs)."""
         used = self.used(owner)
-        if used and used + size > self.limit:
+        if size <= freed:
+            return None
+        if used > freed and used - freed + size > self.limit:
             return (f"user store limit reached ({used} bytes of persistent messages of user "
                     f"{records.owner_name(owner)!r}, user_store_limit {self.limit})")
         return None

@@ -240,16 +240,18 @@ class Credit:
     COMMIT's ``store_limit`` checks see its ACKed messages as gone: a destination it stores
     no more body bytes in than its ACKs free there is not held back by its cap, and one it
     stores more in is looked at with those bytes taken out; likewise the broker-wide store
-    with the persistent bytes its ACKs free anywhere.
+    with the persistent bytes its ACKs free anywhere, and its sender's share of the store
+    (``user_store_limit``) with the persistent bytes its ACKs free of her own messages.
     """
 
-    __slots__ = ("added", "added_store", "freed", "freed_store")
+    __slots__ = ("added", "added_store", "freed", "freed_by", "freed_store")
 
     def __init__(self) -> None:
         self.added: dict[tuple[str, str], int] = {}  # (kind, name) -> body bytes stored there
         self.freed: dict[int, int] = {}  # id(queue) -> body bytes the ACKs take out of it
         self.added_store = 0  # persistent body bytes the SENDs store
         self.freed_store = 0  # persistent body bytes the ACKs remove, anywhere
+        self.freed_by: dict[bytes, int] = {}  # sender (Message.owner) -> persistent bytes
 
     def held(self, kind: str, name: str, queue: object, held: int) -> int:
         """``held`` (ready body bytes of ``queue``, a queue or subscription of ``kind/name``)

@@ -189,10 +189,12 @@ class Broker:
         control; ``FlowControl.refusal``), or None. ``owner``: the sender
         (``records.encode_owner``), whose share of the store a persistent message meets;
         ``stored``: the bytes it would store, when not ``size`` (a COMMIT's spool).
-        ``credit``: a COMMIT's own ACKs."""
+        ``credit``: a COMMIT's own ACKs (those of the sender's own messages free her share)."""
         shares = self.shares
         if shares is not None and persistent and owner is not None:
-            why = shares.refusal(owner, size if stored < 0 else stored)
+            why = (shares.refusal(owner, size if stored < 0 else stored) if credit is None
+                   else shares.refusal(owner, credit.added_store,
+                                       credit.freed_by.get(owner, 0)))
             if why is not None:
                 return why
         policy = policy or self.policy(kind, name)

@@ -155,6 +155,7 @@ def own_credit(session: SessionContext, spool: TxSpool) -> Credit:
                 credit.freed[key] = credit.freed.get(key, 0) + m.size
                 if m.persistent:
                     credit.freed_store += m.size
+                    credit.freed_by[m.owner] = credit.freed_by.get(m.owner, 0) + m.size
     finally:
         for key, c in consumers.items():
             c.inflight = kept[key]
