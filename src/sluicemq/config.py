@@ -134,8 +134,9 @@ class Policy:
     cursor_window: int = 2000  # messages a store cursor keeps in RAM for its consumers
     memory_limit: int | str = 0  # RAM this destination may hold; 0: only the broker-wide limit
     fail_if_no_space: bool = False  # a full destination answers SEND with ERROR, not a wait
-    # Body bytes of ready messages this destination may hold before persistent SENDs to it
-    # wait (ActiveMQ's storeUsageHighWaterMark, RabbitMQ's max-length-bytes): a size, or a
+    # Body bytes of ready messages (and of persistent ones the scheduler holds for it) this
+    # destination may hold before persistent SENDs to it wait (ActiveMQ's
+    # storeUsageHighWaterMark, RabbitMQ's max-length-bytes): a size, or a
     # share of [limits] store_limit ("25%"); 0: only the broker-wide limit.
     store_limit: int | str = 0
     max_message_bytes: int | str = 0  # 0: the broker-wide [limits] max_message_bytes

@@ -105,7 +105,7 @@ def test_a_commit_storing_more_than_its_acks_free_meets_the_cap_net_of_them(
     producer.send("/queue/loop.strict.q", BODY, headers={"persistent": "true"})
     assert error_message(listener) == (
         "/queue/loop.strict.q cannot take the message: destination store limit reached "
-        "(69632 bytes of ready messages, store_limit 65536 of its policy)")
+        "(69632 bytes of ready and scheduled messages, store_limit 65536 of its policy)")
 
     worker.begin(transaction="more")
     worker.ack(small.headers["ack"], transaction="more")
@@ -114,7 +114,8 @@ def test_a_commit_storing_more_than_its_acks_free_meets_the_cap_net_of_them(
     worker.commit(transaction="more", headers={"receipt": "more"})
     assert error_message(inbox) == (
         "COMMIT of more: /queue/loop.strict.q cannot take its messages: destination store "
-        "limit reached (68608 bytes of ready messages, store_limit 65536 of its policy)")
+        "limit reached (68608 bytes of ready and scheduled messages, store_limit 65536 of "
+        "its policy)")
     worker.abort(transaction="more")
 
     worker.begin(transaction="elsewhere")
@@ -124,8 +125,8 @@ def test_a_commit_storing_more_than_its_acks_free_meets_the_cap_net_of_them(
     worker.commit(transaction="elsewhere", headers={"receipt": "elsewhere"})
     assert error_message(inbox) == (
         "COMMIT of elsewhere: /queue/loop.strict.other cannot take its messages: destination "
-        "store limit reached (65536 bytes of ready messages, store_limit 65536 of its "
-        "policy)")
+        "store limit reached (65536 bytes of ready and scheduled messages, store_limit 65536 "
+        "of its policy)")
     worker.abort(transaction="elsewhere")
 
     worker.begin(transaction="same")

@@ -386,19 +386,28 @@ def test_a_due_burst_larger_than_the_queues_store_limit_waits_then_arrives_once_
     would), 16 wait in the scheduler's queues (listed by the admin API, headed for
     /queue/full.q) while a message due after them all reaches another queue on time; a
     consumer then receives all 24 exactly once, in due order (sent in about its reverse; the
-    order is checked against each message's due time as the admin API listed it)."""
-    b = broker_factory(config_text=FULL_CONFIG)
+    order is checked against each message's due time as the admin API listed it). Scheduled
+    bytes count against the cap from the SEND, so the burst is sent under a 32 KiB cap and
+    the broker restarted with the 8 KiB one before it is due."""
+    b = broker_factory(config_text=FULL_CONFIG.replace("8 KiB", "32 KiB"))
     conn, got = connect(b)
     for i in range(24):  # message i is due about (23 - i) x 50 ms after the first
-        headers = {"persistent": "true", "AMQ_SCHEDULED_DELAY": str(3000 + (23 - i) * 50)}
+        headers = {"persistent": "true", "AMQ_SCHEDULED_DELAY": str(8000 + (23 - i) * 50)}
         conn.send("/queue/full.q", f"{i:02d}".ljust(1024, "."),
                   headers={**headers, **({"receipt": "burst"} if i == 23 else {})})
     wait_receipt(got, "burst")
+    conn.disconnect()
+    assert b.config_path is not None
+    b.config_path.write_text(FULL_CONFIG)
+    assert b.stop() == 0
+    b.restart()
+    conn, got = connect(b)
     due = {m["body_preview"][:2]: (int(m["headers"]["sluice-scheduled-at"]), m["mid"])
            for m in waiting(b)}
-    assert len(due) == 24  # none due yet: the first is 3 s away
+    assert len(due) == 24  # none due yet: the first is 8 s after the SEND
+    last = max(at for at, _ in due.values())
     send_with_receipt(conn, got, "/queue/other", "after them all", "o", persistent="true",
-                      AMQ_SCHEDULED_DELAY="4700")
+                      AMQ_SCHEDULED_DELAY=str(last - now_ms() + 500))
     conn.subscribe("/queue/other", id="o", ack="auto")
     assert got.next(timeout=20).body == "after them all"  # the burst's due times have passed
     full = [d for d in api(b, "destinations")["destinations"] if d["name"] == "full.q"]

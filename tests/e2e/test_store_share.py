@@ -105,7 +105,8 @@ def test_fail_if_no_space_refuses_her_send_with_an_error_naming_the_cap(
         assert error.headers["receipt-id"] == attempt
         assert error.headers["message"] == (
             "/queue/m.strict.q cannot take the message: destination store limit reached "
-            "(65536 bytes of ready messages, store_limit 65536 of its policy)")
+            "(65536 bytes of ready and scheduled messages, store_limit 65536 of its "
+            "policy)")
         alice_is_served(broker)
         send_with_receipt(conn, listener, "/queue/m.other", b"x", f"{attempt}-elsewhere",
                           persistent="true")  # same connection, a destination with room
@@ -152,7 +153,8 @@ def test_fail_if_no_space_refuses_her_commit_and_keeps_the_transaction(
     assert error.headers["receipt-id"] == "commit"
     assert error.headers["message"] == (
         "COMMIT of tx1: /queue/m.strict.q cannot take its messages: destination store limit "
-        "reached (65536 bytes of ready messages, store_limit 65536 of its policy)")
+        "reached (65536 bytes of ready and scheduled messages, store_limit 65536 of its "
+        "policy)")
     alice_is_served(broker)
 
     reader, inbox = as_mallory(broker)
@@ -181,8 +183,8 @@ def test_staged_publishing_meets_her_store_limit_at_the_part_and_at_publication(
     conn.commit(transaction="p0", headers={"receipt": "staged"})
     wait_receipt(listener, "staged")
     fill(conn, listener, "/queue/m.strict.q")
-    cap = ("destination store limit reached (65536 bytes of ready messages, store_limit 65536 "
-           "of its policy)")
+    cap = ("destination store limit reached (65536 bytes of ready and scheduled messages, "
+           "store_limit 65536 of its policy)")
 
     conn.commit(transaction="pub", headers={"receipt": "publish", "sluice-stage-commit": "sink/b1",
                                             "sluice-stage-parts": "p0"})

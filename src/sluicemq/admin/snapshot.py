@@ -115,7 +115,9 @@ def destination_detail(broker: Broker, kind: str, name: str) -> dict[str, Any]:
     if kind == QUEUE:
         q = find_queue(broker, name)
         detail = queue_summary(name, q)
-        detail.update(ready_bytes=q.pending.held, store_limit=broker.flow.sizes_of(q.policy)[4])
+        detail.update(ready_bytes=q.pending.held,
+                      scheduled_bytes=broker.scheduled_bytes.get((QUEUE, name), 0),
+                      store_limit=broker.flow.sizes_of(q.policy)[4])
         detail["consumers_detail"] = [consumer_view(c) for c in q.consumers]
         return detail
     if kind != TOPIC:
@@ -125,6 +127,7 @@ def destination_detail(broker: Broker, kind: str, name: str) -> dict[str, Any]:
     detail = topic_summary(name, t, policy)
     # As flow control counts it: the subscriptions share records, the largest backlog holds.
     detail.update(ready_bytes=max((q.pending.held for q in t.subscribers.values()), default=0),
+                  scheduled_bytes=broker.scheduled_bytes.get((TOPIC, name), 0),
                   store_limit=broker.flow.sizes_of(policy)[4])
     detail["consumers_detail"] = [consumer_view(c) for q in t.subscribers.values()
                                   for c in q.consumers]

@@ -140,8 +140,8 @@ def test_a_destination_store_limit_holds_back_persistent_sends_to_it_alone() -> 
     capped = Policy(store_limit=100)
     assert flow.refusal(capped, 10, True, 0, None, held=99) is None
     reason = flow.refusal(capped, 10, True, 0, None, held=100) or ""
-    assert reason == ("destination store limit reached (100 bytes of ready messages, "
-                      "store_limit 100 of its policy)")
+    assert reason == ("destination store limit reached (100 bytes of ready and scheduled "
+                      "messages, store_limit 100 of its policy)")
     assert not isinstance(reason, (Pacing, TooLarge))  # waited out, like the store limit
     assert flow.refusal(capped, 10, False, 0, None, held=100) is None
     assert flow.refusal(Policy(), 10, True, 0, None, held=10**9) is None  # 0: no cap

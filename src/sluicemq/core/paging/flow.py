@@ -331,9 +331,10 @@ class FlowControl:
                 credit: Credit | None = None) -> str | None:
         """``too_large`` and ``full`` in one look at the policy's sizes, as a SEND of ``size``
         body bytes asks (once per message: two lookups were a tenth of the plain SEND path).
-        ``held``: the body bytes of the destination's ready messages (its policy's
-        ``store_limit``); ``credit``: a COMMIT's own ACKs, for the broker-wide store. A
-        ``TooLarge`` reason is final; any other is waited out."""
+        ``held``: the body bytes of the destination's ready messages and of those the
+        scheduler holds for it (its policy's ``store_limit``); ``credit``: a COMMIT's own
+        ACKs, for the broker-wide store. A ``TooLarge`` reason is final; any other is waited
+        out."""
         entry = self._sizes.get(id(policy))
         if entry is None or entry[0] is not policy:
             entry = self.sizes_of(policy)
@@ -350,8 +351,8 @@ class FlowControl:
                 and (credit is None or credit.store(self._store_used()) >= self.limits.store)):
             return f"store limit reached ({self.limits.store} bytes of journal)"
         if persistent and dest_store and held >= dest_store:
-            return (f"destination store limit reached ({held} bytes of ready messages, "
-                    f"store_limit {dest_store} of its policy)")
+            return (f"destination store limit reached ({held} bytes of ready and scheduled "
+                    f"messages, store_limit {dest_store} of its policy)")
         if dest_limit and dest_memory >= dest_limit:
             return f"destination memory limit reached ({dest_limit} bytes)"
         if policy.cursor == "vm" and self.memory.full:

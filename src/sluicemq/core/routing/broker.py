@@ -99,6 +99,10 @@ class Broker:
         self.durables = self.durable_subs.by_key  # what snapshots and the console read
         self.sub_tickets = self.durable_subs.tickets
         self.redelivery: Callable[[Queue, list[Message]], list[Message]] | None = None
+        # (kind, name) of a destination with a store_limit -> body bytes of its persistent
+        # messages waiting in the scheduler's queues: kept by the scheduler, counted with its
+        # ready bytes against the cap (``room_for``), so parked messages do not get past it
+        self.scheduled_bytes: dict[tuple[str, str], int] = {}
         # What a durable subscription's owner may read (wired to security by app.py)
         self.durable_reader: Callable[[str], MayRead] = lambda key: _anything
         self.client_ids: dict[tuple[str | None, str], object] = {}  # (owner, id) -> session
@@ -199,12 +203,15 @@ class Broker:
                 return why
         policy = policy or self.policy(kind, name)
         flow = self.flow
+        # A capped destination's ready bytes count what the scheduler holds for it too.
         if kind == QUEUE:  # consumer_lag, inlined: once per SEND
             q = self.queues.get(name)
             if q is None:
-                return flow.refusal(policy, size, persistent, 0, None, 0, credit)
+                return flow.refusal(policy, size, persistent, 0, None,
+                                    self.scheduled_bytes.get((kind, name), 0), credit)
             pending = q.pending  # and ``Queue.lag``
-            held = pending.held if policy.store_limit else 0
+            held = (pending.held + self.scheduled_bytes.get((kind, name), 0)
+                    if policy.store_limit else 0)
             if credit is not None and held:
                 held = credit.held(kind, name, q, held)
             return flow.refusal(policy, size, persistent, pending.memory,
@@ -213,10 +220,12 @@ class Broker:
         t = self.topics.get(name)
         used = sum(q.pending.memory for q in t.subscribers.values()) if t else 0
         # A topic's record is shared by its subscriptions: it holds what its largest backlog does.
-        held = max((q.pending.held if credit is None
-                    else credit.held(kind, name, q, q.pending.held)
-                    for q in t.subscribers.values()), default=0) \
-            if t and policy.store_limit else 0
+        held = 0
+        if policy.store_limit:
+            scheduled = self.scheduled_bytes.get((kind, name), 0)
+            held = max((q.pending.held + scheduled if credit is None
+                        else credit.held(kind, name, q, q.pending.held + scheduled)
+                        for q in t.subscribers.values()), default=scheduled) if t else scheduled
         return flow.refusal(policy, size, persistent, used, self.consumer_lag(kind, name), held,
                             credit)
 

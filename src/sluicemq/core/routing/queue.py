@@ -209,6 +209,9 @@ class Queue:
         self.groups: dict[str, Consumer] = {}
         self.rr = 0
         self.stats = QueueStats()
+        # told of the messages that leave for good (``acknowledge``, whoever journals it):
+        # the scheduler's own queues, whose bytes it tallies per destination
+        self.on_removed: Callable[[list[Message]], None] | None = None
 
     # -- producers -------------------------------------------------------------------------
     def enqueue(self, msg: Message) -> None:
@@ -270,6 +273,8 @@ class Queue:
         if not msgs:
             return
         self.stats.dequeued += len(msgs)
+        if self.on_removed is not None:
+            self.on_removed(msgs)
         if record:
             self.owner.record_removal(self, msgs)
         if self.consumers:

@@ -16,8 +16,17 @@ message - a repetition follows - at the broker's store limit) does not move: it 
 in its bucket (stored, listed, cancellable) and waits in its destination's line, behind which
 every later due message to that destination waits too (due order kept); it moves once the
 destination has room (flow control's poll says so), while other destinations' messages go on
-time. Without this a scheduled burst, checked for room only when SENT, overshot the limit when
-it came due. Nobody may
+time. Without this a scheduled burst overshot the limit when it came due.
+
+What waits here for a destination with a ``store_limit`` counts against it from the SEND on:
+the scheduler keeps each such destination's tally of persistent scheduled bytes
+(``Broker.scheduled_bytes``: filed at SEND, redelivery, refiling and a repetition; out when a
+message leaves its queue for good - moved when due, refiled, cancelled through the admin API;
+rebuilt at recovery), and producer flow control adds it to the destination's ready bytes, so
+a SEND, scheduled or not, waits (or gets the ERROR of ``fail_if_no_space``) once ready plus
+scheduled bytes reach the cap. A due move then only turns scheduled bytes into ready ones;
+what still meets the cap when due is a repetition's copy (one scheduled copy, many ready
+ones) or a cap lowered across a restart. Nobody may
 send to, subscribe to or read the ``sluice.scheduled`` queues directly; the admin API lists
 and purges them like any queue (that cancels what it removes).
 
@@ -109,6 +118,8 @@ class Scheduler:
         self._lines: dict[str, deque[tuple[int, int, Any]]] = {}
         self._watched: set[str] = set()  # destinations whose room flow control watches for us
         self._room_came = False  # a line's destination got room during this turn
+        # mid -> (destination, body bytes) of each message in the tally (module doc)
+        self._parked: dict[int, tuple[tuple[str, str], int]] = {}
 
     def wants(self, headers: dict[str, str]) -> bool:
         """Whether this SEND is to be scheduled (the switch is on and it asks for it)."""
@@ -141,6 +152,7 @@ class Scheduler:
         where = self.calendar.place(due, now)
         msg.destination = f"/queue/{where}"
         self.broker.publish(QUEUE, where, msg)
+        self._park(msg)
         self._filed(where, due, msg.mid)
         return True
 
@@ -172,6 +184,7 @@ class Scheduler:
         if parked:
             self.broker.commit(f"redeliver:{copies[0][2].mid}", copies, [(queue, parked)], [])
             for _kind, where, copy in copies:
+                self._park(copy)
                 self._filed(where, int(copy.headers[AT]), copy.mid)
         return at_once
 
@@ -179,20 +192,69 @@ class Scheduler:
         """After the broker recovered: know every bucket again by its name, and read the far
         queue once for its (due, id) entries; returns how many wait."""
         waiting = 0
+        capped = self._any_cap()
         for name, queue in list(self.broker.queues.items()):
             bucket = bucket_of_name(name)
             if bucket is not None:
                 waiting += len(queue.pending)
+                for msg in queue.pending if capped else ():
+                    self._park(msg)
                 self._filed(name, bucket * 1000, 0)
             elif name == NAME:
                 for msg in queue.pending:
                     self.calendar.filed(NAME, _due(msg), msg.mid)
+                    if capped:
+                        self._park(msg)
                     waiting += 1
+                queue.on_removed = self._left
         self._arm()
         return waiting
 
+    # -- the tally of scheduled bytes per capped destination ----------------------------------
+    def _any_cap(self) -> bool:
+        """Whether any destination may have a ``store_limit`` (else recovery reads no bucket)."""
+        config = self.broker.config
+        return bool(config.policy.store_limit) or any(
+            entry.overrides.get("store_limit") for entry in config.policies)
+
+    def _park(self, msg: Message) -> None:
+        """Count ``msg``, just filed in one of the scheduler's queues, in its destination's
+        tally if it is persistent and the destination has a ``store_limit``."""
+        if not msg.persistent:
+            return
+        try:
+            target = parse_destination(msg.headers.get(DESTINATION))
+        except (ProtocolError, ValueError):
+            return  # _moves says why it cannot go
+        if not self.broker.policy(*target).store_limit:
+            return
+        self._parked[msg.mid] = (target, msg.size)
+        tally = self.broker.scheduled_bytes
+        tally[target] = tally.get(target, 0) + msg.size
+
+    def _left(self, msgs: list[Message]) -> None:
+        """Messages gone from a scheduler's queue for good (``Queue.on_removed``: moved when
+        due, refiled, cancelled through the admin API): out of their destination's tally."""
+        parked, tally = self._parked, self.broker.scheduled_bytes
+        for msg in msgs:
+            entry = parked.pop(msg.mid, None)
+            if entry is not None:
+                target, size = entry
+                left = tally[target] - size
+                if left > 0:
+                    tally[target] = left
+                else:
+                    del tally[target]
+
+    def tallied(self) -> int:
+        """Messages counted in the tally (metrics, specs)."""
+        return len(self._parked)
+
     # -- firing ------------------------------------------------------------------------------
     def _filed(self, where: str, due: int, mid: int) -> None:
+        queue = self.broker.queues.get(where)
+        if queue is not None:  # (made, or made again after an admin delete, by its first message)
+            queue.on_removed = self._left
         self.calendar.filed(where, due, mid)
         wake = self.calendar.wake_at()
         if wake is not None and (self._armed_for is None or wake < self._armed_for):
@@ -273,7 +335,7 @@ class Scheduler:
         self._watch()
         moves: list[tuple[str, str, Message]] = []
         taken: dict[int, tuple[Any, list[Message]]] = {}
-        follow: list[tuple[str, int, int]] = []
+        follow: list[tuple[str, int, Message]] = []
         for due, queue, msg in picked:
             queue.pending.take_aside(msg.mid)
             try:
@@ -285,8 +347,9 @@ class Scheduler:
         if taken:
             first = next(iter(taken.values()))[1][0]
             self.broker.commit(f"sched:{first.mid}", moves, list(taken.values()), [])
-        for where, at, mid in follow:
-            self._filed(where, at, mid)
+        for where, at, nxt in follow:
+            self._park(nxt)
+            self._filed(where, at, nxt.mid)
         return len(picked) >= budget or 0 < room_left <= len(due_now)
 
     def _no_room(self, target: str, msg: Message, added: dict[str, int]) -> str | None:
@@ -361,10 +424,11 @@ class Scheduler:
         if taken:
             self.broker.commit(f"refile:{taken[0].mid}", moves, [(far, taken)], [])
             for _kind, where, copy in moves:
+                self._park(copy)
                 self._filed(where, _due(copy), copy.mid)
         return len(entries) >= MAX_FIRES_PER_TURN
 
-    def _moves(self, msg: Message, due: int, now: int, follow: list[tuple[str, int, int]]
+    def _moves(self, msg: Message, due: int, now: int, follow: list[tuple[str, int, Message]]
                ) -> list[tuple[str, str, Message]]:
         """Where ``msg`` goes now: its destination and, while it repeats, back to be filed."""
         h = msg.headers
@@ -397,7 +461,7 @@ class Scheduler:
         if base is not None:
             nxt.headers[CRON_AT] = str(base)
         moves.append((QUEUE, where, nxt))
-        follow.append((where, at, nxt.mid))
+        follow.append((where, at, nxt))
         return moves
 
 
