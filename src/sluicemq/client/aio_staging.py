@@ -43,7 +43,9 @@ class AsyncStagedPart(PartState, AsyncCommitScope):
     async def send(self, destination: str, body: bytes | str = b"",
                    headers: Mapping[str, str] | None = None, *,
                    persistent: bool = True) -> None:
-        """Add a message to the part (waits only for room in the socket's buffer)."""
+        """Add a message to the part (waits only, as a SEND does, while a failover is under
+        way and for room in the socket's buffer)."""
+        await self.client._wait_up()
         self.client._submit(self.send_frame(destination, body, headers, persistent))
         self.sent += 1
         await self.client.drain()
@@ -51,6 +53,7 @@ class AsyncStagedPart(PartState, AsyncCommitScope):
     async def send_batch(self, destination: str, batch: bytes, count: int,
                          headers: Mapping[str, str] | None = None) -> None:
         """Add ``count`` messages packed as one column batch: one frame for many rows."""
+        await self.client._wait_up()
         self.client._submit(self.batch_frame(destination, batch, headers))
         self.sent += count
         await self.client.drain()
