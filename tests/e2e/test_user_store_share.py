@@ -168,3 +168,46 @@ def test_a_commit_that_acks_her_own_messages_makes_its_own_room(broker_factory: 
     alice_is_served(broker)
     assert listener.receipts.empty()
     conn.disconnect()
+
+
+TOPIC_CONFIG = CONFIG + """
+[[security.acl]]
+destination = "/topic/m.>"
+read = ["m"]
+write = ["m"]
+"""
+
+
+def test_a_commit_acking_one_copy_of_a_topic_record_two_subscriptions_hold_frees_nothing(
+        broker_factory: Any) -> None:
+    """A topic record held by two of her durable subscriptions is charged once and freed
+    when the last lets go: a COMMIT that ACKs it on one of them only and SENDs 4 KiB at her
+    share gets the ERROR (was: it went in, and repeating it stored past the share without
+    bound); with the other subscription's ACK of it in the same transaction it commits."""
+    broker = broker_factory(config_text=TOPIC_CONFIG)
+    conn, listener = connect(broker, headers={"login": "mallory", "passcode": "m-pw",
+                                              "client-id": "m-client"})
+    for name in ("keep", "work"):
+        subscribe_with_receipt(conn, listener, "/topic/m.t", name, ack="client-individual",
+                               headers={"activemq.subscriptionName": name,
+                                        "activemq.prefetchSize": "1"})
+    for i in range(FIT):
+        send_with_receipt(conn, listener, "/topic/m.t", BODY, f"fill-{i}",
+                          persistent="true", n=str(i))
+    got = {m.headers["subscription"]: m for m in (listener.next(timeout=30),
+                                                  listener.next(timeout=30))}
+    assert got["keep"].headers["n"] == got["work"].headers["n"] == "0"
+
+    conn.begin(transaction="tx1")
+    conn.ack(got["work"].headers["ack"], transaction="tx1")
+    conn.send("/queue/m.strict.out", BODY, transaction="tx1", headers={"persistent": "true"})
+    conn.commit(transaction="tx1", headers={"receipt": "one-copy"})
+    error = listener.errors.get(timeout=30)
+    assert error.headers["receipt-id"] == "one-copy"
+    assert SHARE in error.headers["message"]
+    assert listener.receipts.empty()
+
+    conn.ack(got["keep"].headers["ack"], transaction="tx1")
+    conn.commit(transaction="tx1", headers={"receipt": "both-copies"})
+    wait_receipt(listener, "both-copies")
+    conn.disconnect()

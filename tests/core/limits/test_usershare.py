@@ -124,3 +124,13 @@ def test_a_commit_may_store_what_its_own_acks_free_of_hers() -> None:
     assert shares.refusal(ALICE, 30, freed=10) is not None  # 100 - 10 + 30 > 100
     assert shares.refusal(BOB, 60) is not None  # 50 + 60 > 100
     assert shares.refusal(BOB, 60, freed=20) is None  # 50 - 20 + 60 = 90
+
+
+def test_holders_counts_the_queues_still_holding_a_charged_message() -> None:
+    shares = UserShares(1 << 20)
+    shares.charge(b"\x01\x00m", 7, 100, 2)
+    assert shares.holders(7) == 2
+    shares.release(7)
+    assert shares.holders(7) == 1
+    shares.release(7)
+    assert shares.holders(7) == shares.holders(8) == 0

@@ -96,6 +96,11 @@ class UserShares:
         for mid in mids:
             release(mid)
 
+    def holders(self, mid: int) -> int:
+        """How many queues still hold charged message ``mid`` (0: not charged)."""
+        entry = self._held.get(mid)
+        return 0 if entry is None else (entry >> _HOLDS_AT) & _FIELD
+
     def used(self, owner: bytes) -> int:
         n = self._numbers.get(owner)
         return 0 if n is None else self._used[n]
