@@ -362,7 +362,7 @@ def test_a_stream_given_back_with_nack_does_not_use_up_the_credit(raw) -> None:
     assert c.nothing_delivered()
 
 
-@pytest.mark.parametrize("credit", ["0", "-1", "two", "1.5", " 1", "99999999999"])
+@pytest.mark.parametrize("credit", ["0", "-1", "two", "1.5", " 1", "99999999999", "9" * 5000])
 def test_a_bad_stream_credit_gets_an_error_and_the_connection_keeps_serving(raw,
                                                                            credit) -> None:
     c = raw()

@@ -140,7 +140,9 @@ def _stream_credit(h: dict[str, str]) -> int:
     text = h.get(STREAM_CREDIT)
     if text is None:
         return -1
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 1 << 31:
+    # (the length first: int() refuses a string of more than 4,300 digits with ValueError)
+    if (not (text.isascii() and text.isdigit()) or len(text) > 10
+            or not 1 <= int(text) <= 1 << 31):
         raise ProtocolError(f"invalid {STREAM_CREDIT} {text!r}: a number of streams, at least 1",
                             fatal=False)
     return int(text)
