@@ -140,7 +140,7 @@ def _stream_credit(h: dict[str, str]) -> int:
     text = h.get(STREAM_CREDIT)
     if text is None:
         return -1
-    # (the length first: int() refuses a string of more than 4,300 digits with ValueError)
+    # (the length first: int() raises ValueError on more than 4,300 digits)
     if (not (text.isascii() and text.isdigit()) or len(text) > 10
             or not 1 <= int(text) <= 1 << 31):
         raise ProtocolError(f"invalid {STREAM_CREDIT} {text!r}: a number of streams, at least 1",
@@ -235,7 +235,7 @@ def claim_durable(session: SessionContext, durable_name: str) -> None:
 def consumer_priority(h: dict[str, str]) -> int:
     """``activemq.priority`` of a SUBSCRIBE: 0 (the default) to 127, as ActiveMQ takes it."""
     value = h.get("activemq.priority", "0")
-    if not (value.isascii() and value.isdigit()) or int(value) > 127:
+    if not (value.isascii() and value.isdigit()) or len(value) > 10 or int(value) > 127:
         raise ProtocolError(f"invalid activemq.priority {value[:20]!r}: expected 0-127",
                             fatal=False)
     return int(value)
