@@ -49,10 +49,17 @@ from pathlib import Path
 
 from sluicemq.buffers import BufferPool
 from sluicemq.errors import StorageError
+from sluicemq.storage.checksum import crc32, crc32_combine
 from sluicemq.storage.headerkey import HeaderKey, check_key, create_key, open_key
 from sluicemq.storage.journal_reads import EXTENT_BYTES, EXTENTS_KEPT, JournalReads
 from sluicemq.storage.journal_retention import JournalRetention
-from sluicemq.storage.journal_writer import Entry, JournalStats, JournalWriter, Ticket
+from sluicemq.storage.journal_writer import (
+    TAIL_CRC_AHEAD,
+    Entry,
+    JournalStats,
+    JournalWriter,
+    Ticket,
+)
 from sluicemq.storage.recovery import Recovery, RecoveryReport
 from sluicemq.storage.recycle import SegmentPool
 from sluicemq.storage.segment import (
@@ -270,6 +277,8 @@ class Journal(JournalReads, JournalRetention, JournalWriter):
         length = len(data) + len(rest)
         if length > MAX_PAYLOAD:
             raise ValueError("payload larger than 4 GiB - 1")
+        # (outside the lock: the writer's next batch need not wait for it)
+        tail_crc = crc32(rest) if len(rest) >= TAIL_CRC_AHEAD and crc32_combine else None
         size = HEADER_SIZE + length
         with self._lock:  # (names read once into locals: every persistent SEND runs this)
             if self._state != "running" or self._closing:
@@ -293,7 +302,7 @@ class Journal(JournalReads, JournalRetention, JournalWriter):
                 self._horizon = tail_at  # nothing retained lies beyond it
             seq = self._seq = self._seq + 1
             ticket = Ticket(seq, loc)
-            self._pending.append(_new_tuple(Entry, (ticket, seq, loc, rtype, data, rest)))
+            self._pending.append(_new_tuple(Entry, (ticket, seq, loc, rtype, data, rest, tail_crc)))
             self._unwritten[loc] = (data, rest) if rest else data
             self.unwritten_bytes += size
             self._last[seg] = (seq, off)

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from sluicemq.storage.checksum import crc32
+from sluicemq.storage.checksum import crc32, crc32_combine
 
 MAGIC = b"\xffS"
 HEADER = struct.Struct("<2sBBIII")
@@ -98,13 +98,17 @@ def _seed(segment: int, offset: int, key: int) -> int:
 
 
 def encode_header(rtype: int, payload: bytes, segment: int, offset: int,
-                  tail: bytes = b"", flags: int = 0, *, seeds: Seeds) -> bytes:
+                  tail: bytes = b"", flags: int = 0, *, seeds: Seeds,
+                  tail_crc: int | None = None) -> bytes:
     """The header for `payload` (followed by `tail`: the record's payload is both, written
     from two buffers) at (segment, offset) of a segment with ``seeds``; checksums the payload.
+    ``tail_crc``: ``crc32(tail)``, computed ahead (``Journal.append``; needs ``crc32_combine``).
     KEYED is set when the seeds are not (0, 0)."""
     hseed, pseed = seeds
     pcrc = crc32(payload, pseed)
-    if tail:
+    if tail_crc is not None and crc32_combine is not None:
+        pcrc = crc32_combine(pcrc, tail_crc, len(tail))
+    elif tail:
         pcrc = crc32(tail, pcrc)
     if hseed or pseed:
         flags |= KEYED
