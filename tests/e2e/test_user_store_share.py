@@ -211,3 +211,28 @@ def test_a_commit_acking_one_copy_of_a_topic_record_two_subscriptions_hold_frees
     conn.commit(transaction="tx1", headers={"receipt": "both-copies"})
     wait_receipt(listener, "both-copies")
     conn.disconnect()
+
+
+def test_a_transaction_of_several_messages_gets_no_pass_past_an_empty_share(
+        broker_factory: Any) -> None:
+    """One message larger than her whole share is taken while she has nothing stored, in a
+    transaction as in a SEND; several that together pass it are not (was: a COMMIT at an
+    empty share stored up to max_transaction_bytes, 256 MiB by default)."""
+    broker = broker_factory(config_text=CONFIG)
+    conn, listener = as_mallory(broker)
+    conn.begin(transaction="tx1")
+    for _ in range(FIT + 1):
+        conn.send("/queue/m.strict.q", BODY, transaction="tx1", headers={"persistent": "true"})
+    conn.commit(transaction="tx1", headers={"receipt": "several"})
+    error = listener.errors.get(timeout=30)
+    assert error.headers["receipt-id"] == "several"
+    assert "user store limit reached (0 bytes" in error.headers["message"]
+    conn.abort(transaction="tx1")
+
+    conn.begin(transaction="tx2")
+    conn.send("/queue/m.strict.q", BODY * (FIT + 1), transaction="tx2",
+              headers={"persistent": "true"})
+    conn.commit(transaction="tx2", headers={"receipt": "one"})
+    wait_receipt(listener, "one")
+    assert listener.errors.empty()
+    conn.disconnect()

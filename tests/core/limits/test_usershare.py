@@ -134,3 +134,10 @@ def test_holders_counts_the_queues_still_holding_a_charged_message() -> None:
     assert shares.holders(7) == 1
     shares.release(7)
     assert shares.holders(7) == shares.holders(8) == 0
+
+
+def test_several_messages_get_no_pass_past_an_empty_share() -> None:
+    shares = UserShares(100)
+    assert shares.refusal(BOB, 1000) is None  # one message larger than the share
+    assert shares.refusal(BOB, 100, whole=False) is None
+    assert shares.refusal(BOB, 101, whole=False) is not None

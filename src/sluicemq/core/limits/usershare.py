@@ -105,14 +105,17 @@ class UserShares:
         n = self._numbers.get(owner)
         return 0 if n is None else self._used[n]
 
-    def refusal(self, owner: bytes, size: int, freed: int = 0) -> str | None:
+    def refusal(self, owner: bytes, size: int, freed: int = 0,
+                whole: bool = True) -> str | None:
         """Why ``owner`` may not store ``size`` more body bytes now, or None. A message larger
         than the whole share is taken while the user has nothing stored (it could never be
-        sent otherwise). ``freed``: bytes of hers the same COMMIT removes (its own ACKs)."""
+        sent otherwise); ``whole`` False: ``size`` is several messages (a COMMIT's), which get
+        no such pass - else one COMMIT at an empty share stored up to max_transaction_bytes.
+        ``freed``: bytes of hers the same COMMIT removes (its own ACKs)."""
         used = self.used(owner)
         if size <= freed:
             return None
-        if used > freed and used - freed + size > self.limit:
+        if (used > freed or not whole) and max(used - freed, 0) + size > self.limit:
             return (f"user store limit reached ({used} bytes of persistent messages of user "
                     f"{records.owner_name(owner)!r}, user_store_limit {self.limit})")
         return None

@@ -244,7 +244,7 @@ class Credit:
     (``user_store_limit``) with the persistent bytes its ACKs free of her own messages.
     """
 
-    __slots__ = ("added", "added_store", "freed", "freed_by", "freed_store")
+    __slots__ = ("added", "added_store", "freed", "freed_by", "freed_store", "sends")
 
     def __init__(self) -> None:
         self.added: dict[tuple[str, str], int] = {}  # (kind, name) -> body bytes stored there
@@ -252,6 +252,7 @@ class Credit:
         self.added_store = 0  # persistent body bytes the SENDs store
         self.freed_store = 0  # persistent body bytes the ACKs remove, anywhere
         self.freed_by: dict[bytes, int] = {}  # sender (Message.owner) -> persistent bytes
+        self.sends = 0  # persistent SENDs (one is let past an empty share, as a SEND is)
 
     def held(self, kind: str, name: str, queue: object, held: int) -> int:
         """``held`` (ready body bytes of ``queue``, a queue or subscription of ``kind/name``)

@@ -188,17 +188,19 @@ class Broker:
     def room_for(self, kind: str, name: str, persistent: bool,
                  policy: Policy | None = None, size: int = 0,
                  owner: bytes | None = None, stored: int = -1,
-                 credit: Credit | None = None) -> str | None:
+                 credit: Credit | None = None, several: bool = False) -> str | None:
         """Why ``kind/name`` cannot take a message of ``size`` body bytes now (producer flow
         control; ``FlowControl.refusal``), or None. ``owner``: the sender
         (``records.encode_owner``), whose share of the store a persistent message meets;
         ``stored``: the bytes it would store, when not ``size`` (a COMMIT's spool).
-        ``credit``: a COMMIT's own ACKs (those of the sender's own messages free her share)."""
+        ``credit``: a COMMIT's own ACKs (those of the sender's own messages free her share).
+        ``several``: ``stored`` is more than one message (no pass past an empty share)."""
         shares = self.shares
         if shares is not None and persistent and owner is not None:
-            why = (shares.refusal(owner, size if stored < 0 else stored) if credit is None
+            why = (shares.refusal(owner, size if stored < 0 else stored, 0, not several)
+                   if credit is None
                    else shares.refusal(owner, credit.added_store,
-                                       credit.freed_by.get(owner, 0)))
+                                       credit.freed_by.get(owner, 0), credit.sends <= 1))
             if why is not None:
                 return why
         policy = policy or self.policy(kind, name)

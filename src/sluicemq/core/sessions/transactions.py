@@ -77,7 +77,8 @@ def commit(session: SessionContext, frame: Frame) -> None:
     if no_room(session, frame, f"COMMIT of {txid}",
                [(keys.kind_of(k), keys.name_of(k), p) for k, p in spool.targets.items()],
                None if isinstance(spool, stage_frames.StageSpool)
-               else lambda: own_credit(session, spool), spool.nbytes, session.store_owner):
+               else lambda: own_credit(session, spool), spool.nbytes, session.store_owner,
+               not isinstance(spool, stage_frames.StageSpool) and len(spool) > 1):
         return
     del session.transactions[txid]
     try:
@@ -90,17 +91,19 @@ def commit(session: SessionContext, frame: Frame) -> None:
 def no_room(session: SessionContext, frame: Frame, what: str,
             targets: list[tuple[str, str, bool]],
             own: Callable[[], Credit] | None = None, size: int = 0,
-            owner: bytes | None = None) -> bool:
+            owner: bytes | None = None, several: bool = False) -> bool:
     """Producer flow control for a COMMIT or a publication ``what`` storing messages in
     ``targets`` ((kind, name, persistent)): True when it was refused (ERROR; a transaction is
     kept) or waits for room (it runs again then, and the frames after it wait behind it).
     ``own``: the room the COMMIT makes itself, asked for only when a destination is full.
     ``size`` and ``owner``: what the transaction stores (its spool's bytes, an upper bound)
-    and who sent it, for the sender's share of the store."""
+    and who sent it, for the sender's share of the store; ``several``: it may hold more than
+    one message (then the share's pass for one message larger than it does not apply)."""
     broker = session.broker
     credit: Credit | None = None
     for kind, name, persistent in targets:
-        reason = broker.room_for(kind, name, persistent, owner=owner, stored=size)
+        reason = broker.room_for(kind, name, persistent, owner=owner, stored=size,
+                                 several=several)
         if reason is not None and own is not None:
             credit = credit or own()
             reason = broker.room_for(kind, name, persistent, credit=credit, owner=owner,
@@ -118,7 +121,8 @@ def no_room(session: SessionContext, frame: Frame, what: str,
         def recheck(kind: str = kind, name: str = name, persistent: bool = persistent,
                     credit: Credit | None = credit) -> str | None:
             return None if session.closed else broker.room_for(
-                kind, name, persistent, credit=credit, owner=owner, stored=size)
+                kind, name, persistent, credit=credit, owner=owner, stored=size,
+                several=several)
 
         broker.flow.wait(recheck, session.resume_waiting, reason)
         return True
@@ -146,6 +150,7 @@ def own_credit(session: SessionContext, spool: TxSpool) -> Credit:
                 credit.added[where] = credit.added.get(where, 0) + len(op.body)
                 if op.headers.get("persistent") == "true":
                     credit.added_store += len(op.body)
+                    credit.sends += 1
                 continue
             if op.nack:
                 continue
