@@ -98,7 +98,6 @@ class StompProtocol(asyncio.BufferedProtocol):
         self._pending = 0  # bytes in _out
         self._paused = False  # the transport's buffer is over the share (pause_writing)
         self._held = False  # not writable until the flush: _out alone reached the share
-        self._tls = False  # bytes_written cannot tell (sessions/unwritten.py keeps nothing)
 
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -127,7 +126,6 @@ class StompProtocol(asyncio.BufferedProtocol):
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None:
             self.session.cert_user = peer_common_name(ssl_object.getpeercert())
-            self._tls = True
         self._address = address
         self.connections.add(self)
         self._limit_output()
@@ -299,16 +297,10 @@ class StompProtocol(asyncio.BufferedProtocol):
     def _sent(self) -> None:
         """After handing output to the transport: charge what its buffer now holds to the
         memory budget, and note the time (heart-beats count from it)."""
-        transport = self.transport
-        if transport is not None:  # (a write that failed may have ended it)
-            size = transport.get_write_buffer_size()
-            self._memory.charge(self, size)
-            session = self.session
-            if session is not None and session.unwritten:
-                if self._tls:
-                    session.unwritten.written(-1)  # it cannot tell: nothing is kept
-                elif not transport.is_closing():  # (else its buffer may be dropped already)
-                    session.unwritten.written(self.bytes_out - self._pending - size)
+        if self.transport is not None:  # (a write that failed may have ended it)
+            self._memory.charge(self, self.transport.get_write_buffer_size())
+            if self.session is not None and self.session.unwritten:
+                self.session.unwritten.written(self.bytes_written())
         self.last_sent = time.monotonic()
 
     def _limit_output(self) -> None:
