@@ -278,7 +278,8 @@ class BrokerServer:
         for server in self._servers:
             server.close()
         for conn in list(self.connections):
-            conn.stop()  # ack:auto messages whose frames it still holds go back first
+            if conn.transport is not None:
+                conn.transport.close()
         for listener in (self._console_listener, self._ws_listener):
             if listener is not None:
                 await listener.stop()
