@@ -148,6 +148,7 @@ def test_bad_producer_headers_get_an_error_and_the_connection_keeps_serving(brok
     for headers in ({"sluice-producer-id": "a"}, {"sluice-producer-seq": "1"},
                     {"sluice-producer-id": "a", "sluice-producer-seq": "-3"},
                     {"sluice-producer-id": "a", "sluice-producer-seq": "ten"},
+                    {"sluice-producer-id": "a", "sluice-producer-seq": "9" * 5000},
                     {"sluice-producer-id": "a" * 300, "sluice-producer-seq": "1"}):
         r.send("SEND", {"destination": "/queue/bad", "receipt": "x", **headers}, b"?")
         f = r.recv()

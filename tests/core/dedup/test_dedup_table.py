@@ -95,6 +95,7 @@ def test_headers_are_parsed_strictly() -> None:
                 {"sluice-producer-id": "a", "sluice-producer-seq": "-1"},
                 {"sluice-producer-id": "a", "sluice-producer-seq": "x"},
                 {"sluice-producer-id": "a", "sluice-producer-seq": str(1 << 63)},
+                {"sluice-producer-id": "a", "sluice-producer-seq": "9" * 5000},
                 {"sluice-producer-id": "", "sluice-producer-seq": "1"},
                 {"sluice-producer-id": "x" * 201, "sluice-producer-seq": "1"}):
         with pytest.raises(ProtocolError) as err:

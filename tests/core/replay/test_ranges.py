@@ -225,6 +225,7 @@ def test_a_full_request_parses() -> None:
     ({"sluice-seq-from": "abc"}, "invalid sluice-seq-from 'abc'"),
     ({"sluice-seq-from": "-1"}, "invalid sluice-seq-from '-1'"),
     ({"sluice-seq-to": "1e9"}, "invalid sluice-seq-to"),
+    ({"sluice-seq-to": "9" * 5000}, "invalid sluice-seq-to '99999"),
     ({"sluice-max": "0"}, "invalid sluice-max '0'"),
     ({"sluice-seq-from": "9", "sluice-seq-to": "3"}, "sluice-seq-from 9 is above"),
     ({"sluice-commit-upto": "5"}, "sluice-commit-upto needs sluice-ledger"),

@@ -151,8 +151,10 @@ def _int(headers: dict[str, str], name: str, *, low: int, high: int = MAX_SEQ) -
     text = headers.get(name)
     if text is None:
         return None
-    if not text.isdigit() or not text.isascii():
-        raise RangeError(f"invalid {name} {text!r}: expected an integer from {low} to {high}")
+    # (the length first: int() raises ValueError on more than 4,300 digits)
+    if not text.isdigit() or not text.isascii() or len(text) > len(str(high)):
+        raise RangeError(f"invalid {name} {text[:50]!r}: expected an integer from {low} to "
+                         f"{high}")
     value = int(text)
     if not low <= value <= high:
         raise RangeError(f"invalid {name} {text!r}: expected an integer from {low} to {high}")
