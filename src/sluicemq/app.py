@@ -114,6 +114,7 @@ def build_core(config: BrokerConfig, loop: Loop, *, clock: Callable[[], float] =
     counts = replay(broker, STATE_PARTS)
     waiting = scheduler.recover()
     counts["user_shares"] = broker.count_shares()
+    counts["shared_records"] = broker.count_holders()
     store.start(loop.call_soon_threadsafe)
     return Core(journal, store, broker, scheduler, services, counts, waiting)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from stomp_helpers import (
     Collector,
     connect,
@@ -197,3 +198,81 @@ def test_a_loop_commits_while_the_broker_wide_store_is_full(broker_factory: Any)
             assert [m.headers["n"] for m in (out.get(timeout=10) for _ in range(40)) if m] == [
                 str(i) for i in range(40)]
     producer.close()
+
+
+
+def fill_topic(broker: Any) -> int:
+    """Persistent 4 KiB messages to ``/topic/fan`` until the store is full (the ERROR);
+    returns how many went in."""
+    producer = RawStomp(broker.host, broker.port)
+    producer.connect()
+    sent = 0
+    while True:
+        producer.send("SEND", {"destination": "/topic/fan", "receipt": str(sent),
+                               "persistent": "true", "n": str(sent)}, BODY)
+        answer = producer.recv()
+        if answer.command == "ERROR":
+            break
+        sent += 1
+        assert sent < 1000, "the store never filled"
+    assert "store limit reached (1048576 bytes of journal)" in answer.headers["message"]
+    producer.close()
+    return sent
+
+
+def subscribed_twice(broker: Any) -> tuple[Any, Collector]:
+    conn, inbox = connect(broker, headers={"client-id": "twice"})
+    for name in ("keep", "work"):
+        subscribe_with_receipt(conn, inbox, "/topic/fan", name, ack="client-individual",
+                               headers={"activemq.subscriptionName": name,
+                                        "activemq.prefetchSize": "1"})
+    return conn, inbox
+
+
+def next_pair(inbox: Collector, n: int) -> dict[str, Any]:
+    """Message ``n`` as each subscription got it, by subscription."""
+    got = {m.headers["subscription"]: m for m in (inbox.next(timeout=10),
+                                                  inbox.next(timeout=10))}
+    assert got["keep"].headers["n"] == got["work"].headers["n"] == str(n)
+    return got
+
+
+@pytest.mark.parametrize("restart", ["none", "clean", "kill -9"])
+def test_an_ack_of_one_copy_of_a_topic_record_two_subscriptions_hold_frees_no_store(
+        broker_factory: Any, restart: str) -> None:
+    """stomp.py, two durable subscriptions of one topic (prefetch 1), the broker's whole
+    store full of the topic's persistent messages - one record each, held by both: a COMMIT
+    that ACKs one subscription's copy and stores 4 KiB elsewhere gets ``store limit
+    reached`` (was: it went in, and repeating it grew the store past its limit without
+    bound); with the other subscription's ACK of the same record in the transaction, the
+    record is freed and the COMMIT goes in. After a restart, clean or kill -9, the holders
+    are counted again from the subscriptions. Both read the rest in order."""
+    broker = broker_factory(config_text=STORE_CONFIG)
+    conn, inbox = subscribed_twice(broker)
+    sent = fill_topic(broker)
+    if restart != "none":
+        conn.disconnect()
+        if restart == "clean":
+            broker.stop()
+        else:
+            broker.kill()
+        broker.restart()
+        conn, inbox = subscribed_twice(broker)
+    got = next_pair(inbox, 0)
+
+    conn.begin(transaction="tx")
+    conn.ack(got["work"].headers["ack"], transaction="tx")
+    conn.send("/queue/out", BODY, transaction="tx", headers={"persistent": "true"})
+    conn.commit(transaction="tx", headers={"receipt": "one-copy"})
+    assert error_message(inbox) == (
+        "COMMIT of tx: /queue/out cannot take its messages: store limit reached (1048576 "
+        "bytes of journal)")
+    assert inbox.receipts.empty()
+
+    conn.ack(got["keep"].headers["ack"], transaction="tx")
+    conn.commit(transaction="tx", headers={"receipt": "both-copies"})
+    wait_receipt(inbox, "both-copies")
+    for i in range(1, sent):
+        for m in next_pair(inbox, i).values():
+            conn.ack(m.headers["ack"])
+    conn.disconnect()

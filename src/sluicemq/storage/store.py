@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Protocol
 
 from sluicemq.storage import records
 from sluicemq.storage.journal import Journal, Location
+from sluicemq.storage.shared import SharedRecords
 
 log = logging.getLogger("sluicemq.store")
 
@@ -132,6 +133,8 @@ class Store:
         # The per-user share of the store (core/limits/usershare.py), when it is kept: charged
         # by message appends, given back by removals. None (no per-message cost) otherwise.
         self.shares: ShareBook | None = None
+        # Holders of the records several queues hold (a topic's, its durable subscriptions)
+        self.shared = SharedRecords()
         self.durable_seq = 0
         self.appended_seq = 0
         self._releases: deque[tuple[int, TicketLike | SegmentRelease]] = deque()
@@ -258,6 +261,8 @@ class Store:
         shares = self.shares
         if shares is not None:
             shares.charge(owner, mid, len(body), holds or 1)
+        if holds > 1:
+            self.shared.add(mid, holds)
         if len(body) >= SPLIT_BODY:  # written from its own buffer, not copied into the record
             head = records.encode_message_head(key, mid, timestamp, expires, priority, headers,
                                                owner)
@@ -296,6 +301,7 @@ class Store:
                                              m.headers, m.body, m.owner)
             if shares is not None:
                 shares.charge(m.owner, m.mid, len(m.body), m.holders)
+            self.shared.add(m.mid, m.holders)
             placed.append((len(parts), pos, m.holders))
             ops.append((records.MSG, payload))
             size += len(payload)
@@ -304,9 +310,10 @@ class Store:
                 parts.append(ops)
                 ops, size, pos = [], 0, first
         gone = list(removed)
-        if shares is not None:
-            for r in gone:
+        for r in gone:
+            if shares is not None:
                 shares.release(r.mid)
+            self.shared.release(r.mid)
         if gone:
             ops.append((records.ACK, records.encode_acks((r.key, r.mid) for r in gone)))
         if ops or parts:
@@ -396,6 +403,8 @@ class Store:
         shares = self.shares
         if shares is not None:
             shares.release(mid)
+        if self.shared.held:
+            self.shared.release(mid)
         if not self._acks and not self._flush_scheduled:  # (``remove_copy``, written out:
             self._flush_scheduled = True  # once per consumed message)
             self._schedule(self.flush)
@@ -418,6 +427,8 @@ class Store:
         shares = self.shares
         if shares is not None:
             shares.release_run(mids)
+        if self.shared.held:
+            self.shared.release_run(mids)
         ticket = self._append(records.ACK, records.encode_ack_run(key, mids))
         self._releases.append((ticket.seq, _segment_release(segments, offsets)))
 

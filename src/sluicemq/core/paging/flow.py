@@ -250,7 +250,7 @@ class Credit:
         self.added: dict[tuple[str, str], int] = {}  # (kind, name) -> body bytes stored there
         self.freed: dict[int, int] = {}  # id(queue) -> body bytes the ACKs take out of it
         self.added_store = 0  # persistent body bytes the SENDs store
-        self.freed_store = 0  # persistent body bytes the ACKs remove, anywhere
+        self.freed_store = 0  # persistent body bytes of the records the ACKs remove, anywhere
         self.freed_by: dict[bytes, int] = {}  # sender (Message.owner) -> persistent bytes
         self.sends = 0  # persistent SENDs (one is let past an empty share, as a SEND is)
 

@@ -383,6 +383,13 @@ class Broker:
         self.store.shares = self.shares
         return n
 
+    def count_holders(self) -> int:
+        """Start-up, once recovery is done: how many durable subscriptions hold each topic
+        record several of them do (``Store.shared``); returns the records found shared."""
+        streams = self.large_streams
+        return self.store.shared.recount(
+            mid for _, q in self.durables.values() for mid in holders.stored_mids(q, streams))
+
     # -- journal compaction ------------------------------------------------------------------
     def _journaled_queues(self) -> Iterator[Queue]:
         yield from self.queues.values()

@@ -98,6 +98,7 @@ class Durables:
         if shares is not None:
             for m in stubs:
                 shares.release(m.mid)
+        self.store.shared.release_run(m.mid for m in stubs)  # and their records' holders
         held = [m.ticket for m in stubs if m.ticket is not None]
         sub_ticket = self.tickets.pop(key, None)
         if sub_ticket is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from sluicemq.core.paging.spill import JOURNAL
 from sluicemq.core.routing.message import Message
 from sluicemq.core.routing.queue import Queue
 from sluicemq.core.routing.streams import StreamTable
@@ -33,6 +34,17 @@ def held_objects(q: Queue, streams: StreamTable,
         for hq, m in st.held:
             if hq is q:
                 yield m
+
+
+def stored_mids(q: Queue, streams: StreamTable) -> Iterator[int]:
+    """The id of every journal record ``q`` holds, paged out or not (start-up recounts)."""
+    for m in held_objects(q, streams, {}):
+        if m.persistent and m.ticket is not None and m.ticket.loc is not None:
+            yield m.mid
+    for _prio, _head, tail in q.pending.lanes():
+        if tail:
+            mids, srcs, *_ = tail.columns(tail.indexes().start, tail.end)
+            yield from (mid for mid, src in zip(mids, srcs, strict=True) if src == JOURNAL)
 
 
 def holders(segment: int, queues: Iterable[Queue], sub_tickets: dict[str, TicketLike],

@@ -134,9 +134,9 @@ def own_credit(session: SessionContext, spool: TxSpool) -> Credit:
     of which queue (``Credit``), found without applying anything: each ACK is resolved as
     COMMIT resolves it, against copies of the consumers' in-flight messages, which are put
     back afterwards. NACKs free nothing (their messages go back); an ACK that does not
-    resolve counts nothing here, and COMMIT reports it. Her share is freed only of records
-    whose every holder it ACKs (a topic record two durable subscriptions hold is charged
-    once, and stays charged while one of them holds it)."""
+    resolve counts nothing here, and COMMIT reports it. The store, and her share, are freed
+    only of records whose every holder it ACKs (a topic record two durable subscriptions
+    hold is stored and charged once, and stays while one of them holds it)."""
     credit = Credit()
     acked: dict[int, tuple[Message, int]] = {}  # mid -> (a copy, how many holders it ACKs)
     consumers = {id(c): c for c in (*session.consumers.values(), *session.by_index.values())}
@@ -162,16 +162,17 @@ def own_credit(session: SessionContext, spool: TxSpool) -> Credit:
             for m in msgs:
                 credit.freed[key] = credit.freed.get(key, 0) + m.size
                 if m.persistent:
-                    credit.freed_store += m.size
                     acked[m.mid] = (m, acked.get(m.mid, (m, 0))[1] + 1)
     finally:
         for key, c in consumers.items():
             c.inflight = kept[key]
-    shares = session.broker.shares
-    if shares is not None:
-        for mid, (m, n) in acked.items():
-            if n >= shares.holders(mid) > 0:
-                credit.freed_by[m.owner] = credit.freed_by.get(m.owner, 0) + m.size
+    broker = session.broker
+    shares, shared = broker.shares, broker.store.shared
+    for mid, (m, n) in acked.items():
+        if n >= shared.holders(mid):
+            credit.freed_store += m.size
+        if shares is not None and n >= shares.holders(mid) > 0:
+            credit.freed_by[m.owner] = credit.freed_by.get(m.owner, 0) + m.size
     return credit
 
 
