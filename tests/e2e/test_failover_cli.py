@@ -102,3 +102,37 @@ def test_sluice_receive_continues_on_the_new_master(cluster, tmp_path: Path) -> 
     assert hashlib.sha256(got.read_bytes()).digest() == hashlib.sha256(src.read_bytes()).digest()
     # The new master handed out only what the old one had not seen acknowledged.
     assert 0 < destination(standby, "files")["dequeued"] <= CHUNKS - CHUNKS // 4 + 8
+
+
+def test_sluice_receive_count_stops_at_n_across_a_failover(cluster, tmp_path: Path) -> None:
+    """`sluice receive --count 2`, the master killed while it reads the second file: it asks
+    the new master for the one stream it has not read, writes exactly two files, and the
+    third stream goes to the next receiver untouched (not one chunk delivered before)."""
+    master = cluster.master()
+    standby = cluster.standby()
+    blobs = [os.urandom(SIZE // 8 + i) for i in range(3)]
+    per_file = len(blobs[0]) // CHUNK + 1
+    with Client(master.url, timeout=60) as c:
+        for i, blob in enumerate(blobs):
+            with c.stream_writer("/queue/files", name=f"b{i}", chunk_size=CHUNK) as w:
+                w.write(blob)
+    out_dir = tmp_path / "out"
+    proc = subprocess.Popen([*SLUICE, "receive", "--url", failover_url(master, standby),
+                             "--from", "files", "--dir", str(out_dir), "--count", "2",
+                             "--timeout", "60", "--limit-rate", "8MiB", "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: destination(master, "files")["dequeued"] >= per_file + 4, proc)
+        master.kill()
+        out, err = finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert FAILED_OVER.search(err), err
+    assert [Path(p).read_bytes() for p in out.split()] == blobs[:2]
+    streams = {s["name"]: s["delivered_bytes"] for s in standby.api("streams")["streams"]}
+    assert streams.get("b2", 0) == 0
+    with Client(standby.url, timeout=60) as c:
+        got = c.receive_file("/queue/files", tmp_path / "next", timeout=60)
+    assert got.read_bytes() == blobs[2]

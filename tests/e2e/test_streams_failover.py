@@ -2,10 +2,13 @@
 master is killed mid-file, re-sending only its unconfirmed window (not from chunk 0), and the
 file arrives whole (SHA-256 checked). `receive_file` does the same: it resumes from the chunks
 the new master redelivers, and an acknowledgement of a chunk delivered before the failover is
-void (the new master would read its ack id as one of its own deliveries)."""
+void (the new master would read its ack id as one of its own deliveries). A receiver that asked
+for N streams asks the new master only for those it has not read, so it stops at its Nth with
+no chunk of the next one taken (both clients)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import threading
@@ -13,6 +16,7 @@ from pathlib import Path
 
 from ha_helpers import failover_url
 from sluicemq import Client
+from sluicemq.client import AsyncClient
 
 SIZE = 24 << 20
 CHUNK = 256 << 10
@@ -74,3 +78,67 @@ def test_receive_file_continues_on_the_new_master(cluster, tmp_path: Path) -> No
     assert killed.is_set()
     assert sha(got) == sha(src)
     assert seen == sorted(seen)  # it went on from where it was, never back to chunk 0
+
+
+def write_streams(url: str, count: int) -> list[bytes]:
+    """``count`` small streams (6 chunks each) on /queue/counted, named b0, b1, ..."""
+    blobs = [os.urandom(5 * 4096 + i) for i in range(count)]
+    with Client(url, timeout=60) as c:
+        for i, blob in enumerate(blobs):
+            with c.stream_writer("/queue/counted", name=f"b{i}", chunk_size=4096) as w:
+                w.write(blob)
+    return blobs
+
+
+def the_next_receiver_gets_the_third_stream_untouched(standby, blob: bytes) -> None:
+    by_name = {s["name"]: s["delivered_bytes"] for s in standby.api("streams")["streams"]}
+    assert by_name.get("b2", 0) == 0  # not one chunk of it went to the first receiver
+    with (Client(standby.url, timeout=60) as c,
+          c.streams("/queue/counted", window=16, timeout=60, count=1) as streams):
+        [(first_headers, got)] = [(s.headers, s.read()) for s in streams]
+    assert got == blob and "redelivered" not in first_headers
+
+
+def test_streams_with_a_count_ask_the_new_master_only_for_the_streams_not_yet_read(
+        cluster) -> None:
+    """The master dies once the first of two wanted streams was read (its final ACK
+    confirmed): the replayed SUBSCRIBE asks for 1, so the new master gives the second one and
+    nothing after it, however wide the window."""
+    master = cluster.master()
+    standby = cluster.standby()
+    blobs = write_streams(master.url, 3)
+    got: list[bytes] = []
+    moved = []
+    with (Client(failover_url(master, standby), timeout=60, on_failover=moved.append) as c,
+          c.streams("/queue/counted", window=16, timeout=60, count=2) as streams):
+        for stream in streams:
+            got.append(stream.read())
+            stream.close()
+            assert stream.final_ack is not None
+            stream.final_ack.result()  # the broker journaled it: that stream is read
+            if len(got) == 1:
+                master.kill()
+    assert moved and got == blobs[:2]
+    the_next_receiver_gets_the_third_stream_untouched(standby, blobs[2])
+
+
+def test_async_streams_with_a_count_ask_the_new_master_only_for_the_streams_not_yet_read(
+        cluster) -> None:
+    master = cluster.master()
+    standby = cluster.standby()
+    blobs = write_streams(master.url, 3)
+
+    async def receive() -> list[bytes]:
+        got: list[bytes] = []
+        url = failover_url(master, standby)
+        async with (await AsyncClient.connect(url, timeout=60) as c,
+                    c.streams("/queue/counted", window=16, timeout=60, count=2) as streams):
+            async for stream in streams:
+                got.append(await stream.read())
+                await stream.close()  # waits for the final ACK's receipt
+                if len(got) == 1:
+                    await asyncio.to_thread(master.kill)
+        return got
+
+    assert asyncio.run(asyncio.wait_for(receive(), 90)) == blobs[:2]
+    the_next_receiver_gets_the_third_stream_untouched(standby, blobs[2])

@@ -14,11 +14,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from sluicemq.client.credit import StreamCredit
 from sluicemq.config import Limits
 from sluicemq.errors import ClientError
 from sluicemq.protocol.codec import FrameParser, encode_frame
 from sluicemq.protocol.frames import Frame
 from sluicemq.protocol.heartbeat import HeartbeatMonitor, negotiate, parse_heart_beat
+from sluicemq.streaming import manifest as wire
 
 VERSIONS = ("1.0", "1.1", "1.2")
 ACK_MODES = frozenset({"auto", "client", "client-individual"})
@@ -98,6 +100,8 @@ class SubscriptionState:
     ack_mode: str
     durable_name: str | None
     headers: dict[str, str] = field(default_factory=dict)  # the SUBSCRIBE, to replay it
+    credit: StreamCredit | None = None  # streams asked for and read (sluice-stream-credit)
+    parked: bool = False  # not replayed after a failover: it had every stream it asked for
 
 
 class ClientMachine:
@@ -156,6 +160,10 @@ class ClientMachine:
         self._disconnect_receipt: str | None = None
         self._beats: HeartbeatMonitor | None = None  # set once CONNECTED fixes the intervals
         self.last_error: ClientError | None = None  # latest ERROR that no receipt claimed
+        # Final chunks of subscriptions with a stream credit: ack id -> (subscription,
+        # destination), then, once ACKed with a receipt, receipt id -> the same (client/credit.py)
+        self._finals: dict[str, tuple[str, str]] = {}
+        self._final_acks: dict[str, tuple[str, str]] = {}
 
     # ---------------------------------------------------------------- outgoing frames
 
@@ -228,8 +236,9 @@ class ClientMachine:
             out["activemq.subscriptionName"] = durable_name
         if exclusive:
             out["activemq.exclusive"] = "true"
-        self.subscriptions[sub_id] = SubscriptionState(sub_id, destination, ack, durable_name,
-                                                       dict(out))
+        self.subscriptions[sub_id] = SubscriptionState(
+            sub_id, destination, ack, durable_name, dict(out),
+            StreamCredit.asked(out, destination))
         result = self._outgoing(Frame("SUBSCRIBE", out), receipt)
         return Outgoing(result.data, result.receipt, sub_id)
 
@@ -242,10 +251,19 @@ class ClientMachine:
 
     def resubscribe(self, sub: SubscriptionState) -> Outgoing:
         """Replay a subscription of a previous connection: same id, ack mode, selector and
-        durable name, with a receipt."""
+        durable name, with a receipt; a stream credit asks for the streams not yet read, and
+        a subscription that read all it asked for is kept here but not replayed (no bytes,
+        no receipt: the broker would refuse a credit of 0)."""
         self._require_connected()
         self.subscriptions[sub.id] = sub
-        result = self._outgoing(Frame("SUBSCRIBE", dict(sub.headers)), True)
+        headers = dict(sub.headers)
+        if sub.credit is not None:
+            left = sub.credit.remaining()
+            sub.parked = left == 0
+            if sub.parked:
+                return Outgoing(b"", None, sub.id)
+            headers[wire.STREAM_CREDIT] = str(left)
+        result = self._outgoing(Frame("SUBSCRIBE", headers), True)
         return Outgoing(result.data, result.receipt, sub.id)
 
     def unsubscribe(self, sub_id: str, *, durable: bool = False, receipt: bool = True) -> Outgoing:
@@ -253,6 +271,8 @@ class ClientMachine:
         sub = self.subscriptions.pop(sub_id, None)
         if sub is None:
             raise ValueError(f"no subscription with id {sub_id!r}")
+        if sub.parked:
+            return Outgoing(b"")  # this broker never had it
         headers = {"id": sub_id, "destination": sub.destination}
         if durable:
             if sub.durable_name is None:
@@ -358,6 +378,8 @@ class ClientMachine:
             self.pending_receipts.discard(receipt_id)
             if receipt_id == self._disconnect_receipt:
                 self.state = "closed"
+            if self._final_acks:
+                self._final_read(receipt_id)
             return ReceiptReceived(receipt_id, dict(frame.headers))
         if command == "ERROR":
             return self._error(frame)
@@ -403,7 +425,17 @@ class ClientMachine:
         ack_id = headers.get("ack", message_id) if self.version == "1.2" else message_id
         if headers.get("browser") == "end":  # a browse or range read is over on the broker
             del self.subscriptions[sub.id]
+        if (sub.credit is not None and sub.ack_mode != "auto"
+                and headers.get(wire.FINAL) == "true"):
+            self._finals[ack_id] = (sub.id, headers.get("destination", sub.destination))
         return MessageReceived(frame, sub.id, ack_id, sub.ack_mode)
+
+    def _final_read(self, receipt_id: str) -> None:
+        """A RECEIPT confirmed the ACK of a final chunk: one stream read on its credit."""
+        final = self._final_acks.pop(receipt_id, None)
+        sub = self.subscriptions.get(final[0]) if final is not None else None
+        if final is not None and sub is not None and sub.credit is not None:
+            sub.credit.read(final[1])
 
     def _error(self, frame: Frame) -> ErrorReceived:
         body = bytes(frame.body)
@@ -432,7 +464,11 @@ class ClientMachine:
             headers = {"message-id": ack_id}
         if transaction is not None:
             headers["transaction"] = transaction
-        return self._outgoing(Frame(command, headers), receipt)
+        out = self._outgoing(Frame(command, headers), receipt)
+        final = self._finals.pop(ack_id, None) if self._finals else None
+        if final is not None and command == "ACK" and transaction is None and out.receipt:
+            self._final_acks[out.receipt] = final
+        return out
 
     def _outgoing(self, frame: Frame, receipt: bool) -> Outgoing:
         self._require_connected()

@@ -225,13 +225,14 @@ class Tracker(Generic[W]):
     def replay(self, machine: ClientMachine, loss: Loss[W],
                new_waiter: Callable[[], W]) -> Replay:
         """Move onto ``machine`` (connected to the next broker): every subscription again
-        (same id, ack mode, durable name), then every unconfirmed SEND in its original order
-        under its original producer number."""
+        (same id, ack mode, durable name; a stream credit asks for what is left), then every
+        unconfirmed SEND in its original order under its original producer number."""
         old, self.machine = self.machine, machine
         data: list[bytes] = []
         for sub in old.subscriptions.values():
             out = machine.resubscribe(sub)
-            assert out.receipt is not None
+            if out.receipt is None:
+                continue  # it read every stream it asked for: nothing to replay
             self.receipts[out.receipt] = loss.subscribed.get(sub.id) or new_waiter()
             self.sub_receipts[out.receipt] = sub.id
             data.append(out.data)
@@ -243,7 +244,8 @@ class Tracker(Generic[W]):
             self.receipts[out.receipt] = pending.waiter
             self.inflight[out.receipt] = pending
             data.append(out.data)
-        return Replay(b"".join(data), len(inflight), len(old.subscriptions))
+        replayed = sum(not sub.parked for sub in old.subscriptions.values())
+        return Replay(b"".join(data), len(inflight), replayed)
 
     def fail(self) -> list[W]:
         """The connection is over for good: every waiter, for the driver to fail."""
