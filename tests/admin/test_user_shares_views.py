@@ -86,3 +86,37 @@ def test_purge_delete_and_expiry_give_the_room_back_and_a_dlq_move_keeps_it(
         m.ack()
         c.send("/queue/sync", b"", persistent=False)
         assert anonymous(console) == {"bytes": 0, "messages": 0}
+
+
+def test_a_parked_part_counts_from_its_commit_and_its_messages_once_published(
+        broker_factory: Any) -> None:
+    """Staged messages are stored (and charged) while parked, charged one by one once
+    published (a topic's to each durable subscription once), and an ABORT gives a batch's
+    parts back."""
+    broker = broker_factory(config_text=CONFIG)
+    console = ConsoleClient(broker.console_url)
+    with Client(broker.url, client_id="stager", timeout=10) as c:
+        subs = [c.subscribe("/topic/st", durable_name=name, ack="client-individual")
+                for name in ("one", "two")]
+        with c.stage("sink", "b1", "p0") as part:
+            for _ in range(3):
+                part.send("/queue/staged", KIB)
+            part.send("/topic/st", KIB)
+        with c.stage("sink", "b2", "p0") as other:
+            other.send("/queue/staged", KIB)
+        assert anonymous(console) == {"bytes": 5120, "messages": 5}
+        assert c.abort_stage("sink", "b2") == 1
+        assert anonymous(console) == {"bytes": 4096, "messages": 4}
+        assert c.publish_stage("sink", "b1", ["p0"]) == ("published", 4)
+        assert anonymous(console) == {"bytes": 4096, "messages": 4}
+        got = [sub.get(timeout=10) for sub in subs]
+        for m, left in zip(got, (4096, 3072), strict=True):
+            assert m is not None
+            m.ack()
+            c.send("/queue/sync", b"", persistent=False)  # the ack was handled before this
+            assert anonymous(console)["bytes"] == left  # the last holder gives it back
+        sub = c.subscribe("/queue/staged")
+        for _ in range(3):
+            assert sub.get(timeout=10) is not None
+        c.send("/queue/sync", b"", persistent=False)
+        assert anonymous(console) == {"bytes": 0, "messages": 0}

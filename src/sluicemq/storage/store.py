@@ -101,6 +101,10 @@ class ShareBook(Protocol):
 
     def release_run(self, mids: array) -> None: ...
 
+    def stage(self, owner: bytes, size: int, count: int) -> None: ...
+
+    def unstage(self, owner: bytes, size: int, count: int) -> None: ...
+
 
 class Store:
     """Appends records for the broker and runs the loop-side half of group commit.

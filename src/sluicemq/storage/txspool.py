@@ -118,11 +118,11 @@ class TxSpool:
         self.nbytes += len(payload)
 
     def add_send(self, key: str, timestamp: int, expires: int, priority: int,
-                 headers: dict[str, str], body: bytes) -> None:
+                 headers: dict[str, str], body: bytes, owner: bytes = b"") -> None:
         """A SEND to journal key ``key``, kept as its MSG payload (message id 0: ids are
-        given at COMMIT)."""
+        given at COMMIT), naming ``owner`` as its sender (a staged part's records do)."""
         self.add(_SEND, records.encode_message(key, 0, timestamp, expires, priority, headers,
-                                               body))
+                                               body, owner))
         self.targets[key] = self.targets.get(key, False) or headers.get("persistent") == "true"
 
     def add_ack(self, headers: dict[str, str], nack: bool) -> None:

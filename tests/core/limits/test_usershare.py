@@ -26,6 +26,17 @@ def test_a_message_is_charged_to_its_sender_until_it_is_removed() -> None:
     assert (shares.used(ALICE), shares.used(BOB)) == (0, 10)
 
 
+def test_staged_messages_count_until_unstaged_and_show_in_the_view() -> None:
+    """A parked part's bytes and messages are its stager's (``stage``) until it is published
+    or discarded (``unstage``); the other user is not touched."""
+    shares = UserShares(100)
+    shares.stage(ALICE, 60, 3)
+    assert shares.refusal(ALICE, 41) is not None and shares.refusal(BOB, 41) is None
+    assert shares.by_user()["alice"] == {"bytes": 60, "messages": 3}
+    shares.unstage(ALICE, 60, 3)
+    assert shares.by_user()["alice"] == {"bytes": 0, "messages": 0}
+
+
 def test_a_record_held_by_several_subscriptions_is_charged_once() -> None:
     """A topic record held by two durable subscriptions counts once, until both let go."""
     shares = UserShares(100)

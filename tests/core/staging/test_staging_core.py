@@ -170,3 +170,26 @@ def test_a_part_nobody_publishes_is_discarded_after_stage_timeout_and_stays_gone
         assert answer.command == "ERROR" and "no part p1" in answer.headers["message"]
     finally:
         node.close()
+
+
+def test_a_part_discarded_by_stage_timeout_leaves_its_stagers_share(tmp_path: Path) -> None:
+    """With ``user_store_limit`` set a parked part is charged to its stager (here, security
+    off, the anonymous user) until the housekeeping tick discards it; a restart before that
+    charges it again."""
+    limits = replace(Limits(), stage_timeout=10.0, user_store_limit=1 << 20)
+    node = InProcessBroker(config_for(tmp_path / "data", limits=limits))
+    conn = node.connect()
+    stage(conn, "p0", [b"x" * 1000, b"y" * 24])
+    conn.request("BEGIN", {"transaction": "t", "sluice-stage": "sink/b1/p1"})
+    send_batch(conn, "t", [b"z" * 100] * 3)
+    conn.request("COMMIT", {"transaction": "t"})
+    assert node.broker.shares is not None and node.broker.shares.used(b"") == 1324
+    node = node.restart()
+    try:
+        shares = node.broker.shares
+        assert shares is not None and shares.used(b"") == 1324
+        node.tick(11)
+        assert node.broker.stager.discarded_parts == 2
+        assert shares.used(b"") == 0 and shares.by_user()["anonymous"]["messages"] == 0
+    finally:
+        node.close()

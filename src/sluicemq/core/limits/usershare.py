@@ -48,6 +48,7 @@ class UserShares:
         self._numbers: dict[bytes, int] = {}  # owner (records.encode_owner) -> number
         self._owners: list[bytes] = []
         self._used: list[int] = []  # body bytes by number
+        self._staged: list[int] = []  # messages in parked (staged, unpublished) parts by number
         self._held: dict[int, int] = {}  # message id -> packed entry (above)
         # A dict keeps its table when entries go: once a drained backlog left it an eighth
         # full it is copied into one its size (200k x 1 KiB drained kept +29 MiB otherwise).
@@ -59,6 +60,7 @@ class UserShares:
             n = self._numbers[owner] = len(self._owners)
             self._owners.append(owner)
             self._used.append(0)
+            self._staged.append(0)
         return n
 
     def charge(self, owner: bytes, mid: int, size: int, holds: int) -> None:
@@ -96,6 +98,20 @@ class UserShares:
         for mid in mids:
             release(mid)
 
+    def stage(self, owner: bytes, size: int, count: int) -> None:
+        """``count`` messages of ``size`` body bytes in all were staged by ``owner``: a parked
+        part's records are hers until published (then its messages are charged one by one)
+        or discarded."""
+        n = self._number(owner)
+        self._used[n] += size
+        self._staged[n] += count
+
+    def unstage(self, owner: bytes, size: int, count: int) -> None:
+        """Staged messages that ``stage`` charged were published or discarded."""
+        n = self._number(owner)
+        self._used[n] -= size
+        self._staged[n] -= count
+
     def holders(self, mid: int) -> int:
         """How many queues still hold charged message ``mid`` (0: not charged)."""
         entry = self._held.get(mid)
@@ -122,7 +138,7 @@ class UserShares:
 
     def by_user(self) -> dict[str, dict[str, int]]:
         """Per login: stored body bytes and messages (the admin API and /metrics)."""
-        counts = [0] * len(self._owners)
+        counts = list(self._staged)
         for entry in self._held.values():
             counts[entry & _FIELD] += 1
         return {records.owner_name(owner): {"bytes": self._used[n], "messages": counts[n]}
@@ -138,12 +154,16 @@ class RecordReader(Protocol):
 
 
 def recount(shares: UserShares, queues: Iterable[Queue], streams: StreamTable,
-            journal: RecordReader) -> int:
+            journal: RecordReader, staged: Iterable[tuple[bytes, int, int]] = ()) -> int:
     """Charge every stored message the queues hold to its sender, read from its record's
-    head (start-up: replay keeps no owner); returns the messages counted. Paged-out slots are
+    head (start-up: replay keeps no owner), and each parked staged part (``staged``: owner,
+    body bytes, messages) to its stager; returns the messages counted. Paged-out slots are
     read a lane at a time, neighbouring small records with one ``read_extent``: one ``peek``
     a message took ~4.5 us (0.9 s for a 200k backlog)."""
     n = 0
+    for owner, size, count in staged:
+        shares.stage(owner, size, count)
+        n += count
     for q in queues:
         for m in held_objects(q, streams, {}):
             loc = m.ticket.loc if m.persistent and m.ticket is not None else None

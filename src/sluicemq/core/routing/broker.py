@@ -379,7 +379,7 @@ class Broker:
         if self.shares is None:
             return 0
         n = recount(self.shares, self._journaled_queues(), self.large_streams,
-                    self.store.journal)
+                    self.store.journal, self.stager.staged())
         self.store.shares = self.shares
         return n
 

@@ -52,11 +52,11 @@ class Rows:
 
 
 def encode_rows(batch: Columns, key: str, common: dict[str, str], now_ms: int,
-                prefix: bytes = b"") -> Rows:
+                prefix: bytes = b"", owner: bytes = b"") -> Rows:
     """The rows of ``batch`` for journal ``key`` (its seq and timestamp columns are ignored;
     each row's headers are ``common`` plus its own), the block starting with ``prefix`` (a
-    record's head: the block is then the whole record); ProtocolError names the first bad
-    row."""
+    record's head: the block is then the whole record), each row naming ``owner`` as its sender
+    (``records.encode_owner``; b"": none); ProtocolError names the first bad row."""
     n = batch.count
     hs, he, bs, be = batch.bounds()
     body = batch.body
@@ -90,14 +90,16 @@ def encode_rows(batch: Columns, key: str, common: dict[str, str], now_ms: int,
     tails = [(comma_tail if h else tail) if f else b""
              for h, f in zip(own, as_sent, strict=True)]
     k = key.encode()
+    ok = owner + k  # the owner field sits between the fixed head and the key
     hlen = np.fromiter(map(len, heads), np.int64, n) + np.fromiter(map(len, tails), np.int64, n)
     blen = np.array(be, np.int64) - np.array(bs, np.int64)
     fixed = np.zeros(n, fixed_dtype)
     fixed["rtype"] = records.MSG
-    fixed["length"] = records.MSG_HEAD.size + len(k) + hlen + blen
+    fixed["length"] = records.MSG_HEAD.size + len(ok) + hlen + blen
     fixed["ts"] = now_ms
     fixed["expires"] = np.frombuffer(batch.expires.tobytes(), np.int64)
     fixed["priority"] = np.frombuffer(priority, np.uint8)
+    fixed["flags"] = records.OWNER_FLAG if owner else 0
     fixed["klen"] = len(k)
     fixed["hlen"] = hlen
     heads_fixed = memoryview(fixed.tobytes())
@@ -105,11 +107,11 @@ def encode_rows(batch: Columns, key: str, common: dict[str, str], now_ms: int,
     assert w == records.OP_HEAD_SIZE + records.MSG_HEAD.size
     parts: list[bytes | memoryview] = [prefix, *[b""] * (5 * n)]
     parts[1::5] = [heads_fixed[i:i + w] for i in range(0, n * w, w)]
-    parts[2::5] = [k] * n
+    parts[2::5] = [ok] * n
     parts[3::5] = heads
     parts[4::5] = tails
     parts[5::5] = [body[a:b] for a, b in zip(bs, be, strict=True)]
-    op_size = w + len(k) + hlen + blen
+    op_size = w + len(ok) + hlen + blen
     inner = np.cumsum(op_size) - op_size + (len(prefix) + records.OP_HEAD_SIZE)
     return Rows(key, bytes(priority), array("I", inner.astype(np.uint32).tobytes()),
                 array("I", blen.astype(np.uint32).tobytes()), b"".join(parts))

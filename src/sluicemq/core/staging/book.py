@@ -23,6 +23,7 @@ from typing import Any
 
 from sluicemq.core.routing import keys
 from sluicemq.errors import ProtocolError
+from sluicemq.storage import records
 from sluicemq.storage.segment import Location
 from sluicemq.storage.store import TicketLike
 
@@ -37,6 +38,12 @@ TOKEN = "sluice-stage-token"  # on a publication: the publisher's token; on a du
 STAGED, PUBLISHED, DUPLICATE = "staged", "published", "duplicate"
 
 _NAME = re.compile(r"[A-Za-z0-9._:-]{1,200}")
+
+
+def stored_owner(owner: str | None) -> bytes:
+    """A batch owner as its records name the sender and the per-user share of the store
+    counts it (``records.encode_owner``; b"": nobody's, security off - the anonymous user)."""
+    return records.encode_owner(owner) if owner is not None else b""
 
 
 def parse_names(value: str | None, header: str, count: int) -> tuple[str, ...]:
@@ -121,6 +128,10 @@ class StagedRecord:
 
     def __len__(self) -> int:
         return len(self.kidx)
+
+    @property
+    def body_bytes(self) -> int:
+        return sum(self.size)
 
 
 @dataclass(slots=True)

@@ -38,6 +38,7 @@ from sluicemq.core.staging.book import (
     parse_names,
     parse_parts,
     parse_token,
+    stored_owner,
 )
 from sluicemq.core.staging.writer import PartWriter
 from sluicemq.errors import ProtocolError
@@ -105,7 +106,8 @@ def add_send(session: Session, spool: TxSpool, frame: Frame, kind: str, name: st
     if FORMAT in h:
         return _add_batch(session, spool, frame, key, headers, now_ms)
     spool.add_send(key, now_ms, parse_expires(h.get("expires")),
-                   parse_priority(h.get("priority")), headers, bytes(frame.body))
+                   parse_priority(h.get("priority")), headers, bytes(frame.body),
+                   stored_owner(owner(session)))
     return 1
 
 

@@ -9,6 +9,11 @@ get message objects read from the records. The parts' pins are released once the
 record is durable; from then on the messages pin their records like a transaction's messages
 do, and compaction moves them like any others.
 
+The per-user share of the store (``user_store_limit``) counts a part's bytes from the moment its
+records are written (``writer.py``) until it is discarded, expires or is published; at
+publication each message is charged to the stager like a stored SEND, held by its queue (or by
+each durable subscription of its topic), so consuming it gives the room back.
+
 Replay (``core/pipeline_recovery.py``) applies a STAGE_PUBLISH record all or nothing and gives
 message ``i`` the id ``base + i`` - the ids the running broker gave them.
 """
@@ -20,7 +25,7 @@ import logging
 import time
 from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from sluicemq.core.paging.spill import JOURNAL, SpillFifo
@@ -35,9 +40,10 @@ from sluicemq.core.staging.book import (
     ParkedPart,
     StageBook,
     StagedRecord,
+    stored_owner,
 )
 from sluicemq.core.staging.mover import PartMover
-from sluicemq.core.staging.writer import PartWriter
+from sluicemq.core.staging.writer import PartWriter, unshare
 from sluicemq.errors import ProtocolError
 from sluicemq.storage.staging_records import (
     MEMO_PUBLISHED,
@@ -136,6 +142,7 @@ class Stager:
         parked = writer.finish()
         old = self.book.park(parked)
         if old is not None:  # a retried task staged the part again: the newer attempt wins
+            self._unshare([old])
             self.store.let_go(old.tickets)
         return STAGED, parked.count
 
@@ -185,6 +192,7 @@ class Stager:
                            for p in chosen], token, owner)
         payload = encode_publish(pub)
         every = self.book.take_batch(key)
+        self._unshare(every)  # the chosen parts' messages are charged one by one (_route)
         ticket = self.store.settle(STAGE_PUBLISH, payload, [t for p in every for t in p.tickets])
         self._unsynced.append((ticket, key, payload))
         self.book.remember(key, now, count, token)
@@ -204,11 +212,13 @@ class Stager:
         import numpy as np  # here, not at import: ~15 MiB of RSS a broker may not need
 
         broker = self.broker
+        shares = self.store.shares
         mid = base
         retained: Counter[int] = Counter()
         newest = (0, -1)
         woken: dict[int, Queue] = {}
         for part in parts:
+            owner = stored_owner(part.owner)
             for rec in part.records:
                 loc = rec.ticket.loc
                 assert loc is not None
@@ -219,6 +229,9 @@ class Stager:
                     q = broker.queue(name) if keys.is_queue(key) else None
                     if q is not None and q.pending.pager is not None:  # slots, nothing read
                         _adopt(q, rec, loc, mid, rows)
+                        if shares is not None:
+                            for j in rows.tolist():
+                                shares.charge(owner, mid + j, rec.size[j], 1)
                         retained[loc.segment] += len(rows)
                         newest = (loc.segment, loc.offset)
                         woken[id(q)] = q
@@ -229,10 +242,14 @@ class Stager:
                         if q is not None:
                             msg = self._read(slot, q.destination, rec.prio[j])
                             self.store.hold(msg.ticket)
+                            if shares is not None:
+                                shares.charge(owner, msg.mid, rec.size[j], 1)
                             q.enqueue(msg)
                         else:
-                            self._to_topic(name, self._read(slot, f"/topic/{name}",
-                                                            rec.prio[j]))
+                            held = self._to_topic(name, self._read(slot, f"/topic/{name}",
+                                                                   rec.prio[j]))
+                            if shares is not None and held:
+                                shares.charge(owner, mid + j, rec.size[j], held)
                 mid += len(rec)
         if retained:
             self.store.hold_rows(dict(retained), newest)
@@ -244,22 +261,25 @@ class Stager:
               priority: int) -> Message:
         return self.broker.pager.page_in(SpillFifo(), slot, destination, priority)
 
-    def _to_topic(self, name: str, msg: Message) -> None:
+    def _to_topic(self, name: str, msg: Message) -> int:
         """Fan out like any topic message: durable subscriptions keep a journaled copy, live
-        ones get theirs in memory."""
+        ones get theirs in memory. Returns how many durable subscriptions hold the record."""
         topic = self.broker.topic(name)
         topic.published += 1
+        held = 0
         for q in topic.targets(msg):
             copy = msg.copy_for(msg.destination)
             if q.durable:
                 copy.ticket = msg.ticket
                 self.store.hold(copy.ticket)
+                held += 1
             else:
                 copy.persistent = False
                 copy.ticket = None
                 if copy.body is None:
                     copy.body = bytes(self.broker.body_of(msg))
             q.enqueue(copy)
+        return held
 
     # -- discarding --------------------------------------------------------------------------
     def abort(self, key: BatchKey) -> int:
@@ -271,6 +291,7 @@ class Stager:
     def _discard(self, parts: list[ParkedPart]) -> None:
         if not parts:
             return
+        self._unshare(parts)
         self.store.settle(STAGE_DISCARD, encode_discard(p.ident for p in parts),
                           [t for p in parts for t in p.tickets])
         self.discarded_parts += len(parts)
@@ -308,7 +329,18 @@ class Stager:
         for p in self.book.all_parts():
             if any(t.loc is None for t in p.tickets):
                 self.book.take(p)
+                self._unshare([p])
                 self.store.let_go(p.tickets)
+
+    def _unshare(self, parts: list[ParkedPart]) -> None:
+        """These parked parts leave their stager's share (published, discarded, expired)."""
+        for p in parts:
+            unshare(self.store.shares, stored_owner(p.owner), p.records)
+
+    def staged(self) -> Iterator[tuple[bytes, int, int]]:
+        """(owner, body bytes, messages) of each parked part (the share's recount)."""
+        for p in self.book.all_parts():
+            yield stored_owner(p.owner), sum(r.body_bytes for r in p.records), p.count
 
     @property
     def parked_parts(self) -> int:

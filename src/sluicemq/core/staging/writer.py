@@ -7,6 +7,10 @@ that finds no final record of the attempt drops them), so its bytes are copied o
 record, and the part's COMMIT writes only the final record - with the few plain SENDs of the
 part, which keep their spool.
 
+Shares: with ``user_store_limit`` set, each record written is charged to the stager's share
+of the store (``UserShares.stage``) until the part is published (its messages are then charged
+one by one), discarded or abandoned (``unshare``); so staging cannot pass the share.
+
 Pins: every record written is held until the part is published (its messages then hold
 them), discarded, or abandoned (``drop``). The index snapshot lists the records of parts
 still being written (``partial``), so that a final record after a snapshot finds them.
@@ -19,13 +23,13 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from sluicemq.core.staging.batches import Rows, encode_rows
-from sluicemq.core.staging.book import ParkedPart, StagedRecord
+from sluicemq.core.staging.book import ParkedPart, StagedRecord, stored_owner
 from sluicemq.protocol.columns import Columns
 from sluicemq.storage import records
 from sluicemq.storage.staging_records import STAGE, StageMeta
 
 if TYPE_CHECKING:
-    from sluicemq.storage.store import Store, TicketLike
+    from sluicemq.storage.store import ShareBook, Store, TicketLike
 
 RECORD_BYTES = 4 << 20  # plain SENDs of a part are journaled in records of about this size
 
@@ -39,6 +43,7 @@ class PartWriter:
         self._forget = forget  # the stager's: stop listing this part as one being written
         self.meta = meta
         self.txid = meta.txid()
+        self.owner = stored_owner(meta.owner)  # the sender its records name (and share)
         self._heads = (records.encode_tx_ops(self.txid, [], final=False),
                        records.encode_tx_ops(self.txid, [], final=True))
         self._first = len(self._heads[0]) + records.OP_HEAD_SIZE  # the first op's payload
@@ -56,7 +61,7 @@ class PartWriter:
     def add_batch(self, batch: Columns, key: str, common: dict[str, str], now_ms: int) -> int:
         """A column batch of rows for ``key``, journaled now as one record of its own; the
         rows' count. ProtocolError (nothing written) for a bad batch."""
-        rows = encode_rows(batch, key, common, now_ms, prefix=self._heads[0])
+        rows = encode_rows(batch, key, common, now_ms, prefix=self._heads[0], owner=self.owner)
         self.flush()  # the part's earlier plain SENDs first: messages keep the part's order
         self._write(rows.block, [], [(rows, 0)])
         return rows.count
@@ -95,6 +100,7 @@ class PartWriter:
             return
         self.done = True
         self._forget(self)
+        unshare(self.store.shares, self.owner, self.records)
         self.store.let_go(self.tickets)
 
     def _write(self, payload: bytes, pending: list[tuple[str, int, int, int]],
@@ -108,3 +114,14 @@ class PartWriter:
             inner = np.frombuffer(rows.inner, np.uint32) + np.uint32(at)
             rec.add_rows(rows.key, rows.priority, array("I", inner.tobytes()), rows.size)
         self.records.append(rec)
+        shares = self.store.shares
+        if shares is not None:
+            shares.stage(self.owner, rec.body_bytes, len(rec))
+
+
+def unshare(shares: ShareBook | None, owner: bytes, recs: list[StagedRecord]) -> None:
+    """Give back what ``PartWriter`` charged for these records of ``owner``'s part (it is
+    published, discarded or abandoned); nothing while no share is kept."""
+    if shares is not None:
+        for rec in recs:
+            shares.unstage(owner, rec.body_bytes, len(rec))
