@@ -35,8 +35,16 @@ class _IoEvent(ctypes.Structure):
                 ("res", ctypes.c_int64), ("res2", ctypes.c_int64)]
 
 
-_syscall = ctypes.CDLL(None, use_errno=True).syscall
+_syscall = ctypes.CDLL(None, use_errno=True).syscall  # (releases the GIL: io_getevents waits)
 _syscall.restype = ctypes.c_long
+_syscall_held = ctypes.PyDLL(None, use_errno=True).syscall
+"""The same call keeping the GIL, for the calls that never wait: io_submit (it pins the pages
+and queues the write, tens of microseconds) and io_getevents of what is complete already. Why:
+a writer that let go of the GIL for them waited to get it back from the loop, which in a
+stream is busy receiving the next chunks, while the writer is the stream's busy stage (README,
+Large streams, session 20: with ``direct.py``'s copy keeping it too, the no-consumer GiB
+1.13x)."""
+_syscall_held.restype = ctypes.c_long
 
 
 def _check(result: int) -> int:
@@ -57,30 +65,38 @@ class WriteQueue:
         setup, self._destroy, self._submit, self._getevents = calls
         self._ctx = ctypes.c_ulong(0)
         _check(_syscall(ctypes.c_long(setup), ctypes.c_long(depth), ctypes.byref(self._ctx)))
-        self._cbs = [_IoCb() for _ in range(depth)]
-        self._one = (ctypes.POINTER(_IoCb) * 1)()
+        # One iocb per slot, its constant fields set once; io_submit takes a pointer array.
+        self._cbs = [_IoCb(data=slot, opcode=_PWRITE) for slot in range(depth)]
+        self._lists = [(ctypes.POINTER(_IoCb) * 1)(ctypes.pointer(cb)) for cb in self._cbs]
+        self._call = ctypes.c_long(self._submit)
+        self._single = ctypes.c_long(1)
+        self._reap_call = ctypes.c_long(self._getevents)
+        self._none = ctypes.c_long(0)
         self._events = (_IoEvent * depth)()
         self.busy: set[int] = set()
 
     def submit(self, slot: int, fd: int, address: int, length: int, offset: int) -> None:
-        """Start writing ``length`` bytes at ``address`` to ``fd`` at ``offset``."""
+        """Start writing ``length`` bytes at ``address`` to ``fd`` at ``offset`` (the GIL
+        kept: ``_syscall_held``)."""
         cb = self._cbs[slot]
-        ctypes.memset(ctypes.byref(cb), 0, ctypes.sizeof(cb))
-        cb.data, cb.opcode, cb.fildes = slot, _PWRITE, fd
-        cb.buf, cb.nbytes, cb.offset = address, length, offset
-        self._one[0] = ctypes.pointer(cb)
-        _check(_syscall(ctypes.c_long(self._submit), self._ctx, ctypes.c_long(1), self._one))
+        cb.fildes, cb.buf, cb.nbytes, cb.offset = fd, address, length, offset
+        _check(_syscall_held(self._call, self._ctx, self._single, self._lists[slot]))
         self.busy.add(slot)
 
     def reap(self, least: int = 1) -> list[tuple[int, int]]:
-        """Wait for at least ``least`` writes (the GIL released): (slot, result) of each -
-        the bytes written, or -errno."""
-        while True:
-            done = _syscall(ctypes.c_long(self._getevents), self._ctx, ctypes.c_long(least),
-                            ctypes.c_long(len(self._events)), self._events, None)
-            if done >= 0 or ctypes.get_errno() != errno.EINTR:
-                break
-        _check(done)
+        """Wait for at least ``least`` writes: (slot, result) of each - the bytes written, or
+        -errno. What is complete already is taken with the GIL kept (a call that cannot
+        wait); only the wait for the rest lets go of it."""
+        size = ctypes.sizeof(_IoEvent)
+        done = _check(_syscall_held(self._reap_call, self._ctx, self._none,
+                                    ctypes.c_long(len(self._events)), self._events, None))
+        while done < least:
+            more = _syscall(self._reap_call, self._ctx, ctypes.c_long(least - done),
+                            ctypes.c_long(len(self._events) - done),
+                            ctypes.byref(self._events, done * size), None)
+            if more < 0 and ctypes.get_errno() == errno.EINTR:
+                continue
+            done += _check(more)
         results = [(int(event.data), int(event.res)) for event in self._events[:done]]
         self.busy.difference_update(slot for slot, _ in results)
         return results

@@ -4,7 +4,7 @@ Why: a buffered write copies every byte of a stream into fresh page-cache pages 
 allocation, ext4's buffered-write path, dirty tracking and writeback, and on this VM a host
 fault per fresh page - which the writer then drops again (``drop_cached``): 0.44-0.51 of the
 writer's CPU-s a GiB, on the critical path of every receipt (README, Large streams). Written
-directly, the bytes are copied once into a slot the writer keeps (with the GIL released) and
+directly, the bytes are copied once into a slot the writer keeps (the GIL kept: ``_copy``) and
 the disk takes them from there. The writes are submitted asynchronously (``aio.py``), so the
 disk writes one chunk while the writer copies the next; ``wait`` collects them before the
 batch's fdatasync. Without native AIO each write is synchronous.
@@ -48,6 +48,13 @@ SLOTS = 3
 """Slots, hence writes in flight at most: one being filled while two are written."""
 
 _ZEROS = bytes(ALIGN)
+_copy = ctypes.PyDLL(None).memmove
+"""libc's memmove keeping the GIL (``ctypes.memmove`` lets go of it). Why: a MiB takes ~0.07
+ms, and a writer that let go of the GIL for it then waited for the loop to give it back - the
+loop, in a stream, is receiving the next chunks; the writer is the stream's busy stage. The
+cost: the loop waits for at most the copies and submissions of the writes in flight (~0.5 ms)."""
+_copy.restype = None
+_copy.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
 _O_DIRECT: int = getattr(os, "O_DIRECT", 0)  # (Linux; elsewhere the journal writes buffered)
 
 
@@ -97,7 +104,7 @@ class DirectWrites:
             source, left = storage_address(part), len(part)
             while left:
                 n = min(left, SLOT_BYTES - used)
-                ctypes.memmove(self._ring_at + at + used, source, n)  # GIL released
+                _copy(self._ring_at + at + used, source, n)
                 source, left, rest, used = source + n, left - n, rest - n, used + n
                 if used == SLOT_BYTES and rest:  # full, more to come: a piece of its own
                     if not self._put(slot, fd, dfd, used, start, first):
