@@ -279,8 +279,7 @@ class BrokerServer:
         for server in self._servers:
             server.close()
         for conn in list(self.connections):
-            if conn.transport is not None:
-                conn.transport.close()
+            conn.stop()  # ack:auto messages whose frames it still holds go back first
         for listener in (self._console_listener, self._ws_listener):
             if listener is not None:
                 await listener.stop()

@@ -25,6 +25,7 @@ import contextlib
 import fcntl
 import logging
 import socket
+import struct
 import sys
 import termios
 import time
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("sluicemq.tcp")
 
 _INT0 = bytes(4)  # the ioctl's int argument
+# struct tcp_info (linux/tcp.h): its size and where tcpi_bytes_acked is (Linux 4.2+)
+_TCP_INFO_BYTES, _BYTES_ACKED_AT = 232, 120
 LINGER_SECONDS = 5.0  # input discarded after a close, before the socket is dropped for good
 # What an open TCP connection holds of its own, charged to the memory account while it is
 # admitted (``MemoryAccount.open``), as a WebSocket's is: 10,000 of them (max_connections) are
@@ -95,6 +98,7 @@ class StompProtocol(asyncio.BufferedProtocol):
         self._pending = 0  # bytes in _out
         self._paused = False  # the transport's buffer is over the share (pause_writing)
         self._held = False  # not writable until the flush: _out alone reached the share
+        self._tls = False  # bytes_written cannot tell (sessions/unwritten.py keeps nothing)
 
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -123,6 +127,7 @@ class StompProtocol(asyncio.BufferedProtocol):
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None:
             self.session.cert_user = peer_common_name(ssl_object.getpeercert())
+            self._tls = True
         self._address = address
         self.connections.add(self)
         self._limit_output()
@@ -177,6 +182,8 @@ class StompProtocol(asyncio.BufferedProtocol):
         if self.session is not None:
             turns = self.broker.turns
             started = turns.clock()
+            if self.session.unwritten:
+                self._give_back(self._written_at_end())
             self.session.connection_lost()
             turns.charge(self.session.use, started)
             self.session = None  # it refers back to us: freed by refcount, not the cyclic GC
@@ -212,6 +219,8 @@ class StompProtocol(asyncio.BufferedProtocol):
         self.writable = True
         self._paused = False
         self._memory.charge(self, self.buffered)
+        if self.session is not None and self.session.unwritten:
+            self.session.unwritten.written(self.bytes_written())
         if self._slow_handle is not None:
             self._slow_handle.cancel()
             self._slow_handle = None
@@ -290,8 +299,16 @@ class StompProtocol(asyncio.BufferedProtocol):
     def _sent(self) -> None:
         """After handing output to the transport: charge what its buffer now holds to the
         memory budget, and note the time (heart-beats count from it)."""
-        if self.transport is not None:  # (a write that failed may have ended it)
-            self._memory.charge(self, self.transport.get_write_buffer_size())
+        transport = self.transport
+        if transport is not None:  # (a write that failed may have ended it)
+            size = transport.get_write_buffer_size()
+            self._memory.charge(self, size)
+            session = self.session
+            if session is not None and session.unwritten:
+                if self._tls:
+                    session.unwritten.written(-1)  # it cannot tell: nothing is kept
+                elif not transport.is_closing():  # (else its buffer may be dropped already)
+                    session.unwritten.written(self.bytes_out - self._pending - size)
         self.last_sent = time.monotonic()
 
     def _limit_output(self) -> None:
@@ -338,6 +355,27 @@ class StompProtocol(asyncio.BufferedProtocol):
         transport.write_eof()
         self._deadline = self._loop.call_later(LINGER_SECONDS, self._linger_over)
 
+    def stop(self) -> None:
+        """The broker stops: ack:auto messages whose frames are still in our buffers go back
+        to their queues, and those frames are dropped (``abort``) so that none arrives after
+        it was given back; else what was written goes out first (``close``)."""
+        transport = self.transport
+        if transport is None:
+            return
+        session = self.session
+        if session is not None and session.unwritten and self._give_back(self.bytes_written()):
+            transport.abort()
+        else:
+            transport.close()
+
+    def _give_back(self, written: int) -> int:
+        assert self.session is not None
+        count = self.session.unwritten.give_back(written)
+        if count:
+            log.info("%s ended with %d ack:auto messages still in the broker's buffers: back "
+                     "to their queues", self.session.peer, count)
+        return count
+
     def _linger_over(self) -> None:
         self._deadline = None
         if self.transport is not None:
@@ -360,7 +398,29 @@ class StompProtocol(asyncio.BufferedProtocol):
         transport = self.transport
         if transport is None or transport.get_extra_info("ssl_object") is not None:
             return -1
+        if transport.is_closing():  # its buffer may be dropped already (a reset, an abort)
+            return self._written_at_end()
         return self.bytes_out - self._pending - transport.get_write_buffer_size()
+
+    def _written_at_end(self) -> int:
+        """``bytes_written`` as the connection ended, when the transport has already dropped
+        its buffer (a reset, an abort): what the kernel took, read from its counters - what
+        the peer's TCP acknowledged (``tcpi_bytes_acked``) plus what the kernel still queues
+        (SIOCOUTQ). -1 when that cannot be known (TLS, no socket, an older kernel)."""
+        transport = self.transport
+        if transport is None or transport.get_extra_info("ssl_object") is not None:
+            return -1
+        sock = transport.get_extra_info("socket")
+        try:
+            info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_BYTES)
+            queued = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, _INT0)
+        except (OSError, AttributeError, ValueError):
+            return -1
+        if len(info) < _BYTES_ACKED_AT + 8:
+            return -1
+        taken = struct.unpack_from("=Q", info, _BYTES_ACKED_AT)[0]
+        taken += int.from_bytes(queued, sys.byteorder)
+        return min(taken, self.bytes_out - self._pending)
 
     def bytes_acked(self) -> int:
         """How many of the bytes ever written to this connection (``bytes_out``) its peer's

@@ -252,6 +252,30 @@ class StoreLater:
         self._unwritten = {}
         self.unwritten = 0
 
+    def give_back(self, msgs: list[Message]) -> None:
+        """``msgs``, handed to an ack:auto consumer, go back to their queue: their bytes never
+        left the broker (its connection ended first, ``sessions/unwritten.py``). A removal held
+        for their bytes is dropped unjournaled (the queue holds them again); a deferred one is
+        the queue's again, written when due unless acknowledged first."""
+        ids = {id(m) for m in msgs}
+        for m in msgs:
+            entry = self.entries.get(id(m))
+            if entry is not None:
+                entry.removed = False
+                entry.unsent = None
+        lines = self._unwritten
+        for written in list(lines):
+            kept: deque[tuple[str, list[Message], int]] = deque()
+            for key, held, end in lines[written]:
+                left = [m for m in held if id(m) not in ids]
+                self.unwritten -= len(held) - len(left)
+                if left:
+                    kept.append((key, left, end))
+            if kept:
+                lines[written] = kept
+            else:
+                del lines[written]
+
     def unwritten_of(self) -> dict[str, list[Message]]:
         """The messages whose removal waits for their bytes, by queue key, in delivery order:
         index snapshots and compaction count them as the queue's."""
@@ -288,6 +312,8 @@ class StoreLater:
             if id(entry.msg) not in self.entries:
                 continue
             arriving = entry.arriving
+            if arriving is None and entry.unsent is None:
+                continue  # given back to its queue (give_back): nothing to watch
             if arriving is not None:
                 if _arrived(arriving):  # its consumer has it: an ACK is due within the delay
                     entry.arriving = None
@@ -350,8 +376,11 @@ class StoreLater:
         msg.inner = 0
         store.hold(msg.ticket)
         consumer = entry.consumer
-        if entry.removed:
-            store.remove(entry.key, msg.mid, msg.ticket)
+        if entry.removed:  # its removal too, once its bytes left user space (or at once)
+            sent = entry.unsent
+            mark = consumer.delivery.written_mark() if consumer is not None else None
+            self.remove_when_written(entry.key, [msg], None if mark is None or sent is None
+                                     else (mark[0], sent[1]))
         elif (msg.size >= self.spill_bytes and consumer is not None
               and consumer.inflight.get(msg.mid) is msg):
             msg.body = None  # no cursor counts its body (a consumer has it): the journal keeps it

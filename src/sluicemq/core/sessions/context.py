@@ -29,6 +29,7 @@ from sluicemq.core.security.policy import User
 from sluicemq.core.sessions.heads import message_head, message_head_12, run_frames_12
 from sluicemq.core.sessions.peer import Outbound
 from sluicemq.core.sessions.services import Services
+from sluicemq.core.sessions.unwritten import Unwritten
 from sluicemq.core.streams.chunks import STREAM_ID
 from sluicemq.errors import ProtocolError
 from sluicemq.protocol.codec import FrameParser, encode_frame
@@ -96,6 +97,7 @@ class SessionContext:
         # a transport that can tell how much of its output left user space holds back the
         # journaled removal of stored messages an ack:auto consumer takes until then
         self._written: Callable[[], int] | None = getattr(out, "bytes_written", None)
+        self.unwritten = Unwritten(broker.later)  # and gives back their messages if it ends
         self.parser = FrameParser(max_frame_bytes=limits.max_frame_bytes,
                                   max_headers=limits.max_headers,
                                   max_header_line=limits.max_header_line,
@@ -153,6 +155,8 @@ class SessionContext:
             acked = getattr(self.out, "bytes_acked", _unknown)
             end = getattr(self.out, "bytes_out", 0)
             self.broker.later.sent(msg, consumer, (acked, end), auto=consumer.ack_mode == AUTO)
+        if consumer.ack_mode == AUTO and self._written is not None and consumer.queue.durable:
+            self.unwritten.add(consumer, msg, getattr(self.out, "bytes_out", 0))
 
     def deliver_run(self, consumer: Consumer, msgs: list[Message]) -> int:
         """``Delivery.deliver_run``: to a transport that takes whole runs (TCP), as frames
@@ -167,6 +171,9 @@ class SessionContext:
                                                deferring)
                 if frames:
                     write_frames(frames, nbytes)
+                    if self._written is not None and consumer.queue.durable:
+                        self.unwritten.add_run(consumer, msgs[done:done + len(frames)],
+                                               frames, getattr(self.out, "bytes_out", 0))
                     done += len(frames)
                     self.delivered += len(frames)
                     continue
