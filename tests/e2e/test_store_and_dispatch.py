@@ -105,6 +105,42 @@ def test_a_message_not_acknowledged_in_time_is_written_before_its_receipt(
     assert drain_until_marker(b) == ["1"]
 
 
+def test_messages_whose_write_is_deferred_take_room_in_the_store_from_their_send(
+        broker_factory: Any) -> None:
+    """A consumer (client acks, prefetch 1000) that never acknowledges, writes deferred 5 s,
+    a 1 MiB store of 256 KiB segments: a burst of 600 x 4 KiB persistent SENDs without
+    receipts meets ``store limit reached`` once the journal and the deferred bodies reach
+    1 MiB, fewer than 256 messages in (was: all 600 went out, 2.3 MiB, none counted until
+    its write). The RECEIPT of a SEND after them comes once the deferred ones are written;
+    what went in is delivered in order."""
+    b = broker_factory(config_text=config(5000) + "segment_bytes = 262144\npreallocate = "
+                       "false\n\n[limits]\nstore_limit = \"1 MiB\"\n\n[defaults]\n"
+                       "fail_if_no_space = true\n")
+    consumer = client(b)
+    consumer.send("SUBSCRIBE", {"destination": "/queue/s", "id": "1", "ack": "client",
+                                "activemq.prefetchSize": "1000", "receipt": "sub"})
+    assert consumer.recv().headers.get("receipt-id") == "sub"
+    producer = client(b)
+    for i in range(600):
+        producer.send("SEND", {"destination": "/queue/s", "persistent": "true",
+                               "n": str(i)}, b"d" * 4096)
+    producer.send("SEND", {"destination": "/queue/other", "receipt": "after"}, b"")
+    refused = 0
+    while (frame := producer.recv()).command == "ERROR":
+        assert frame.headers["message"] == (
+            "/queue/s cannot take the message: store limit reached (1048576 bytes of journal)")
+        refused += 1
+    assert frame.headers["receipt-id"] == "after"
+    taken = 600 - refused
+    assert 0 < taken < 256
+    got = [consumer.recv(timeout=30) for _ in range(taken)]
+    assert [m.headers["n"] for m in got] == [str(i) for i in range(taken)]
+    consumer.send("ACK", {"ack": got[-1].headers["ack"], "receipt": "acked"})
+    assert consumer.recv(timeout=30).headers.get("receipt-id") == "acked"
+    consumer.close()
+    producer.close()
+
+
 def test_an_ack_auto_consumer_that_reads_takes_messages_that_are_never_written(
         broker_factory) -> None:
     b = broker_factory(config_text=config(60_000))

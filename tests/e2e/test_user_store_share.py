@@ -18,6 +18,7 @@ from accounts import NEIGHBOUR_RULES, NEIGHBOURS
 from stomp_helpers import (
     Collector,
     connect,
+    nothing_delivered,
     send_with_receipt,
     subscribe_with_receipt,
     wait_receipt,
@@ -235,4 +236,33 @@ def test_a_transaction_of_several_messages_gets_no_pass_past_an_empty_share(
     conn.commit(transaction="tx2", headers={"receipt": "one"})
     wait_receipt(listener, "one")
     assert listener.errors.empty()
+    conn.disconnect()
+
+
+BURST_CONFIG = CONFIG + """
+[journal]
+store_delay_ms = 60000
+"""
+
+
+def test_a_burst_to_her_own_consumer_that_never_acks_stays_within_her_share(
+        broker_factory: Any) -> None:
+    """Her consumer (client acks, prefetch 100) is ready, so each persistent message goes
+    out at once and its write is deferred (``store_delay_ms``, here a minute: concurrent
+    store and dispatch); her share counts it from the SEND. Of a burst of 20 x 4 KiB without
+    receipts, 16 fill her share and the 17th gets the ERROR naming it (was: all 20 went in,
+    charged only at their writes - a prefetch past her share). Nothing past them delivered."""
+    broker = broker_factory(config_text=BURST_CONFIG)
+    conn, listener = as_mallory(broker)
+    subscribe_with_receipt(conn, listener, "/queue/m.strict.q", "s", ack="client-individual",
+                           headers={"activemq.prefetchSize": "100"})
+    for i in range(FIT + 4):
+        conn.send("/queue/m.strict.q", BODY, headers={"persistent": "true", "n": str(i)})
+    error = listener.errors.get(timeout=30)
+    assert error.headers["message"] == f"/queue/m.strict.q cannot take the message: {SHARE}"
+    got = [listener.next(timeout=10) for _ in range(FIT)]
+    assert [m.headers["n"] for m in got] == [str(i) for i in range(FIT)]
+    for m in got:
+        conn.ack(m.headers["ack"])
+    assert nothing_delivered(conn, listener)
     conn.disconnect()

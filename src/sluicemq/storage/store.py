@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Protocol
 
 from sluicemq.storage import records
 from sluicemq.storage.journal import Journal, Location
+from sluicemq.storage.release import SegmentRelease, segment_release
 from sluicemq.storage.shared import SharedRecords
 
 log = logging.getLogger("sluicemq.store")
@@ -42,32 +43,6 @@ class RecoveredTicket:
     def __init__(self, loc: Location) -> None:
         self.seq = 0
         self.loc: Location | None = loc
-
-
-class SegmentRelease:
-    """Many records let go of at once, as counts per segment (a ledger commit of a run)."""
-
-    __slots__ = ("counts", "newest")
-
-    def __init__(self, counts: dict[int, int], newest: tuple[int, int]) -> None:
-        self.counts = counts
-        self.newest = newest
-
-
-def _segment_release(segments: array, offsets: array) -> SegmentRelease:
-    """Counts per segment and the newest (segment, offset) of a run, with numpy: a commit of
-    a million-message backlog spent a quarter of its time on this in Python."""
-    import numpy as np  # here, not at import: numpy is ~15 MiB of RSS a broker may not need
-
-    seg = np.frombuffer(segments, dtype=np.dtype(segments.typecode))
-    off = np.frombuffer(offsets, dtype=np.dtype(offsets.typecode))
-    first = int(seg.min())
-    per = np.bincount(seg - first)  # segment numbers of one run are few and close together
-    present = np.flatnonzero(per)
-    last = first + int(present[-1])
-    newest = (last, int(off[seg == last].max()))
-    return SegmentRelease(dict(zip((present + first).tolist(), per[present].tolist(),
-                                   strict=True)), newest)
 
 
 class NewMessage(NamedTuple):
@@ -104,6 +79,19 @@ class ShareBook(Protocol):
     def stage(self, owner: bytes, size: int, count: int) -> None: ...
 
     def unstage(self, owner: bytes, size: int, count: int) -> None: ...
+
+
+class Deferred(Protocol):
+    """Messages whose record is deferred (``StoreLater``): their body bytes."""
+
+    bytes: int
+
+
+class _NoneDeferred:
+    bytes = 0
+
+
+_NOTHING_DEFERRED = _NoneDeferred()
 
 
 class Store:
@@ -151,6 +139,7 @@ class Store:
         # record but an ACK batch) and at close: the broker journals messages it deferred
         # (concurrent store and dispatch) first, so the log keeps every queue's order.
         self.pre_append: Callable[[str | None], None] = lambda key: None
+        self.deferred: Deferred = _NOTHING_DEFERRED  # the broker's StoreLater
 
     # -- lifecycle ---------------------------------------------------------------------------
     def recover(self) -> Iterator[tuple[int, Any, RecoveredTicket]]:
@@ -434,7 +423,7 @@ class Store:
         if self.shared.held:
             self.shared.release_run(mids)
         ticket = self._append(records.ACK, records.encode_ack_run(key, mids))
-        self._releases.append((ticket.seq, _segment_release(segments, offsets)))
+        self._releases.append((ticket.seq, segment_release(segments, offsets)))
 
     def release_after(self, seq: int, tickets: Iterable[TicketLike]) -> None:
         """Unpin these records once record ``seq`` (which removes them) is durable."""
@@ -498,8 +487,11 @@ class Store:
         self.on_failed(first, last, exc)
 
     def disk_estimate(self) -> int:
-        """Journal bytes on disk, cheaply (asked on every SEND): live segments times their size."""
-        return self.journal.segment_count() * self.journal.segment_bytes
+        """Journal bytes on disk, cheaply (asked on every SEND): live segments times their size,
+        and the bodies whose write is deferred (``deferred.bytes``: they take room from their
+        SEND, see ``core/persistence/storelater.py``)."""
+        journal = self.journal
+        return journal.segment_count() * journal.segment_bytes + self.deferred.bytes
 
     @property
     def idle(self) -> bool:

@@ -339,3 +339,52 @@ def test_a_clean_stop_journals_every_held_back_removal() -> None:
     later.remove_when_written("q:q", [stored(1), stored(2)], (lambda: 0, 400))
     later.release_all()
     assert removed == [1, 2] and later.unwritten == 0 and later.unwritten_of() == {}
+
+
+class Shares:
+    """The per-user share's book as the store keeps it (``UserShares``): mid -> bytes."""
+
+    def __init__(self) -> None:
+        self.held: dict[int, int] = {}
+
+    def charge(self, owner: bytes, mid: int, size: int, holds: int) -> None:
+        assert mid not in self.held, "charged twice"
+        self.held[mid] = size
+
+    def release(self, mid: int) -> None:
+        self.held.pop(mid, None)
+
+    def release_run(self, mids: Any) -> None:
+        for mid in mids:
+            self.release(mid)
+
+
+class ChargingStore(Store):
+    """A store that charges the share as it appends a message (``Store.append_message``)."""
+
+    def __init__(self, shares: Shares) -> None:
+        super().__init__()
+        self.shares = shares
+
+    def append_message(self, key: str, mid: int, *rest: Any) -> Ticket:
+        self.shares.charge(b"", mid, len(rest[4]), 1)
+        return super().append_message(key, mid, *rest)
+
+
+def test_a_deferred_message_takes_its_room_from_the_send() -> None:
+    """Counted in ``bytes`` (the store's use) and reserved in its sender's share at once;
+    an ACK before the write gives both back, and a write hands the share's charge to the
+    store's append (charged once, never twice)."""
+    loop, shares = Loop(), Shares()
+    later = StoreLater(ChargingStore(shares), 1 << 16, loop.call_soon, loop.call_later,
+                       lambda: loop.now, delay=0.005)
+    later.shares = shares
+    acked, kept = msg(1, 300), msg(2, 500)
+    for m in (acked, kept):
+        later.add("q:q", m)
+        later.sent(m, consumer=None, unsent=None)
+    assert later.bytes == 800 and shares.held == {1: 300, 2: 500}
+    assert later.removed(acked)
+    assert later.bytes == 500 and shares.held == {2: 500}
+    loop.advance(0.01)
+    assert later.bytes == 0 and shares.held == {2: 500}  # now the record's charge

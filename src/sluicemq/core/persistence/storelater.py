@@ -25,6 +25,13 @@ have left user space (``remove_when_written``). Journaled as they were handed ov
 lost what the broker still held unsent - up to the connection's output share, never received.
 Bytes in the kernel go out after the kill; a reset can still lose those (TCP's own limit).
 
+Room: a deferred message takes room in the store from its SEND, though its record comes
+later or never - else a burst to a consumer that never acknowledges passed the limits by up
+to its prefetch before the first write. Its body bytes count in the broker-wide store's use
+(``bytes``, read by ``Store.disk_estimate``) and, while the per-user share of the store is
+kept (``shares``), in its sender's share; the write charges the share again as it stores it,
+so the reservation is given back when the message leaves the list (written or settled).
+
 Order: deferred messages are written in the order they were published, and all of them before
 any other record (the store calls ``store_all`` before every append), so the journal holds
 everything in publish order; an acknowledged deferred message leaves no record at all.
@@ -42,7 +49,7 @@ from typing import Any, Protocol
 from sluicemq.core.routing.message import Message
 from sluicemq.core.routing.queue import Consumer, Queue
 from sluicemq.storage.records import PRODUCER_HEADER
-from sluicemq.storage.store import TicketLike
+from sluicemq.storage.store import ShareBook, TicketLike
 
 Waiter = Callable[[BaseException | None], None]
 # An ack:auto delivery: (bytes of the connection its peer has acknowledged - a function, -1
@@ -129,6 +136,7 @@ class StoreLater:
         self.deferred = 0  # counters, for /metrics and the benchmarks
         self.skipped = 0  # acknowledged before they were due: never written
         self.stored = 0
+        self.shares: ShareBook | None = None  # the per-user share, while it is kept
 
     @property
     def enabled(self) -> bool:
@@ -152,6 +160,9 @@ class StoreLater:
         self._keys[key] = self._keys.get(key, 0) + 1
         self.bytes += msg.size
         self.deferred += 1
+        shares = self.shares
+        if shares is not None:  # reserved in her share until written or settled (``_drop``)
+            shares.charge(msg.owner, msg.mid, msg.size, 1)
         self._arm(next(iter(self.entries.values())).due)  # nothing is written before the head
         if self.bytes > self.max_bytes:
             self._store_oldest(lambda: self.bytes > self.max_bytes)
@@ -390,8 +401,12 @@ class StoreLater:
         self.skipped += 1
 
     def _drop(self, entry: _Entry) -> None:
-        del self.entries[id(entry.msg)]
-        self.bytes -= entry.msg.size
+        msg = entry.msg
+        del self.entries[id(msg)]
+        self.bytes -= msg.size
+        shares = self.shares
+        if shares is not None:
+            shares.release(msg.mid)
         left = self._keys[entry.key] - 1
         if left:
             self._keys[entry.key] = left

@@ -154,6 +154,7 @@ class Broker:
         self.later = StoreLater(store, config.journal.spill_bytes, schedule, call_later,
                                 clock, delay=config.journal.store_delay_ms / 1000)
         store.pre_append = self.later.store_all
+        store.deferred = self.later
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -380,7 +381,7 @@ class Broker:
             return 0
         n = recount(self.shares, self._journaled_queues(), self.large_streams,
                     self.store.journal, self.stager.staged())
-        self.store.shares = self.shares
+        self.store.shares = self.later.shares = self.shares
         return n
 
     def count_holders(self) -> int:
