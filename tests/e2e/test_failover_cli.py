@@ -110,7 +110,7 @@ def test_sluice_receive_count_stops_at_n_across_a_failover(cluster, tmp_path: Pa
     third stream goes to the next receiver untouched (not one chunk delivered before)."""
     master = cluster.master()
     standby = cluster.standby()
-    blobs = [os.urandom(SIZE // 8 + i) for i in range(3)]
+    blobs = [os.urandom(SIZE // 4 + i) for i in range(3)]  # 33 chunks: ~1 s each at 8 MiB/s
     per_file = len(blobs[0]) // CHUNK + 1
     with Client(master.url, timeout=60) as c:
         for i, blob in enumerate(blobs):
