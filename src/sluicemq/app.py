@@ -28,6 +28,7 @@ from sluicemq import protocol
 from sluicemq.buffers import InputBuffers
 from sluicemq.config import BrokerConfig
 from sluicemq.core.dedup.recovery import ProducersPart
+from sluicemq.core.limits.sharepart import SharesPart
 from sluicemq.core.paging.trim import heap_free, malloc_trim
 from sluicemq.core.persistence.capture import save_snapshot
 from sluicemq.core.persistence.checkpoint import Checkpointer
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("sluicemq.server")
 # State beside the queues that rides in the journal and the index snapshot: the producer table
 # (dedup) and staged publishing. Their order is the snapshot sections' order.
-STATE_PARTS = check_parts((ProducersPart, StagingPart))
+STATE_PARTS = check_parts((ProducersPart, StagingPart, SharesPart))
 M_TRIM_THRESHOLD = -1  # mallopt parameters (malloc.h)
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 8 << 20  # above a stream's chunk bodies (1 MiB by default), below snapshot arrays
@@ -113,7 +114,7 @@ def build_core(config: BrokerConfig, loop: Loop, *, clock: Callable[[], float] =
     services = Services(broker, security, RangeService(broker), scheduler, InputBuffers())
     counts = replay(broker, STATE_PARTS)
     waiting = scheduler.recover()
-    counts["user_shares"] = broker.count_shares()
+    counts["user_shares"], counts["user_shares_read"] = broker.count_shares()
     counts["shared_records"] = broker.count_holders()
     store.start(loop.call_soon_threadsafe)
     return Core(journal, store, broker, scheduler, services, counts, waiting)
@@ -160,6 +161,9 @@ class BrokerServer:
         log.info("recovered %d messages, %d durable subscriptions from %d records in %.3fs",
                  counts["messages"], counts["durable_subscriptions"], counts["records"],
                  time.monotonic() - t0)
+        if self.broker.shares is not None:
+            log.info("user shares: %d stored messages counted, %d senders read from their "
+                     "records", counts["user_shares"], counts["user_shares_read"])
         self.checkpointer = Checkpointer(self.broker, js.snapshot_records,
                                          loop.call_soon_threadsafe, parts=STATE_PARTS,
                                          replayed=counts["records"],

@@ -21,6 +21,8 @@ from array import array
 from collections.abc import Iterable
 from typing import Protocol
 
+from sluicemq.core.limits.heldbook import HeldBook
+from sluicemq.core.limits.sharestate import ShareSeed
 from sluicemq.core.paging.spill import JOURNAL
 from sluicemq.core.routing.holders import held_objects
 from sluicemq.core.routing.queue import Queue
@@ -28,10 +30,6 @@ from sluicemq.core.routing.streams import StreamTable
 from sluicemq.storage import records
 from sluicemq.storage.segment import HEADER_SIZE, Location
 
-# A held record's entry: body size, holders and the owner's number in one int (no tuple a
-# message): size << _SIZE_AT | holds << _HOLDS_AT | number.
-_HOLDS_AT, _SIZE_AT = 20, 40
-_FIELD = (1 << 20) - 1
 _PEEK = records.MSG_HEAD.size + 2 + 62  # a record's head and an owner of up to 62 bytes
 _FLAGS_AT = struct.calcsize("<QqqB")  # where records.MSG_HEAD ("<QqqBBHI") has the flags
 _SMALL = 16 << 10  # records up to this are read with their neighbours, larger ones peeked
@@ -49,10 +47,16 @@ class UserShares:
         self._owners: list[bytes] = []
         self._used: list[int] = []  # body bytes by number
         self._staged: list[int] = []  # messages in parked (staged, unpublished) parts by number
-        self._held: dict[int, int] = {}  # message id -> packed entry (above)
-        # A dict keeps its table when entries go: once a drained backlog left it an eighth
-        # full it is copied into one its size (200k x 1 KiB drained kept +29 MiB otherwise).
-        self._low = 0
+        self._held = HeldBook()  # stored messages by id (a few bytes each)
+
+    @property
+    def book(self) -> HeldBook:
+        return self._held
+
+    @property
+    def logins(self) -> list[bytes]:
+        """The owners by number (``records.encode_owner``)."""
+        return self._owners
 
     def _number(self, owner: bytes) -> int:
         n = self._numbers.get(owner)
@@ -66,32 +70,16 @@ class UserShares:
     def charge(self, owner: bytes, mid: int, size: int, holds: int) -> None:
         """Message ``mid`` of ``size`` body bytes from ``owner`` is stored, held by ``holds``
         queues; a message already charged only gains the holders."""
-        entry = self._held.get(mid)
-        if entry is not None:
-            self._held[mid] = entry + (holds << _HOLDS_AT)
-            return
         n = self._number(owner)
-        held = self._held
-        held[mid] = size << _SIZE_AT | holds << _HOLDS_AT | n
-        self._used[n] += size
-        if len(held) >> 3 > self._low:
-            self._low = len(held) >> 3
+        if self._held.add(mid, n, size, holds):
+            self._used[n] += size
 
     def release(self, mid: int) -> None:
         """One holder of ``mid`` let go; the last gives its bytes back. A message never
-        charged (non-persistent, or stored by staged publishing) is ignored."""
-        entry = self._held.get(mid)
-        if entry is None:
-            return
-        if (entry >> _HOLDS_AT) & _FIELD > 1:
-            self._held[mid] = entry - (1 << _HOLDS_AT)
-            return
-        held = self._held
-        del held[mid]
-        self._used[entry & _FIELD] -= entry >> _SIZE_AT
-        if len(held) < self._low:
-            self._held = dict(held)
-            self._low = len(held) >> 3
+        charged (non-persistent) is ignored."""
+        gone = self._held.remove(mid)
+        if gone is not None:
+            self._used[gone[0]] -= gone[1]
 
     def release_run(self, mids: array) -> None:
         release = self.release
@@ -114,8 +102,7 @@ class UserShares:
 
     def holders(self, mid: int) -> int:
         """How many queues still hold charged message ``mid`` (0: not charged)."""
-        entry = self._held.get(mid)
-        return 0 if entry is None else (entry >> _HOLDS_AT) & _FIELD
+        return self._held.holders(mid)
 
     def used(self, owner: bytes) -> int:
         n = self._numbers.get(owner)
@@ -138,9 +125,8 @@ class UserShares:
 
     def by_user(self) -> dict[str, dict[str, int]]:
         """Per login: stored body bytes and messages (the admin API and /metrics)."""
-        counts = list(self._staged)
-        for entry in self._held.values():
-            counts[entry & _FIELD] += 1
+        counts = [a + b for a, b in zip(self._held.counts(len(self._owners)), self._staged,
+                                        strict=True)]
         return {records.owner_name(owner): {"bytes": self._used[n], "messages": counts[n]}
                 for n, owner in enumerate(self._owners)}
 
@@ -154,13 +140,16 @@ class RecordReader(Protocol):
 
 
 def recount(shares: UserShares, queues: Iterable[Queue], streams: StreamTable,
-            journal: RecordReader, staged: Iterable[tuple[bytes, int, int]] = ()) -> int:
-    """Charge every stored message the queues hold to its sender, read from its record's
-    head (start-up: replay keeps no owner), and each parked staged part (``staged``: owner,
-    body bytes, messages) to its stager; returns the messages counted. Paged-out slots are
-    read a lane at a time, neighbouring small records with one ``read_extent``: one ``peek``
-    a message took ~4.5 us (0.9 s for a 200k backlog)."""
-    n = 0
+            journal: RecordReader, staged: Iterable[tuple[bytes, int, int]] = (),
+            seed: ShareSeed | None = None) -> tuple[int, int]:
+    """Charge every stored message the queues hold to its sender, and each parked staged
+    part (``staged``: owner, body bytes, messages) to its stager; returns the messages
+    counted and how many senders were read from the journal. The sender comes from the
+    index snapshot's book (``seed``, ``sharestate.py``) when it covers the record, else from
+    the record's head (replay keeps no owner): paged-out slots are read a lane at a time,
+    neighbouring small records with one ``read_extent`` (one ``peek`` a message took
+    ~4.5 us: 0.9 s for a 200k backlog)."""
+    n = read = 0
     for owner, size, count in staged:
         shares.stage(owner, size, count)
         n += count
@@ -169,7 +158,11 @@ def recount(shares: UserShares, queues: Iterable[Queue], streams: StreamTable,
             loc = m.ticket.loc if m.persistent and m.ticket is not None else None
             if loc is None or m.inner < 0:
                 continue
-            m.owner = _peek_owner(journal, loc, m.inner)
+            known = seed.owner(m.mid, loc.segment, loc.offset) if seed is not None else None
+            if known is None:
+                known = _peek_owner(journal, loc, m.inner)
+                read += 1
+            m.owner = known
             shares.charge(m.owner, m.mid, m.size, 1)
             n += 1
         for _prio, _head, tail in q.pending.lanes():
@@ -178,12 +171,22 @@ def recount(shares: UserShares, queues: Iterable[Queue], streams: StreamTable,
             mids, srcs, segs, offs, lengths, inners, sizes = tail.columns(
                 tail.indexes().start, tail.end)
             journal_slots = [x for x, src in enumerate(srcs) if src == JOURNAL]
+            unknown = journal_slots
+            if seed is not None:
+                unknown = []
+                for x in journal_slots:
+                    known = seed.owner(mids[x], segs[x], offs[x])
+                    if known is None:
+                        unknown.append(x)
+                    else:
+                        shares.charge(known, mids[x], sizes[x], 1)
             owners = _owners(journal, [(segs[x], offs[x], lengths[x], inners[x])
-                                       for x in journal_slots])
-            for x, owner in zip(journal_slots, owners, strict=True):
+                                       for x in unknown])
+            for x, owner in zip(unknown, owners, strict=True):
                 shares.charge(owner, mids[x], sizes[x], 1)
             n += len(journal_slots)
-    return n
+            read += len(unknown)
+    return n, read
 
 
 def _peek_owner(journal: RecordReader, loc: Location, inner: int) -> bytes:

@@ -24,6 +24,7 @@ from typing import Any
 from sluicemq.config import BrokerConfig, Policy
 from sluicemq.core.dedup.producers import Producers
 from sluicemq.core.limits.admission import Admission
+from sluicemq.core.limits.sharestate import ShareSeed
 from sluicemq.core.limits.turns import Turns
 from sluicemq.core.limits.usershare import UserShares, recount
 from sluicemq.core.limits.waits import ConsumerWaits
@@ -133,6 +134,8 @@ class Broker:
         # per-message cost); the store keeps it once recovery counted it (``count_shares``)
         share = user_store_limit(config.limits.user_store_limit, self.limits.store)
         self.shares = UserShares(share) if share else None
+        # the senders the index snapshot knew (core/limits/sharestate.py), until counted
+        self.share_seed: ShareSeed | None = None
         # connections, every transport; their output is held within the memory limit
         self.admission = Admission(config.limits, self.memory.room)
         self.temp = TempStore(config.data_dir / "tmp")
@@ -373,16 +376,18 @@ class Broker:
             self.advisories.check_slow(now, self.subscriptions.consumer_queues())
         self.large_streams.tick(now)
 
-    def count_shares(self) -> int:
+    def count_shares(self) -> tuple[int, int]:
         """Start-up, once recovery is done: charge every stored message to its sender's
         share, then let the store keep the shares (no-op without ``user_store_limit``).
-        Returns the messages counted."""
+        Returns the messages counted and the senders read from their records (the index
+        snapshot names the others')."""
         if self.shares is None:
-            return 0
-        n = recount(self.shares, self._journaled_queues(), self.large_streams,
-                    self.store.journal, self.stager.staged())
+            return 0, 0
+        counted = recount(self.shares, self._journaled_queues(), self.large_streams,
+                          self.store.journal, self.stager.staged(), self.share_seed)
+        self.share_seed = None
         self.store.shares = self.later.shares = self.shares
-        return n
+        return counted
 
     def count_holders(self) -> int:
         """Start-up, once recovery is done: how many durable subscriptions hold each topic
