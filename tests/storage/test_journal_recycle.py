@@ -11,6 +11,7 @@ from pathlib import Path
 from sluicemq.storage.checksum import crc32
 from sluicemq.storage.headerkey import KEY_NAME
 from sluicemq.storage.journal import Journal, Location
+from sluicemq.storage.journal_writer import LARGE_RECORD
 from sluicemq.storage.recycle import spare_name
 from sluicemq.storage.segment import (
     HEADER_SIZE,
@@ -114,6 +115,26 @@ def test_old_records_left_after_the_tail_of_reused_files_never_come_back(
     again.journal.close()
     payloads, journal = recover_closed(opened.directory)
     assert payloads == expected + [p for p, _ in more]
+    assert journal.report is not None and journal.report.dropped == []
+
+
+def test_large_records_then_small_ones_in_reused_files_all_come_back(open_journal) -> None:
+    """Batches that end in a large record (written with O_DIRECT, its last block too), small
+    records after each in the next batch, in reused files whose earlier records lie past the
+    log's end: every record comes back byte for byte, and none of the earlier ones."""
+    seg = 1 << 20
+    opened = open_journal(segment_bytes=seg, recycle_bytes=16 * seg, preallocate=False)
+    old = fill(opened, [LARGE_RECORD + 100] * 12, seed=1)  # three a segment
+    expected = left(old, consume(opened, old))
+    rng = random.Random(5)
+    for n in range(12):
+        expected += [p for p, _ in fill(opened, [LARGE_RECORD + rng.randrange(4096)], seed=10 + n)]
+        expected += [p for p, _ in fill(opened, [rng.randrange(1, 6000) for _ in range(3)],
+                                        seed=30 + n)]
+    assert opened.journal.pool.taken and opened.journal.stats.direct_bytes
+    opened.journal.close()
+    payloads, journal = recover_closed(opened.directory, segment_bytes=seg)
+    assert payloads == expected
     assert journal.report is not None and journal.report.dropped == []
 
 

@@ -120,12 +120,16 @@ class DirectWrites:
         self._kept, self._tail_due = (segment, block, tail), bool(tail)
         return True
 
-    def wait(self) -> None:
+    def wait(self, *, tail_direct: bool = False) -> None:
         """Return once every direct write is complete, the last partial block included (as
-        a synchronous pwrite returns); raise the first failure among them."""
+        a synchronous pwrite returns); raise the first failure among them. ``tail_direct``
+        (a batch's end): that block goes with O_DIRECT too, beside the writes in flight."""
         try:
             if self._tail_due:
-                self._write_tail()
+                if tail_direct and self._queue is not None:
+                    self._submit_tail()
+                else:
+                    self._write_tail()
         finally:
             queue = self._queue
             while queue is not None and queue.busy:
@@ -148,6 +152,32 @@ class DirectWrites:
         self._tail_due = False
         _segment, block, tail = self._kept
         write_all(self._fd[2], [tail, _ZEROS[len(tail):]], block)
+
+    def _submit_tail(self) -> None:
+        """Submit the block the last direct write ended in - the log's bytes, then zeros -
+        from the ring's tail page, at a batch's end. Why not through the page cache there:
+        the batch's fdatasync then has no dirty page to write first, only the disk's cache
+        to flush (a probe of the writer's pattern, 1 GiB in batches of 4 MiB into a written
+        file: fdatasync p50 0.155 ms after a 4 KiB buffered write, 0.092 ms without). It
+        stays kept: the next record, which starts in it, writes it again."""
+        self._tail_due = False
+        assert self._queue is not None and self._ring is not None
+        _segment, block, tail = self._kept
+        at = SLOTS * SLOT_BYTES
+        self._ring[at:at + ALIGN] = tail + _ZEROS[len(tail):]
+        self._queue.submit(SLOTS, self._fd[1], self._ring_at + at, ALIGN, block)
+        self._inflight[SLOTS] = (self._fd[2], block, ALIGN)
+
+    def head_of(self, segment: int, offset: int) -> tuple[int, bytes] | None:
+        """Where a write through the page cache at ``offset`` of ``segment`` should start,
+        and the log's bytes it should write first, when the last direct write ended in its
+        block: (block start, those bytes). Why: that block went out with O_DIRECT at the
+        batch's end (``_submit_tail``), so it is not cached, and a buffered write of part of
+        it would first read it back from the disk; written from its start, no read."""
+        kept_segment, block, kept = self._kept
+        if kept_segment == segment and kept and block + len(kept) == offset:
+            return block, kept
+        return None
 
     def close_segment(self, segment: int) -> None:
         """The segment's files are being closed (reclaim): close its O_DIRECT fd too."""
@@ -211,17 +241,18 @@ class DirectWrites:
             except OSError as exc:  # (its traceback would keep a view of the slot)
                 self._failure = self._failure or exc.with_traceback(None)
             finally:
-                self._free.append(slot)
+                if slot < SLOTS:  # (SLOTS: the tail page, not a slot)
+                    self._free.append(slot)
 
     def _slot(self) -> tuple[int, int]:
         """A free slot (waiting for the oldest write in flight if none is) and its offset."""
         if self._ring is None:
-            self._ring = mmap.mmap(-1, SLOTS * SLOT_BYTES)  # page-aligned
+            self._ring = mmap.mmap(-1, SLOTS * SLOT_BYTES + ALIGN)  # page-aligned; tail page
             self._anchor = ctypes.c_char.from_buffer(self._ring)  # (held: the address stays)
             self._ring_at = ctypes.addressof(self._anchor)
             self._free = list(range(SLOTS))
             try:
-                self._queue = WriteQueue(SLOTS)
+                self._queue = WriteQueue(SLOTS + 1)
             except OSError:
                 self._queue = None  # synchronous writes
         while not self._free:

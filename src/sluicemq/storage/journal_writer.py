@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from sluicemq.storage.direct import DirectWrites
+from sluicemq.storage.direct import ALIGN, DirectWrites
 from sluicemq.storage.headerkey import HeaderKey
 from sluicemq.storage.recycle import SegmentPool
 from sluicemq.storage.segment import (
@@ -266,7 +266,7 @@ class JournalWriter:
         try:
             total = self._write_runs(batch, direct, touched, large)
         finally:
-            direct.wait()  # every direct write complete before the fdatasync or a rewind
+            direct.wait(tail_direct=True)  # all complete before the fdatasync or a rewind
         return touched, total, large
 
     def _write_runs(self, batch: list[Entry], direct: DirectWrites, touched: list[int],
@@ -281,7 +281,7 @@ class JournalWriter:
             loc = entry.loc
             if loc.segment != run_seg or loc.offset != run_end:
                 if buffers:
-                    total += self._buffered(fd, buffers, run_start)
+                    total += self._buffered(run_seg, fd, buffers, run_start)
                     buffers = []
                 if loc.segment != run_seg:
                     fd = self._writer_fd(loc.segment)
@@ -296,13 +296,13 @@ class JournalWriter:
             end = run_end + HEADER_SIZE + loc.length
             if loc.length >= LARGE_RECORD and self.sync:  # on its way to disk now
                 if buffers:
-                    total += self._buffered(fd, buffers, run_start)
+                    total += self._buffered(run_seg, fd, buffers, run_start)
                     buffers = []
                 if direct.write(run_seg, fd, run_end, (head, entry.payload, tail)):
                     total += end - run_end
                     self.stats.direct_bytes += end - run_end
                 else:
-                    total += self._buffered(fd, [head, entry.payload, tail], run_end)
+                    total += self._buffered(run_seg, fd, [head, entry.payload, tail], run_end)
                     start_writeback(fd, run_end, end)
                     if large and large[-1][0] == run_seg and large[-1][3] == run_end:
                         large[-1] = (run_seg, fd, large[-1][2], end)
@@ -316,17 +316,26 @@ class JournalWriter:
                 buffers.append(tail)
             run_end = end
         if buffers:
-            total += self._buffered(fd, buffers, run_start)
+            total += self._buffered(run_seg, fd, buffers, run_start)
         return total
 
-    def _buffered(self, fd: int, buffers: list[bytes], offset: int) -> int:
+    def _buffered(self, segment: int, fd: int, buffers: list[bytes], offset: int) -> int:
         """write_all through the page cache, once the direct writes before it are complete
-        (the block the last one ended in is written first: this run may start in it)."""
+        (the block the last one ended in is written first: this run may start in it); the
+        run's bytes. Where it starts in that block, it is written from the block's start and
+        to its last page's end (zeros past the log's end): whole pages, none read first."""
         direct = self._direct
-        if direct is not None:
-            direct.wait()
-            direct.forget()
-        return write_all(fd, buffers, offset)
+        if direct is None:
+            return write_all(fd, buffers, offset)
+        direct.wait()
+        start = direct.head_of(segment, offset)
+        direct.forget()
+        if start is None:
+            return write_all(fd, buffers, offset)
+        block, kept = start
+        end = offset + sum(len(b) for b in buffers)
+        write_all(fd, [kept, *buffers, bytes(-end % ALIGN)], block)
+        return end - offset
 
     def _drop_cached(self, segment: int, fd: int, start: int, end: int) -> None:
         """Drop the cache of a durable span of large records, from where this segment's large
