@@ -6,6 +6,7 @@ that must fail, and every grant must keep working.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import subprocess
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from accounts import Accounts
 
@@ -120,6 +122,30 @@ def test_bad_or_missing_credentials_are_refused_late(secured: Any) -> None:
         t.join()
     assert len(took) == len(BAD_CREDENTIALS)
     assert min(took) >= DELAY * 0.9
+
+
+def test_websocket_clients_log_in_with_connect_like_tcp_ones(secured: Any) -> None:
+    """STOMP over WebSocket (aiohttp's client, as stomp.js would): CONNECT's login/passcode are
+    checked the same way; a refusal is an ERROR, then the WebSocket closes."""
+    async def connect(headers: dict[str, str]) -> tuple[str, str, aiohttp.WSMsgType]:
+        async with aiohttp.ClientSession() as http, http.ws_connect(
+                f"{secured.ws_url}/stomp", protocols=("v12.stomp",)) as ws:
+            await ws.send_str(encode_frame(Frame("CONNECT", {
+                "accept-version": "1.2", "host": "localhost", **headers}), "1.2").decode())
+            frame = FrameParser(version="1.2").feed((await ws.receive(timeout=10)).data.encode())[0]
+            after = (await ws.receive(timeout=10)).type if frame.command == "ERROR" else \
+                aiohttp.WSMsgType.TEXT
+            return frame.command, frame.headers.get("message", ""), after
+
+    async def scenario() -> None:
+        assert (await connect({"login": "app", "passcode": "app-pw"}))[0] == "CONNECTED"
+        command, message, after = await connect({"login": "app", "passcode": "wrong"})
+        assert (command, after) == ("ERROR", aiohttp.WSMsgType.CLOSE) and "login" in message
+        command, message, after = await connect({})
+        assert (command, after) == ("ERROR", aiohttp.WSMsgType.CLOSE)
+        assert "authentication" in message
+
+    asyncio.run(scenario())
 
 
 def test_refusals_are_logged(secured: Any) -> None:

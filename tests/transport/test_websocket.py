@@ -89,6 +89,49 @@ def test_round_trip_connect_subscribe_send_message(broker) -> None:
     run(broker.ws_url, scenario)
 
 
+def test_any_path_and_each_stomp_subprotocol_or_none_get_a_session(broker) -> None:
+    """stomp.js and other clients pick their own path and subprotocol list: every path upgrades,
+    the first of v12/v11/v10.stomp the client lists is chosen, and a client that asks for none
+    of them is served without a subprotocol. The STOMP version is CONNECT's accept-version."""
+    async def session(path: str, protocols: tuple[str, ...]) -> tuple[str | None, str]:
+        async with aiohttp.ClientSession() as http, http.ws_connect(
+                f"{broker.ws_url}{path}", protocols=protocols) as ws:
+            c = WsStomp(ws)
+            connected = await c.connect()
+            return ws.protocol, connected.headers["version"]
+
+    async def scenario() -> None:
+        for path in ("", "/", "/stomp", "/any/deeper/path?x=1"):
+            assert await session(path, ("v12.stomp",)) == ("v12.stomp", "1.2")
+        assert await session("/stomp", ("v10.stomp",)) == ("v10.stomp", "1.2")
+        assert await session("/stomp", ("v11.stomp", "v12.stomp")) == ("v11.stomp", "1.2")
+        assert await session("/stomp", ()) == (None, "1.2")
+        assert await session("/stomp", ("mqtt",)) == (None, "1.2")
+
+    asyncio.run(scenario())
+
+
+def test_each_frame_to_the_client_is_one_websocket_message(broker) -> None:
+    """stomp.js parses each WebSocket message on its own: frames the broker sends together
+    (a RECEIPT and three MESSAGEs of one turn) still arrive one per message."""
+    async def scenario(c: WsStomp) -> None:
+        await c.connect()
+        frames = b"".join(encode_frame(Frame("SEND", {"destination": "/queue/per"}, body), "1.2")
+                          for body in (b"a", b"b", b"c"))
+        frames += encode_frame(Frame("SUBSCRIBE", {"destination": "/queue/per", "id": "1",
+                                                   "receipt": "r"}), "1.2")
+        await c.ws.send_str(frames.decode())
+        got = []
+        for _ in range(4):
+            msg = await c.ws.receive(timeout=10)
+            assert msg.type == aiohttp.WSMsgType.TEXT
+            got.append(FrameParser(version="1.2").feed(msg.data.encode()))
+        assert all(len(f) == 1 for f in got), got
+        assert sorted(f[0].body for f in got if f[0].command == "MESSAGE") == [b"a", b"b", b"c"]
+
+    run(broker.ws_url, scenario)
+
+
 def test_binary_messages_split_and_batched_frames_all_work(broker) -> None:
     body = bytes(range(256)) * 4
 
