@@ -24,7 +24,7 @@ from stomp_helpers import (
 )
 
 from sluice_testing import RawStomp
-from sluicemq import Client
+from sluicemq import Client, ClientError
 
 CONFIG = """
 [[policy]]
@@ -276,3 +276,38 @@ def test_an_ack_of_one_copy_of_a_topic_record_two_subscriptions_hold_frees_no_st
         for m in next_pair(inbox, i).values():
             conn.ack(m.headers["ack"])
     conn.disconnect()
+
+
+def test_a_staged_publication_s_topic_record_is_freed_only_by_both_subscriptions_acks(
+        broker_factory: Any) -> None:
+    """The same for a message a staged publication (``sluice-stage``) put on the topic: held
+    by both durable subscriptions, its record is freed only by both ACKs - one subscription's
+    ACK in a COMMIT storing 4 KiB at a full store gets ``store limit reached`` (was: counted
+    as freeing it, as before c71dcd3 for a SEND's)."""
+    broker = broker_factory(config_text=STORE_CONFIG)
+    with Client(broker.url, client_id="staged", timeout=10) as c:
+        subs = {name: c.subscribe("/topic/fan", durable_name=name, ack="client-individual",
+                                  prefetch=1) for name in ("keep", "work")}
+        with c.stage("sink", "b1", "p0") as part:
+            part.send("/topic/fan", BODY, {"persistent": "true", "n": "staged"})
+        c.publish_stage("sink", "b1", ["p0"])
+        got = {name: sub.get(timeout=10) for name, sub in subs.items()}
+        assert all(m is not None and m.headers["n"] == "staged" for m in got.values())
+        filler = RawStomp(broker.host, broker.port)
+        filler.connect()
+        for i in range(1000):
+            filler.send("SEND", {"destination": "/queue/fill", "receipt": str(i),
+                                 "persistent": "true"}, BODY)
+            if filler.recv().command == "ERROR":
+                break
+        else:
+            raise AssertionError("the store never filled")
+        filler.close()
+
+        with pytest.raises(ClientError, match="store limit reached"), c.transaction() as tx:
+            tx.ack(got["work"])
+            tx.send("/queue/out", BODY, {"persistent": "true"})
+        with c.transaction() as tx:
+            tx.ack(got["work"])
+            tx.ack(got["keep"])
+            tx.send("/queue/out", BODY, {"persistent": "true"})

@@ -250,6 +250,7 @@ class Stager:
                                                                    rec.prio[j]))
                             if shares is not None and held:
                                 shares.charge(owner, mid + j, rec.size[j], held)
+                            self.store.shared.add(mid + j, held)  # (durable subscriptions)
                 mid += len(rec)
         if retained:
             self.store.hold_rows(dict(retained), newest)
