@@ -224,6 +224,33 @@ def test_errors_are_json_with_a_status(console, producer) -> None:
         assert isinstance(data["error"], str) and data["error"], (method, path)
 
 
+NUMBER_CASES = [
+    ("GET", "/api/destinations/queue/x/messages/" + "9" * 5000, None, 404),
+    ("GET", "/api/destinations/queue/x/messages/%C2%B2", None, 404),  # "²": isdigit()
+    ("GET", "/api/destinations/queue/x/messages?limit=" + "9" * 5000, None, 400),
+    ("GET", "/api/destinations/queue/x/messages?offset=-1", None, 400),
+    ("GET", "/api/rates?seconds=%C2%B2", None, 400),
+    ("POST", "/api/destinations/queue/x/move", {"to": "y", "ids": ["9" * 5000]}, 400),
+    ("POST", "/api/destinations/queue/x/move", {"to": "y", "ids": ["\u00b2"]}, 400),
+    ("POST", "/api/destinations/queue/x/move", b'{"to": "y", "ids": [' + b"9" * 5000 + b"]}",
+     400),
+    ("POST", "/api/destinations/queue/x/send", b"[" * 100_000 + b"]" * 100_000, 400),
+]
+
+
+def test_numbers_past_int_s_limit_or_not_ascii_get_a_clear_status(console, producer) -> None:
+    """Ids, query numbers and JSON bodies of thousands of digits, digits ``int`` does not
+    take (``"²"``), negative offsets and arrays nested 100,000 deep are refused with a
+    status and a short message, never a 500 (was: ``int()`` of more than 4,300 digits or of
+    a superscript raised ValueError, and so did the JSON parser)."""
+    send(producer, "/queue/x", "present")
+    for method, path, body, status in NUMBER_CASES:
+        raw = body if isinstance(body, bytes) else None
+        code, data = console.request(method, path, None if raw else body, raw=raw)
+        assert code == status, (method, path[:80], code, data)
+        assert isinstance(data["error"], str) and len(data["error"]) < 300, (method, path[:80])
+
+
 def test_browser_borne_requests_are_refused(console) -> None:
     code, _ = console.request("GET", "/api/overview", headers={"Host": "evil.example:80"})
     assert code == 403  # DNS rebinding: a foreign name pointing at 127.0.0.1

@@ -72,7 +72,7 @@ def test_a_port_option_takes_a_number_auto_or_off(text: str, port: int | None) -
     assert PortOrOff().convert(text, None, None) == port
 
 
-@pytest.mark.parametrize("text", ["65536", "-1", "http", ""])
+@pytest.mark.parametrize("text", ["65536", "-1", "http", "", "\u00b2", "9" * 5000])
 def test_anything_else_is_not_a_port(text: str) -> None:
     with pytest.raises(click.BadParameter, match="neither a port number"):
         PortOrOff().convert(text, None, None)

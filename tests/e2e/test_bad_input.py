@@ -74,6 +74,17 @@ def test_oversized_frame_is_refused_before_the_body_arrives(raw, broker_factory)
     c.expect_closed()
 
 
+def test_a_content_length_of_thousands_of_digits_gets_the_clear_error(raw) -> None:
+    """Past int()'s 4,300 digits: ``ERROR invalid content-length`` and the close, like any
+    other bad content-length (was: ValueError, the connection closed without an ERROR)."""
+    c = raw()
+    c.connect()
+    c.send_bytes(b"SEND\ndestination:/queue/x\ncontent-length:" + b"9" * 5000 + b"\n\nx\x00")
+    _assert_error(c.recv(), "invalid content-length")
+    c.expect_closed()
+    _broker_still_serves(raw)
+
+
 def test_body_shorter_than_content_length(raw) -> None:
     c = raw()
     c.connect()

@@ -28,6 +28,8 @@ def test_resumed_mark_is_read() -> None:
     {},
     {"sluice-stream-id": "x", "sluice-stream-seq": "-1", "sluice-stream-offset": "0"},
     {"sluice-stream-id": "x", "sluice-stream-seq": "0"},
+    {"sluice-stream-id": "x", "sluice-stream-seq": "9" * 5000, "sluice-stream-offset": "0"},
+    {"sluice-stream-id": "x", "sluice-stream-seq": "0", "sluice-stream-offset": "\u00b2"},
     {"sluice-stream-id": "x", "sluice-stream-seq": "0", "sluice-stream-offset": "0",
      "sluice-stream-final": "true", "sluice-stream-size": "1", "sluice-stream-sha256": "zz"},
     {"sluice-stream-id": "x", "sluice-stream-seq": "1", "sluice-stream-offset": "9",
@@ -45,6 +47,16 @@ def test_resume_answer_is_parsed() -> None:
     waited = m.parse_resume({"sluice-stream-next-seq": "0", "sluice-stream-next-offset": "0",
                              "sluice-stream-state": "unknown", "sluice-stream-consumers": "0"})
     assert waited.consumers == 0
+
+
+@pytest.mark.parametrize("seq", ["9" * 5000, "\u00b2", "-1", " 4"])
+def test_a_resume_answer_with_a_bad_number_is_refused_saying_which(seq: str) -> None:
+    """Past int()'s 4,300 digits, or digits it does not take ("²"): the clear error, with
+    at most 50 characters of the value (was: ValueError)."""
+    with pytest.raises(StreamProtocolError, match="sluice-stream-next-seq must be") as caught:
+        m.parse_resume({"sluice-stream-next-seq": seq, "sluice-stream-next-offset": "0",
+                        "sluice-stream-state": "open"})
+    assert len(str(caught.value)) < 200
 
 
 def test_a_receipt_without_the_answer_means_no_stream_support() -> None:

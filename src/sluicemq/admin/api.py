@@ -18,6 +18,7 @@ from aiohttp import web
 from sluicemq.admin import operations as ops
 from sluicemq.admin import snapshot
 from sluicemq.admin.snapshot import NotFound
+from sluicemq.protocol.numbers import MAX_DIGITS, natural, shown
 
 if TYPE_CHECKING:
     from sluicemq.admin.context import AdminContext
@@ -76,7 +77,9 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
         return {}
     try:
         data = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        # (ValueError: a JSONDecodeError, or an integer past 4,300 digits; RecursionError:
+        # arrays nested thousands deep)
         raise ops.OperationError("request body is not valid JSON") from None
     if not isinstance(data, dict):
         raise ops.OperationError("request body must be a JSON object")
@@ -92,11 +95,10 @@ def _ids(data: dict[str, Any]) -> list[int] | None:
         raise ops.OperationError("'ids' must be a list of message ids")
     out = []
     for item in raw:
-        text = str(item)
-        text = text.removeprefix("ID:sluice-")
-        if not text.isdigit():
-            raise ops.OperationError(f"bad message id {item!r}")
-        out.append(int(text))
+        mid = natural(str(item).removeprefix("ID:sluice-"))
+        if mid is None:
+            raise ops.OperationError(f"bad message id {shown(str(item))}")
+        out.append(mid)
     return out
 
 
@@ -104,10 +106,11 @@ def _int_query(request: web.Request, name: str, default: int) -> int:
     raw = request.query.get(name)
     if raw is None:
         return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ops.OperationError(f"query parameter {name!r} must be an integer") from None
+    value = natural(raw)
+    if value is None:
+        raise ops.OperationError(f"query parameter {name!r} must be a non-negative integer "
+                                 f"of at most {MAX_DIGITS} digits, got {shown(raw)}")
+    return value
 
 
 # -- read ----------------------------------------------------------------------------------------
@@ -145,10 +148,10 @@ async def get_messages(request: web.Request) -> web.Response:
 async def get_message(request: web.Request) -> web.StreamResponse:
     """One waiting message; ``?raw=1`` returns its body bytes as they would be delivered."""
     q = snapshot.find_queue(_ctx(request).broker, request.match_info["name"])
-    mid_text = request.match_info["mid"].removeprefix("ID:sluice-")
-    if not mid_text.isdigit():
-        raise NotFound(f"bad message id {request.match_info['mid']!r}")
-    msg = snapshot.find_message(q, int(mid_text))
+    mid = natural(request.match_info["mid"].removeprefix("ID:sluice-"))
+    if mid is None:
+        raise NotFound(f"bad message id {shown(request.match_info['mid'])}")
+    msg = snapshot.find_message(q, mid)
     broker = _ctx(request).broker
     body = bytes(broker.body_of(msg))
     if request.query.get("raw"):

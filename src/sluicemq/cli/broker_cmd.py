@@ -17,6 +17,7 @@ from sluicemq.config import (
     BrokerConfig,
 )
 from sluicemq.errors import StorageError
+from sluicemq.protocol.numbers import natural
 
 
 class PortOrOff(click.ParamType):
@@ -33,8 +34,9 @@ class PortOrOff(click.ParamType):
             return None
         if text == "auto":
             return 0
-        if text.isdigit() and int(text) < 65536:
-            return int(text)
+        port = natural(text, 5)
+        if port is not None and port < 65536:
+            return port
         self.fail(f"{value!r} is neither a port number, 'auto' nor 'off'", param, ctx)
 
 

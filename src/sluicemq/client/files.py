@@ -32,6 +32,7 @@ from sluicemq.client.streams import (
     StreamWriter,
 )
 from sluicemq.errors import ClientError
+from sluicemq.protocol.numbers import natural
 from sluicemq.streaming import manifest as wire
 from sluicemq.streaming.errors import StreamIntegrityError
 from sluicemq.streaming.manifest import ResumePoint
@@ -133,8 +134,7 @@ def expected_total(size: int | None, headers: Mapping[str, str]) -> int | None:
     """A stream's size if known, else the producer's advisory file size (for progress)."""
     if size is not None:
         return size
-    hint = headers.get(wire.FILE_SIZE, "")
-    return int(hint) if hint.isdigit() else None
+    return natural(headers.get(wire.FILE_SIZE))
 
 
 def send_file(client: Connection, destination: str, path: str | os.PathLike[str], *,

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from sluicemq.protocol.frames import Frame
+from sluicemq.protocol.numbers import natural
 
 
 class HasTransactionId(Protocol):
@@ -52,8 +53,7 @@ class _Received:
     @property
     def seq(self) -> int | None:
         """The broker's sequence number (docs/replay-protocol.md, section 1), if it sent one."""
-        text = self.headers.get("sluice-seq")
-        return int(text) if text is not None and text.isdigit() else None
+        return natural(self.headers.get("sluice-seq"))
 
     @property
     def redelivered(self) -> bool:

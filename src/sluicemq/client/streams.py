@@ -26,6 +26,7 @@ from sluicemq.client.cursor import ChunkCursor, StreamFacts
 from sluicemq.client.demux import Route, StreamDemux
 from sluicemq.client.message import Message
 from sluicemq.errors import ClientError
+from sluicemq.protocol.numbers import natural
 from sluicemq.streaming import manifest as wire
 from sluicemq.streaming.chunker import Chunk, Chunker
 from sluicemq.streaming.errors import (
@@ -159,9 +160,8 @@ def chunk_error(exc: ClientError, stream_id: str) -> ClientError:
     """Turn the broker's refusal of a chunk into the stream error it stands for."""
     if not wire.is_gap_error(exc.headers):
         return exc
-    raw = exc.headers.get(wire.NEXT_SEQ, "")
     return StreamGapError(f"broker refused a chunk of stream {stream_id}: {exc}", exc.headers,
-                          exc.body, next_seq=int(raw) if raw.isdigit() else None)
+                          exc.body, next_seq=natural(exc.headers.get(wire.NEXT_SEQ)))
 
 
 class StreamReader(StreamFacts, io.RawIOBase):

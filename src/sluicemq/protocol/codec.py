@@ -251,7 +251,7 @@ class FrameParser:
                     return p
                 body_end = nul
             else:
-                if length.isdigit() and length.isascii():
+                if length.isdigit() and length.isascii() and len(length) <= 18:
                     body_end = body_start + int(length)
                 else:
                     body_end = body_start + _content_length(length)

@@ -16,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from sluicemq.protocol.numbers import natural
 from sluicemq.spark.options import MAX_BINARY_STREAM
 from sluicemq.spark.schema import Shape
 from sluicemq.streaming.assembler import Assembler, Verdict
@@ -31,10 +32,13 @@ _FRAME_HEADERS = frozenset({"destination", "message-id", "subscription", "sluice
 
 
 def _timestamp(headers: dict[str, str]) -> dt.datetime | None:
-    value = headers.get("timestamp", "")
-    if not value.isdigit():
+    ms = natural(headers.get("timestamp"))
+    if ms is None:
         return None
-    return dt.datetime.fromtimestamp(int(value) / 1000, tz=_UTC)
+    try:
+        return dt.datetime.fromtimestamp(ms / 1000, tz=_UTC)
+    except (OverflowError, ValueError, OSError):  # past year 9999: a producer's header
+        return None
 
 
 def message_row(msg: Any, shape: Shape) -> tuple:

@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from sluicemq.protocol.numbers import MAX_DIGITS, natural, shown
 from sluicemq.streaming.errors import StreamProtocolError
 
 PREFIX = "sluice-stream-"
@@ -164,9 +165,12 @@ def file_stream_id(path: str, size: int, mtime_ns: int, *, destination: str = ""
 
 def _natural(headers: Mapping[str, str], key: str) -> int:
     value = headers.get(key)
-    if value is None or not value.isdigit():
-        raise StreamProtocolError(f"header {key} must be a non-negative integer, got {value!r}")
-    return int(value)
+    number = natural(value)
+    if number is None:
+        raise StreamProtocolError(f"header {key} must be a non-negative integer of at most "
+                                  f"{MAX_DIGITS} digits, got "
+                                  f"{'nothing' if value is None else shown(value)}")
+    return number
 
 
 def _flag(headers: Mapping[str, str], key: str) -> bool:

@@ -93,3 +93,11 @@ def test_the_horizon_never_shrinks_below_what_refiling_before_reading_needs() ->
     cal = Calendar(horizon_ms=10)
     assert cal.horizon == 2000
     assert cal.place(NOW + 1999, NOW) != NAME
+
+
+def test_a_name_is_a_bucket_only_when_its_tail_is_a_plain_number() -> None:
+    """A queue named like a bucket but with digits ``int`` refuses ("²") or more of them
+    than it converts (4,300) is no bucket (was: ValueError while recovering the queues)."""
+    assert bucket_of_name(bucket_name(1_800_000_000)) == 1_800_000_000
+    for tail in ("\u00b2", "9" * 5000, "", "-1", "1_0"):
+        assert bucket_of_name(f"{NAME}.{tail}") is None

@@ -36,8 +36,12 @@ def test_a_chunk_says_its_stream_place_and_whether_it_ends_it() -> None:
 @pytest.mark.parametrize(("changed", "says"), [
     ({STREAM_ID: ""}, "1-200 characters"),
     ({STREAM_ID: "x" * 201}, "1-200 characters"),
-    ({SEQ: "two"}, "must be integers"),
-    ({OFFSET: "-1"}, "must not be negative"),
+    ({SEQ: "two"}, "must be non-negative integers"),
+    ({OFFSET: "-1"}, "must be non-negative integers"),
+    ({SEQ: "9" * 5000}, "at most 19 digits"),  # int() raises past 4,300 digits
+    ({OFFSET: "\u00b2"}, "must be non-negative integers"),  # "²".isdigit(), int() refuses
+    ({SEQ: " 2"}, "must be non-negative integers"),
+    ({FINAL: "true", SIZE: "9" * 5000}, "integer sluice-stream-size"),
     ({GROUP: "other"}, "must be the stream id"),
     ({FINAL: "true"}, "integer sluice-stream-size"),
     ({FINAL: "true", SIZE: "99"}, "does not match"),

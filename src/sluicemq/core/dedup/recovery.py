@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluicemq.core.dedup.producers import PRODUCER_ID, PRODUCER_SEQ, ProducerTable
 from sluicemq.core.persistence.parts import Replay, StatePart
+from sluicemq.protocol.numbers import natural
 from sluicemq.storage import records
 from sluicemq.storage.segment import Location
 from sluicemq.storage.staging_records import MEMO_PRODUCERS, decode_memo
@@ -41,9 +42,9 @@ class ProducersPart(StatePart):
     def message(self, payload: bytes) -> None:
         """A stored message whose headers name a producer."""
         sm = records.decode_message(payload)
-        pid, raw = sm.headers.get(PRODUCER_ID), sm.headers.get(PRODUCER_SEQ, "")
-        if pid is not None and raw.isdigit():
-            self.table.observe(pid, int(raw), sm.timestamp)
+        pid, seq = sm.headers.get(PRODUCER_ID), natural(sm.headers.get(PRODUCER_SEQ))
+        if pid is not None and seq is not None:
+            self.table.observe(pid, seq, sm.timestamp)
 
     def install(self) -> Iterable[Location]:
         self.table.expire(self.broker.now_ms())  # the broker's clock, as its tick uses

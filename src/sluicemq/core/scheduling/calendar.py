@@ -32,6 +32,8 @@ import itertools
 from array import array
 from typing import Any
 
+from sluicemq.protocol.numbers import natural
+
 NAME = "sluice.scheduled"  # the far queue; buckets are NAME.<second>
 BUCKET_MS = 1000
 AHEAD_MS = 500  # a bucket is read this long before its second begins
@@ -45,9 +47,9 @@ def bucket_name(bucket: int) -> str:
 def bucket_of_name(name: str) -> int | None:
     """The bucket a queue name is (None: the far queue or not a scheduler queue)."""
     head, dot, tail = name.rpartition(".")
-    if head != NAME or not dot or not tail.isdigit():
+    if head != NAME or not dot:
         return None
-    return int(tail)
+    return natural(tail)
 
 
 def is_scheduler_queue(name: str) -> bool:

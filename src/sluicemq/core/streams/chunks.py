@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluicemq.core.routing.message import Message
+from sluicemq.protocol.numbers import MAX_DIGITS, natural
 from sluicemq.storage.store import TicketLike
 
 STREAM_ID = "sluice-stream-id"
@@ -129,13 +130,10 @@ def parse_chunk(headers: dict[str, str], body_len: int) -> Chunk:
     sid = headers[STREAM_ID]
     if not sid or len(sid) > 200:
         raise ChunkError("sluice-stream-id must be 1-200 characters")
-    try:
-        seq = int(headers.get(SEQ, ""))
-        offset = int(headers.get(OFFSET, "0"))
-    except ValueError:
-        raise ChunkError("sluice-stream-seq and sluice-stream-offset must be integers") from None
-    if seq < 0 or offset < 0:
-        raise ChunkError("sluice-stream-seq and sluice-stream-offset must not be negative")
+    seq, offset = natural(headers.get(SEQ)), natural(headers.get(OFFSET, "0"))
+    if seq is None or offset is None:
+        raise ChunkError("sluice-stream-seq and sluice-stream-offset must be non-negative "
+                         f"integers of at most {MAX_DIGITS} digits")
     group = headers.get(GROUP)
     if group is not None and group != sid:
         raise ChunkError(f"{GROUP} must be the stream id ({STREAM_ID}) on a chunk")
@@ -143,10 +141,10 @@ def parse_chunk(headers: dict[str, str], body_len: int) -> Chunk:
     size = None
     sha = None
     if final:
-        try:
-            size = int(headers.get(SIZE, ""))
-        except ValueError:
-            raise ChunkError("the final chunk needs an integer sluice-stream-size") from None
+        size = natural(headers.get(SIZE))
+        if size is None:
+            raise ChunkError("the final chunk needs an integer sluice-stream-size (at most "
+                             f"{MAX_DIGITS} digits)")
         if size != offset + body_len:
             raise ChunkError(f"sluice-stream-size {size} does not match the final chunk's "
                              f"offset {offset} + length {body_len}")
