@@ -103,12 +103,13 @@ class Lanes:
             if account.used > account.peak:
                 account.peak = account.used
 
-    def _settled(self, msg: Message) -> None:
-        """A paged-out object became a journal slot (its record is durable): it is stored now,
-        no longer in memory. Without this it stayed counted, and was counted again when read
-        back, so the memory account only grew."""
-        self._unhold(msg)
-        self.stored_bytes += msg.size
+    def settled(self, msgs: list[Message]) -> None:
+        """Paged-out objects became journal slots (their records are durable): they are stored
+        now, no longer in memory (``Pager.settle``'s ``Settles``). Without this they stayed
+        counted, and were counted again when read back, so the memory account only grew."""
+        for msg in msgs:
+            self._unhold(msg)
+            self.stored_bytes += msg.size
 
     def _unhold(self, msg: Message) -> None:
         if msg.body is not None:
@@ -154,7 +155,7 @@ class Lanes:
             self._in_head += 1
             self._hold(msg)
             return
-        if self.pager.page_out(lane.tail, msg, self._settled):
+        if self.pager.page_out(lane.tail, msg, self):
             self.stored_bytes += msg.size
         else:
             self._hold(msg)

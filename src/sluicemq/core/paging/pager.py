@@ -10,8 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sluicemq.core.paging.spill import JOURNAL, OBJ, TEMP, Slot, SpillFifo
 from sluicemq.core.routing import keys
@@ -26,9 +25,30 @@ if TYPE_CHECKING:
     from sluicemq.storage.tempstore import TempStore
 
 log = logging.getLogger("sluicemq.cursor")
-Settled = Callable[[Message], None]  # an object slot became a journal slot: memory freed
 _LastTemp = tuple[tuple[object, ...], dict[str, str], tuple[int, int, int]]
 SHARE_READ_MOST = 1 << 20  # a temp record read back is kept for the next reader up to this
+
+
+class Settles(Protocol):
+    """Told when objects it paged out became journal slots (their records reached the disk)."""
+
+    def settled(self, msgs: list[Message]) -> None:
+        """``msgs`` are stored now, no longer in memory."""
+
+
+class _Unsettled:
+    """Objects paged out to one FIFO at consecutive positions from ``pos`` before their
+    records were durable; ``top_seq`` is the highest of their records' seqs (they mostly
+    ascend; a held stream chunk may come late). Kept as a run from the start, not one entry
+    a message: settling it is then a slice."""
+
+    def __init__(self, fifo: SpillFifo, pos: int, sink: Settles | None, msg: Message,
+                 seq: int) -> None:
+        self.fifo = fifo
+        self.pos = pos
+        self.sink = sink
+        self.msgs = [msg]
+        self.top_seq = seq
 
 
 class Pager:
@@ -43,7 +63,9 @@ class Pager:
         self.temp = temp
         self.spill_bytes = spill_bytes
         self._cache: tuple[Location, bytes] | None = None  # last transaction record read
-        self._unsettled: deque[tuple[SpillFifo, int, Message, Settled | None]] = deque()
+        # objects paged out before their record was durable, in runs, in the order of seqs
+        self._unsettled: deque[_Unsettled] = deque()
+        self._last_run: _Unsettled | None = None  # the newest run, while it may grow
         self.paged_in = 0
         self.paged_out = 0
         # the temp record written last: what it holds and where (_shared_temp)
@@ -51,7 +73,7 @@ class Pager:
         # the temp record read last, decoded: ((file, offset), record) (_temp_record)
         self._last_read: tuple[tuple[int, int], records.StoredMessage] | None = None
 
-    def page_out(self, fifo: SpillFifo, msg: Message, settled: Settled | None = None) -> bool:
+    def page_out(self, fifo: SpillFifo, msg: Message, settled: Settles | None = None) -> bool:
         """Append ``msg`` to ``fifo``: as a compact slot when its record is safe to point at.
         False when it stays an object (its memory is still held); ``settled`` is told when
         such an object becomes a slot after all (its record reached the disk)."""
@@ -65,7 +87,15 @@ class Pager:
                 return True
             if loc is not None:
                 pos = fifo.append_obj(msg)
-                self._unsettled.append((fifo, pos, msg, settled))
+                run = self._last_run
+                if (run is not None and run.fifo is fifo and run.sink is settled
+                        and run.pos + len(run.msgs) == pos):
+                    run.msgs.append(msg)
+                    if ticket.seq > run.top_seq:
+                        run.top_seq = ticket.seq
+                else:
+                    run = self._last_run = _Unsettled(fifo, pos, settled, msg, ticket.seq)
+                    self._unsettled.append(run)
                 return False
         elif (msg.deliveries == 0 and not msg.persistent and self.temp is not None
               and msg.body is not None):
@@ -121,18 +151,59 @@ class Pager:
         return sm
 
     def settle(self, durable_seq: int) -> None:
-        """Journal records up to ``durable_seq`` are on disk: their waiting objects go compact."""
+        """Journal records up to ``durable_seq`` are on disk: their waiting objects go compact,
+        a run at a time (``SpillFifo.settle_run``)."""
         q = self._unsettled
-        while q and q[0][2].ticket.seq <= durable_seq:
-            fifo, pos, msg, settled = q.popleft()
+        while q:
+            run = q[0]
+            msgs = run.msgs
+            if run.top_seq <= durable_seq:
+                q.popleft()
+                if run is self._last_run:
+                    self._last_run = None
+                pos = run.pos
+            else:  # not all of the run is durable: its front part up to the first that is not
+                n = 0
+                while msgs[n].ticket.seq <= durable_seq:
+                    n += 1
+                if n == 0:
+                    return
+                pos = run.pos
+                run.msgs = msgs[n:]
+                run.pos = pos + n
+                msgs = msgs[:n]
+            done = self._settle_run(run.fifo, pos, msgs)
+            self.paged_out += len(done)
+            if run.sink is not None and done:
+                run.sink.settled(done)
+
+    def _settle_run(self, fifo: SpillFifo, pos: int, run: list[Message]) -> list[Message]:
+        """Settle ``run`` (paged out at consecutive positions from ``pos``): the messages that
+        became journal slots. One by one when the run is not intact (a message whose batch
+        failed stays an object, one that left the cursor is skipped, a removal moved the
+        slots behind it)."""
+        segs: list[int] = []
+        offs: list[int] = []
+        lengths: list[int] = []
+        for msg in run:
+            loc = msg.ticket.loc
+            if loc is None:
+                break
+            seg, off, length = loc
+            segs.append(seg)
+            offs.append(off)
+            lengths.append(length)
+        if len(segs) == len(run) and fifo.settle_run(pos, run, segs, offs, lengths):
+            return run
+        done = []
+        for n, msg in enumerate(run):
             loc = msg.ticket.loc
             if loc is None or fifo.objs.get(msg.mid) is not msg:
                 continue  # its batch failed (it stays an object), or it left the cursor
-            if fifo.settle_obj(msg.mid, pos, JOURNAL, loc.segment, loc.offset, loc.length,
+            if fifo.settle_obj(msg.mid, pos + n, JOURNAL, loc.segment, loc.offset, loc.length,
                                msg.inner):
-                self.paged_out += 1
-                if settled is not None:
-                    settled(msg)
+                done.append(msg)
+        return done
 
     def prefetch(self, fifo: SpillFifo, count: int) -> list[bytes | memoryview | None]:
         """The records of ``fifo``'s first ``count`` slots that are whole journal records,
