@@ -12,6 +12,7 @@ from sluicemq.storage import records
 from sluicemq.storage.journal import Journal
 
 ALICE, BOB = records.encode_owner("alice"), records.encode_owner("bob")
+BIG = (4 << 30) - 64  # a body as large as a record allows
 
 
 def test_a_message_is_charged_to_its_sender_until_it_is_removed() -> None:
@@ -95,14 +96,15 @@ def test_the_book_keeps_a_few_bytes_a_message_and_gives_them_back_once_drained()
 
 def test_two_users_in_one_block_out_of_order_and_large_sizes() -> None:
     """Ids charged out of order (a transaction's, a deferred write's), two users sharing a
-    block, a size past 4 GiB and several holders: each keeps its own owner, size and count."""
+    block, a body near 4 GiB (a record's limit) and several holders: each keeps its own
+    owner, size and count."""
     shares = UserShares(1 << 40)
     for mid in (10, 30, 20, 5):
         shares.charge(ALICE if mid != 20 else BOB, mid, mid, 1)
-    shares.charge(BOB, 40, 5 << 30, 2)
-    assert (shares.used(ALICE), shares.used(BOB)) == (45, 20 + (5 << 30))
+    shares.charge(BOB, 40, BIG, 2)
+    assert (shares.used(ALICE), shares.used(BOB)) == (45, 20 + (BIG))
     assert shares.by_user() == {"alice": {"bytes": 45, "messages": 3},
-                                "bob": {"bytes": 20 + (5 << 30), "messages": 2}}
+                                "bob": {"bytes": 20 + (BIG), "messages": 2}}
     for mid in (5, 20, 40, 40):
         shares.release(mid)
     assert (shares.used(ALICE), shares.used(BOB)) == (40, 0)
@@ -205,3 +207,32 @@ def test_the_snapshot_section_names_each_senders_ids_up_to_its_position() -> Non
     assert seed.owner((1 << 16) + 3, 7, 0) is None  # released before the snapshot
     assert seed.owner(5, 7, 4097) is None and seed.owner(5, 8, 0) is None  # after it
     assert seed.owner(1 << 20, 1, 0) is None  # never in the book
+
+
+def test_a_lane_one_user_filled_is_charged_column_wise_only_where_the_snapshot_says_so() -> None:
+    """``charge_run`` / ``run_owner``: ascending ids in blocks the snapshot gives one owner
+    are charged at once, as ``charge`` would; ids out of order, a block two users share, one
+    not in the snapshot or a record in its last segment or after, are not (charged one by
+    one instead)."""
+    from sluicemq.core.limits import sharestate
+
+    before = UserShares(1 << 40)
+    mids = array("Q", [*range(5, 1 << 16, 7), *range((1 << 16) + 1, (1 << 16) + 500)])
+    for mid in mids:
+        before.charge(ALICE, mid, 3, 1)
+    seed = sharestate.load(sharestate.dump(before.book, before.logins, (9, 0)))
+    sizes = array("I", [3]) * len(mids)
+    segs = array("I", [8]) * len(mids)
+    assert seed.run_owner(mids, segs) == ALICE
+    assert seed.run_owner(mids, array("I", [9]) * len(mids)) is None
+    assert seed.run_owner(array("Q", [12, 5]), array("I", [1, 1])) is None
+    assert seed.run_owner(array("Q", [5, 1 << 20]), array("I", [1, 1])) is None
+
+    after = UserShares(1 << 40)
+    assert after.charge_run(ALICE, mids, sizes)
+    assert after.used(ALICE) == before.used(ALICE) and after.by_user() == before.by_user()
+    assert not after.charge_run(ALICE, array("Q", [12]), array("I", [1]))  # not past the newest
+    assert not after.charge_run(BOB, array("Q", [(1 << 16) + 600]), array("I", [1]))
+    for mid in mids:
+        after.release(mid)
+    assert after.used(ALICE) == 0 and not after.book.blocks

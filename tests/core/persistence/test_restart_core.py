@@ -72,3 +72,45 @@ def test_a_durable_subscription_keeps_what_was_published_while_it_was_away(
         assert [m.body for m in back.messages(1)] == [b"while away"]
     finally:
         node.close()
+
+
+def test_the_user_share_is_counted_from_the_snapshot_without_reading_records(
+        tmp_path: Path) -> None:
+    """With ``user_store_limit`` set, a restart charges every stored message to its sender
+    again (here security off: ``anonymous``), the senders taken from the index snapshot -
+    paged-out lanes over several journal segments column-wise - with no record read; what
+    was consumed before stays given back."""
+    from dataclasses import replace
+
+    from sluicemq.app import STATE_PARTS
+    from sluicemq.config import JournalSettings, Limits
+    from sluicemq.core.persistence.capture import save_snapshot
+
+    config = replace(config_for(tmp_path / "data"),
+                     limits=replace(Limits(), user_store_limit=1 << 40),
+                     journal=JournalSettings(segment_bytes=64 << 10, preallocate=False))
+    node = InProcessBroker(config)
+    producer = node.connect()
+    for i in range(300):
+        producer.request("SEND", {"destination": f"/queue/q{i % 2}", "persistent": "true"},
+                         b"%04d" % i + b"x" * 1020)
+    consumer = node.connect(peer="spec:2")
+    consumer.request("SUBSCRIBE", {"destination": "/queue/q1", "id": "s"})
+    assert len(consumer.messages(150)) == 150
+    node.loop.run()
+    save_snapshot(node.broker, STATE_PARTS)  # (as the checkpointer or a clean stop does)
+    node = node.restart()
+    try:
+        shares = node.broker.shares
+        assert shares is not None
+        assert shares.by_user() == {"anonymous": {"bytes": 150 * 1024, "messages": 150}}
+        assert node.core.counts["user_shares"] == 150
+        assert node.core.counts["user_shares_read"] == 0, node.core.counts
+        again = node.connect()
+        again.request("SUBSCRIBE", {"destination": "/queue/q0", "id": "s"})
+        assert [m.body[:4] for m in again.messages(150)] == [
+            b"%04d" % i for i in range(0, 300, 2)]
+        node.loop.run()
+        assert shares.used(b"") == 0 and not shares.book.blocks
+    finally:
+        node.close()

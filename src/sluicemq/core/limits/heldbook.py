@@ -5,9 +5,9 @@ MiB of RSS), much of it kept by the allocator after a drain. Message ids are han
 order, so the messages stored at any time crowd into few ranges of ids: the book keeps one
 block per 2^16 ids, each with sorted arrays - a 2-byte offset and a 4-byte size a message,
 plus an owner number each only in a block two users share (else one for the block) - and the
-few records held by several queues (a topic's, for each durable subscription) or of 4 GiB or
-more in small dicts beside them. A released message leaves a hole (size 0) until a block
-three quarters holes is packed, and a block with no message left is dropped, so a drained
+few records held by several queues (a topic's, for each durable subscription) in a small dict
+beside them. A released message leaves a hole (``HOLE``) until a block three quarters holes is
+packed, and a block with no message left is dropped, so a drained
 backlog gives its memory back. Lookups go to the block's oldest live entry first (a queue
 releases in order) and bisect otherwise.
 """
@@ -17,25 +17,25 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterator
+from operator import lt
 
 SHIFT = 16  # a block covers 2^16 message ids (offsets fit array("H"))
 MASK = (1 << SHIFT) - 1
-_BIG = 0xFFFFFFFF  # a size slot saying: the size is in Block.big (4 GiB - 1 or more)
+HOLE = 0xFFFFFFFF  # a released entry's size (a body is smaller: a record is < 4 GiB)
 _PACK_AT = 256  # a block this long and three quarters holes is packed
 
 
 class Block:
     """The stored messages of one range of 2^16 ids (see the module docstring)."""
 
-    __slots__ = ("big", "first", "holds", "live", "offs", "owner", "owners", "sizes")
+    __slots__ = ("first", "holds", "live", "offs", "owner", "owners", "sizes")
 
     def __init__(self, owner: int) -> None:
         self.offs = array("H")  # sorted offsets in the range (mid & MASK)
-        self.sizes = array("I")  # body size + 1 of each (0: released, _BIG: in big)
+        self.sizes = array("I")  # body size of each (HOLE: released)
         self.owner = owner  # the owner number of every entry, or -1: see owners
         self.owners: array | None = None  # owner number of each entry (two users or more)
         self.holds: dict[int, int] | None = None  # offset -> holders, for 2 or more
-        self.big: dict[int, int] | None = None  # offset -> size, for sizes of _BIG - 1 up
         self.live = 0
         self.first = 0  # no live entry before this index
 
@@ -47,7 +47,7 @@ class Block:
             i = bisect_left(offs, off)
             if i == len(offs) or offs[i] != off:
                 return -1
-        return i if self.sizes[i] else -1
+        return i if self.sizes[i] != HOLE else -1
 
     def owner_at(self, i: int) -> int:
         owners = self.owners
@@ -56,7 +56,7 @@ class Block:
     def add(self, off: int, owner: int, size: int, holds: int) -> None:
         """A new live entry (``off`` not live in the block)."""
         offs, sizes = self.offs, self.sizes
-        s1 = size + 1 if size < _BIG - 1 else _BIG
+        s1 = size
         if owner != self.owner and self.owners is None:
             self.owners = array("I", [self.owner]) * len(offs)
             self.owner = -1
@@ -78,33 +78,20 @@ class Block:
                     self.owners.insert(i, owner)
             if i < self.first:
                 self.first = i
-        if s1 == _BIG:
-            if self.big is None:
-                self.big = {}
-            self.big[off] = size
         if holds > 1:
             if self.holds is None:
                 self.holds = {}
             self.holds[off] = holds
         self.live += 1
 
-    def size_at(self, i: int) -> int:
-        s1 = self.sizes[i]
-        if s1 == _BIG:
-            assert self.big is not None
-            return self.big[self.offs[i]]
-        return s1 - 1
-
     def drop(self, i: int) -> int:
         """Release live entry ``i`` (its last holder); returns its size."""
-        size = self.size_at(i)
-        if self.big is not None:
-            self.big.pop(self.offs[i], None)
-        self.sizes[i] = 0
+        size = self.sizes[i]
+        self.sizes[i] = HOLE
         self.live -= 1
         if i == self.first:
             sizes, n = self.sizes, len(self.sizes)
-            while i < n and not sizes[i]:
+            while i < n and sizes[i] == HOLE:
                 i += 1
             self.first = i
         elif self.live * 4 < len(self.offs) and len(self.offs) >= _PACK_AT:
@@ -113,7 +100,7 @@ class Block:
 
     def _pack(self) -> None:
         """Leave out the holes (a block three quarters released, out of order)."""
-        keep = [i for i, s in enumerate(self.sizes) if s]
+        keep = [i for i, s in enumerate(self.sizes) if s != HOLE]
         self.offs = array("H", [self.offs[i] for i in keep])
         self.sizes = array("I", [self.sizes[i] for i in keep])
         if self.owners is not None:
@@ -125,7 +112,7 @@ class Block:
         """The owner number of each live entry."""
         owners = self.owners
         for i, s in enumerate(self.sizes):
-            if s:
+            if s != HOLE:
                 yield self.owner if owners is None else owners[i]
 
 
@@ -152,6 +139,37 @@ class HeldBook:
                 held[off] = held.get(off, 1) + holds
                 return False
         b.add(off, owner, size, holds)
+        return True
+
+    def add_run(self, owner: int, mids: array, sizes: array) -> bool:
+        """``add`` of ascending ``mids`` (array "Q") of one owner, each held once, column-wise
+        (start-up's recount of a paged-out lane): done only when no block they fall in has
+        another owner or an id at or past theirs; False, nothing added, otherwise."""
+        n = len(mids)
+        if n > 1 and not all(map(lt, mids, mids[1:])):
+            return False
+        chunks: list[tuple[int, int, int]] = []
+        i = 0
+        while i < n:
+            key = mids[i] >> SHIFT
+            j = bisect_left(mids, (key + 1) << SHIFT, i, n)
+            b = self.blocks.get(key)
+            if b is not None and (b.owner != owner or (b.offs
+                                                       and mids[i] & MASK <= b.offs[-1])):
+                return False
+            chunks.append((key, i, j))
+            i = j
+        raw = mids.tobytes()
+        for key, i, j in chunks:
+            b = self.blocks.get(key)
+            if b is None:
+                b = self.blocks[key] = Block(owner)
+            low = bytearray(2 * (j - i))  # each id's two low bytes (little-endian u64s)
+            low[0::2] = raw[8 * i:8 * j:8]
+            low[1::2] = raw[8 * i + 1:8 * j:8]
+            b.offs.frombytes(bytes(low))
+            b.sizes.extend(sizes[i:j])
+            b.live += j - i
         return True
 
     def remove(self, mid: int) -> tuple[int, int] | None:

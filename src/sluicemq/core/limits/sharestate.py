@@ -14,9 +14,10 @@ from __future__ import annotations
 import base64
 from array import array
 from bisect import bisect_left
+from operator import lt
 from typing import Any
 
-from sluicemq.core.limits.heldbook import MASK, SHIFT, HeldBook
+from sluicemq.core.limits.heldbook import HOLE, MASK, SHIFT, HeldBook
 
 
 class ShareSeed:
@@ -27,6 +28,22 @@ class ShareSeed:
         self.at = at  # (segment, offset) of the last record the snapshot covers
         self.owners = owners
         self.blocks = blocks
+
+    def run_owner(self, mids: array, segments: array) -> bytes | None:
+        """The one sender of every id of a lane's ``mids`` (ascending) whose records lie in
+        ``segments``, when the snapshot says so block by block; else None."""
+        n = len(mids)
+        if not n or max(segments) >= self.at[0] or not all(map(lt, mids, mids[1:])):
+            return None
+        found, i = -1, 0
+        while i < n:
+            key = mids[i] >> SHIFT
+            b = self.blocks.get(key)
+            if not isinstance(b, int) or (found >= 0 and b != found):
+                return None
+            found = b
+            i = bisect_left(mids, (key + 1) << SHIFT, i, n)
+        return self.owners[found]
 
     def owner(self, mid: int, segment: int, offset: int) -> bytes | None:
         """The sender of ``mid`` stored at ``segment``/``offset``, or None: not known here
@@ -52,7 +69,7 @@ def dump(book: HeldBook, owners: list[bytes], at: tuple[int, int]) -> dict[str, 
         if b.owners is None:
             blocks.append([key, b.owner])
             continue
-        live = [i for i, s in enumerate(b.sizes) if s]
+        live = [i for i, s in enumerate(b.sizes) if s != HOLE]
         offs = array("H", [b.offs[i] for i in live])
         nums = array("I", [b.owners[i] for i in live])
         blocks.append([key, -1, _b64(offs), _b64(nums)])

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import struct
 from array import array
+from bisect import bisect_left
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -73,6 +74,15 @@ class UserShares:
         n = self._number(owner)
         if self._held.add(mid, n, size, holds):
             self._used[n] += size
+
+    def charge_run(self, owner: bytes, mids: array, sizes: array) -> bool:
+        """``charge`` of ascending ``mids`` of one sender held once each, column-wise, when
+        none is charged yet (``HeldBook.add_run``); False, nothing charged, otherwise."""
+        n = self._number(owner)
+        if not self._held.add_run(n, mids, sizes):
+            return False
+        self._used[n] += sum(sizes)
+        return True
 
     def release(self, mid: int) -> None:
         """One holder of ``mid`` let go; the last gives its bytes back. A message never
@@ -170,7 +180,17 @@ def recount(shares: UserShares, queues: Iterable[Queue], streams: StreamTable,
                 continue
             mids, srcs, segs, offs, lengths, inners, sizes = tail.columns(
                 tail.indexes().start, tail.end)
-            journal_slots = [x for x, src in enumerate(srcs) if src == JOURNAL]
+            first = 0  # slots before it were charged column-wise
+            if seed is not None:
+                # the lane's records before the snapshot's segment (a lane is in journal
+                # order), when one user filled them: charged at once
+                k = bisect_left(segs, seed.at[0])
+                if k and srcs[:k].count(JOURNAL) == k:
+                    sender = seed.run_owner(mids[:k], segs[:k])
+                    if sender is not None and shares.charge_run(sender, mids[:k], sizes[:k]):
+                        n += k
+                        first = k
+            journal_slots = [x for x in range(first, len(srcs)) if srcs[x] == JOURNAL]
             unknown = journal_slots
             if seed is not None:
                 unknown = []
