@@ -85,6 +85,32 @@ def test_a_content_length_of_thousands_of_digits_gets_the_clear_error(raw) -> No
     _broker_still_serves(raw)
 
 
+@pytest.mark.parametrize("ready_consumer", [False, True])
+def test_an_expires_past_the_journal_s_range_is_as_good_as_never(raw, ready_consumer) -> None:
+    """A persistent SEND with ``expires`` of 20 digits (past 2^63 - 1 ms): receipted and
+    delivered, never expired - written at once (no consumer) or deferred (a ready consumer
+    that does not ACK, so its write comes ``store_delay_ms`` later). Was: its record's
+    encoding failed (struct's 'argument out of range'): ERROR internal broker error."""
+    far = "9" * 20
+    consumer = raw()
+    consumer.connect()
+    if ready_consumer:
+        consumer.send("SUBSCRIBE", {"destination": "/queue/far", "id": "1", "ack": "client",
+                                    "receipt": "sub"})
+        assert consumer.recv().headers.get("receipt-id") == "sub"
+    producer = raw()
+    producer.connect()
+    producer.send("SEND", {"destination": "/queue/far", "persistent": "true", "expires": far,
+                           "receipt": "r"}, b"kept")
+    answer = producer.recv()
+    assert (answer.command, answer.headers.get("receipt-id")) == ("RECEIPT", "r"), answer
+    if not ready_consumer:
+        consumer.send("SUBSCRIBE", {"destination": "/queue/far", "id": "1", "ack": "auto"})
+    msg = consumer.recv()
+    assert msg.command == "MESSAGE" and msg.body == b"kept"
+    assert msg.headers["expires"] in (far, str((1 << 63) - 1))
+
+
 def test_body_shorter_than_content_length(raw) -> None:
     c = raw()
     c.connect()

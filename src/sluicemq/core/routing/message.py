@@ -10,6 +10,7 @@ TRANSPORT_HEADERS = frozenset(
      "ack", "redelivered", "sluice-delivery-count", "sluice-seq"}
 )
 MIN_PRIORITY, MAX_PRIORITY, DEFAULT_PRIORITY = 0, 9, 4
+MAX_EXPIRES = (1 << 63) - 1  # ms since the epoch: the journal keeps 8 bytes
 ORIGINAL_ID = "sluice-original-id"  # on a moved message: the id it was first sent with
 TYPICAL_HEADER_CHARS = 512  # header text the flat per-message estimate already covers
 TYPICAL_HEADERS = 8
@@ -134,10 +135,12 @@ def parse_priority(value: str | None) -> int:
 
 
 def parse_expires(value: str | None) -> int:
-    """`expires` is an absolute time in ms since the epoch (ActiveMQ); 0 means never."""
+    """`expires` is an absolute time in ms since the epoch (ActiveMQ); 0 means never. A time
+    past 2^63 - 1 ms (the journal keeps 8 bytes) is that time: as good as never (was: the
+    record's encoding failed, and the SEND with it)."""
     if not value:
         return 0
     try:
-        return max(0, int(value))
+        return min(max(0, int(value)), MAX_EXPIRES)
     except ValueError:
         return 0
