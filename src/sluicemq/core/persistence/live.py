@@ -45,11 +45,15 @@ class LiveSlots:
         self.side: dict[int, Entry] = {}
 
     def add(self, mid: int, entry: Entry) -> None:
+        self.append(mid, *entry)
+
+    def append(self, mid: int, seg: int, off: int, length: int, inner: int, size: int,
+               prio: int) -> None:
+        """``add`` with the entry's fields as arguments (replay's per-record path: no tuple)."""
         if self.mid and mid <= self.mid[-1]:
             self._kill(mid)  # an older copy (compaction rewrote it): the newer record wins
-            self.side[mid] = entry
+            self.side[mid] = (seg, off, length, inner, size, prio)
             return
-        seg, off, length, inner, size, prio = entry
         self.mid.append(mid)
         self.seg.append(seg)
         self.off.append(off)

@@ -94,7 +94,7 @@ class Replay:
             for rtype in part.rtypes:
                 self.handlers[rtype] = self._part_handler(part, rtype)
         self._flagged = [(p.flags, p.message) for p in self.parts if p.flags]
-        self._keys: dict[bytes, str] = {}
+        self._keys: dict[bytes, tuple[str, bool]] = {}  # key bytes -> (key, a topic's?)
         self._unknown: Counter[int] = Counter()
         self._counts: Counter[int] = Counter()
         if snap is not None:
@@ -168,9 +168,11 @@ class Replay:
                 if flags & bits:
                     see(raw)
         kb = raw[kpos:hpos]
-        key = self._keys.get(kb)
-        if key is None:
-            key = self._keys[kb] = kb.decode()
+        known = self._keys.get(kb)
+        if known is None:
+            decoded = kb.decode()
+            known = self._keys[kb] = (decoded, keys.is_topic(decoded))
+        key, topic = known
         if mid > self.max_mid:
             self.max_mid = mid
         sm: records.StoredMessage | None = None
@@ -179,10 +181,14 @@ class Replay:
             if STREAM_ID in sm.headers:
                 self._stream_chunk(sm, RecoveredTicket(Location(seg, off, length)))
                 self.chunks[mid] = (sm.key, sm.headers[STREAM_ID])
-        entry = (seg, off, length, inner, len(raw) - hpos - hlen, priority)
-        if not keys.is_topic(key):
-            self._add(key, mid, entry)
+        size = len(raw) - hpos - hlen
+        if not topic:
+            if mid >= self.base_mid:  # the common case, without an entry tuple
+                self.live[key].append(mid, seg, off, length, inner, size, priority)
+            else:
+                self._add(key, mid, (seg, off, length, inner, size, priority))
             return
+        entry = (seg, off, length, inner, size, priority)
         name = keys.name_of(key)
         for k, sub in self.subs.items():
             if sub.topic != name and not (k in self.patterns and self.patterns[k](name)):

@@ -392,6 +392,8 @@ class Broker:
     def count_holders(self) -> int:
         """Start-up, once recovery is done: how many durable subscriptions hold each topic
         record several of them do (``Store.shared``); returns the records found shared."""
+        if len(self.durables) < 2:  # a record has one holder at most: no pass over the backlog
+            return self.store.shared.recount(())
         streams = self.large_streams
         return self.store.shared.recount(
             mid for _, q in self.durables.values() for mid in holders.stored_mids(q, streams))
