@@ -9,6 +9,7 @@ no chunk of the next one taken (both clients)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import threading
@@ -17,6 +18,7 @@ from pathlib import Path
 from ha_helpers import failover_url
 from sluicemq import Client
 from sluicemq.client import AsyncClient
+from sluicemq.client.failover import AckInDoubt
 
 SIZE = 24 << 20
 CHUNK = 256 << 10
@@ -99,6 +101,13 @@ def the_next_receiver_gets_the_third_stream_untouched(standby, blob: bytes) -> N
     assert got == blob and "redelivered" not in first_headers
 
 
+# The second stream's final ACK is confirmed, or in doubt when its chunks had reached the client
+# before the failover (a window of 16 takes a small stream whole): the client then acknowledges
+# the copy the new master redelivers, and the next receiver's check shows it was not handed out
+# again. So either outcome of that ACK is fine here.
+SECOND_ACK_MAY_BE_IN_DOUBT = AckInDoubt
+
+
 def test_streams_with_a_count_ask_the_new_master_only_for_the_streams_not_yet_read(
         cluster) -> None:
     """The master dies once the first of two wanted streams was read (its final ACK
@@ -115,9 +124,12 @@ def test_streams_with_a_count_ask_the_new_master_only_for_the_streams_not_yet_re
             got.append(stream.read())
             stream.close()
             assert stream.final_ack is not None
-            stream.final_ack.result()  # the broker journaled it: that stream is read
             if len(got) == 1:
+                stream.final_ack.result()  # the broker journaled it: that stream is read
                 master.kill()
+            else:
+                with contextlib.suppress(SECOND_ACK_MAY_BE_IN_DOUBT):
+                    stream.final_ack.result()
     assert moved and got == blobs[:2]
     the_next_receiver_gets_the_third_stream_untouched(standby, blobs[2])
 
@@ -135,9 +147,12 @@ def test_async_streams_with_a_count_ask_the_new_master_only_for_the_streams_not_
                     c.streams("/queue/counted", window=16, timeout=60, count=2) as streams):
             async for stream in streams:
                 got.append(await stream.read())
-                await stream.close()  # waits for the final ACK's receipt
                 if len(got) == 1:
+                    await stream.close()  # waits for the final ACK's receipt
                     await asyncio.to_thread(master.kill)
+                else:
+                    with contextlib.suppress(SECOND_ACK_MAY_BE_IN_DOUBT):
+                        await stream.close()
         return got
 
     assert asyncio.run(asyncio.wait_for(receive(), 90)) == blobs[:2]
