@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sluicemq.protocol.numbers import natural
 from sluicemq.streaming import manifest as wire
 
 
@@ -38,10 +39,8 @@ class StreamCredit:
     def asked(cls, headers: Mapping[str, str], destination: str) -> StreamCredit | None:
         """The credit a SUBSCRIBE asks for; None when it asks for none (or for a value the
         broker refuses with an ERROR anyway)."""
-        text = headers.get(wire.STREAM_CREDIT)
-        if text is None or not (text.isascii() and text.isdigit()) or len(text) > 10:
-            return None
-        return cls(int(text), destination)
+        wanted = natural(headers.get(wire.STREAM_CREDIT), 10)
+        return None if wanted is None else cls(wanted, destination)
 
     def read(self, destination: str) -> None:
         """The broker confirmed the ACK of a final chunk that came from ``destination``."""

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluicemq.core.persistence.anchor import Anchor
 from sluicemq.errors import ProtocolError
+from sluicemq.protocol.numbers import natural
 from sluicemq.storage.records import PRODUCER_HEADER
 from sluicemq.storage.staging_records import MEMO_PRODUCERS
 
@@ -54,11 +55,11 @@ def producer_of(headers: dict[str, str]) -> tuple[str, int] | None:
     if not 0 < len(pid) <= MAX_ID or not pid.isprintable():
         raise ProtocolError(f"invalid {PRODUCER_ID} {pid[:50]!r}: 1-{MAX_ID} printable "
                             "characters", fatal=False)
-    # (the length first: int() raises ValueError on more than 4,300 digits)
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 19 or int(raw) > MAX_SEQ:
+    seq = natural(raw)
+    if seq is None or seq > MAX_SEQ:
         raise ProtocolError(f"invalid {PRODUCER_SEQ} {raw[:50]!r}: a number 0..2^63-1",
                             fatal=False)
-    return pid, int(raw)
+    return pid, seq
 
 
 class ProducerTable:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from sluicemq.core.selectors import Selector, SelectorError, compile_selector
 from sluicemq.protocol.columns import PACKED, SPANS
+from sluicemq.protocol.numbers import natural
 
 BROWSER = "browser"
 SEQ = "sluice-seq"
@@ -151,11 +152,10 @@ def _int(headers: dict[str, str], name: str, *, low: int, high: int = MAX_SEQ) -
     text = headers.get(name)
     if text is None:
         return None
-    # (the length first: int() raises ValueError on more than 4,300 digits)
-    if not text.isdigit() or not text.isascii() or len(text) > len(str(high)):
+    value = natural(text, len(str(high)))
+    if value is None:
         raise RangeError(f"invalid {name} {text[:50]!r}: expected an integer from {low} to "
                          f"{high}")
-    value = int(text)
     if not low <= value <= high:
         raise RangeError(f"invalid {name} {text!r}: expected an integer from {low} to {high}")
     return value

@@ -28,6 +28,7 @@ from sluicemq.core.sessions.fanin import FanIn
 from sluicemq.core.streams.chunks import MAX_STREAMS, STREAM_CREDIT
 from sluicemq.errors import ProtocolError
 from sluicemq.protocol.frames import Frame
+from sluicemq.protocol.numbers import natural
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,12 +141,11 @@ def _stream_credit(h: dict[str, str]) -> int:
     text = h.get(STREAM_CREDIT)
     if text is None:
         return -1
-    # (the length first: int() raises ValueError on more than 4,300 digits)
-    if (not (text.isascii() and text.isdigit()) or len(text) > 10
-            or not 1 <= int(text) <= 1 << 31):
+    credit = natural(text, 10)
+    if credit is None or not 1 <= credit <= 1 << 31:
         raise ProtocolError(f"invalid {STREAM_CREDIT} {text!r}: a number of streams, at least 1",
                             fatal=False)
-    return int(text)
+    return credit
 
 
 def _open(session: SessionContext, wanted: Wanted, kind: str, name: str, pattern: bool,
@@ -235,10 +235,11 @@ def claim_durable(session: SessionContext, durable_name: str) -> None:
 def consumer_priority(h: dict[str, str]) -> int:
     """``activemq.priority`` of a SUBSCRIBE: 0 (the default) to 127, as ActiveMQ takes it."""
     value = h.get("activemq.priority", "0")
-    if not (value.isascii() and value.isdigit()) or len(value) > 10 or int(value) > 127:
+    priority = natural(value, 10)
+    if priority is None or priority > 127:
         raise ProtocolError(f"invalid activemq.priority {value[:20]!r}: expected 0-127",
                             fatal=False)
-    return int(value)
+    return priority
 
 
 def _prefetch(h: dict[str, str], default: int, max_unacked: int) -> int:
