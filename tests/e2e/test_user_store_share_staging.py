@@ -53,6 +53,19 @@ def refused(c: Client) -> str:
     return str(info.value)
 
 
+def her_share_stays_full_across_restarts(broker: Any) -> None:
+    """A clean restart, then kill -9: each finds mallory's share full again (what she staged
+    or published is counted from the records that name her)."""
+    for restart in ("clean", "kill -9"):
+        if restart == "clean":
+            assert broker.stop() == 0
+        else:
+            broker.kill()
+        broker.restart()
+        with NEIGHBOURS.login(broker, "mallory") as m:
+            assert SHARE in refused(m)
+
+
 def test_a_parked_part_counts_against_her_share_until_it_is_aborted(
         broker_factory: Any) -> None:
     """A part she staged is hers: a SEND past the share is refused, a second part's SEND too,
@@ -89,14 +102,7 @@ def test_a_publication_keeps_her_charged_until_her_consumer_acknowledges(
         stage_fill(m)
         assert m.publish_stage("sink", "b1", ["p0"]) == ("published", FIT)
         assert SHARE in refused(m)
-    for restart in ("clean", "kill -9"):
-        if restart == "clean":
-            assert broker.stop() == 0
-        else:
-            broker.kill()
-        broker.restart()
-        with NEIGHBOURS.login(broker, "mallory") as m:
-            assert SHARE in refused(m)
+    her_share_stays_full_across_restarts(broker)
     with NEIGHBOURS.login(broker, "mallory") as m:
         sub = m.subscribe("/queue/m.staged", ack="client-individual")
         for i in range(FIT):
@@ -114,14 +120,7 @@ def test_a_parked_part_stays_charged_across_restarts_and_leaves_with_a_newer_att
     broker = broker_factory(config_text=CONFIG)
     with NEIGHBOURS.login(broker, "mallory") as m:
         stage_fill(m)
-    for restart in ("clean", "kill -9"):
-        if restart == "clean":
-            assert broker.stop() == 0
-        else:
-            broker.kill()
-        broker.restart()
-        with NEIGHBOURS.login(broker, "mallory") as m:
-            assert SHARE in refused(m)
+    her_share_stays_full_across_restarts(broker)
     with NEIGHBOURS.login(broker, "mallory") as m:
         assert m.abort_stage("sink", "b1") == 1
         for _ in range(2):  # the same part twice: the second attempt replaces the first
