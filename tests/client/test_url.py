@@ -60,6 +60,14 @@ def test_back_off_doubles_from_the_initial_delay_up_to_the_cap() -> None:
     assert flat is not None and flat.backoff(7) == 0.05
 
 
+def test_back_off_stays_at_the_cap_however_long_the_outage() -> None:
+    """Attempt 1025 at x2 is past any float: the delay is the cap, not an OverflowError that
+    would end the client's failover for good."""
+    options = parse_brokers("failover:(stomp://a)?maxReconnectDelay=200").failover
+    assert options is not None
+    assert [options.backoff(n) for n in (1024, 1025, 10**6)] == [0.2, 0.2, 0.2]
+
+
 @pytest.mark.parametrize("url", [
     "failover:()", "failover:(stomp://a", "failover:(http://a)", "failover:(stomp://a)x",
     "failover:(stomp://a)?nosuch=1", "failover:(stomp://a)?randomize=maybe",

@@ -64,10 +64,13 @@ class FailoverOptions:
 
     def backoff(self, attempt: int) -> float:
         """Seconds to wait before reconnect attempt ``attempt`` (1-based) to the next round."""
-        delay = float(self.initialReconnectDelay)
+        delay, cap = float(self.initialReconnectDelay), float(self.maxReconnectDelay)
         if self.useExponentialBackOff:
-            delay *= self.backOffMultiplier ** max(attempt - 1, 0)
-        return min(delay, float(self.maxReconnectDelay)) / 1000.0
+            try:
+                delay *= self.backOffMultiplier ** max(attempt - 1, 0)
+            except OverflowError:  # a long outage: attempt 1025 at x2 is past any float
+                delay = cap
+        return min(delay, cap) / 1000.0
 
 
 @dataclass(frozen=True, slots=True)
