@@ -210,27 +210,36 @@ def test_the_snapshot_section_names_each_senders_ids_up_to_its_position() -> Non
 
 
 def test_a_lane_one_user_filled_is_charged_column_wise_only_where_the_snapshot_says_so() -> None:
-    """``charge_run`` / ``run_owner``: ascending ids in blocks the snapshot gives one owner
-    are charged at once, as ``charge`` would; ids out of order, a block two users share, one
-    not in the snapshot or a record in its last segment or after, are not (charged one by
-    one instead)."""
+    """``covered`` / ``run_owner`` / ``charge_run``: a lane's slots stored at or before the
+    snapshot's position (earlier segments, or its own segment up to its offset), with
+    ascending ids in blocks the snapshot gives one owner, are charged at once, as ``charge``
+    would; a slot past the position, a block two users share or one not in the snapshot,
+    ids out of order, are not (charged one by one instead)."""
     from sluicemq.core.limits import sharestate
 
     before = UserShares(1 << 40)
     mids = array("Q", [*range(5, 1 << 16, 7), *range((1 << 16) + 1, (1 << 16) + 500)])
     for mid in mids:
         before.charge(ALICE, mid, 3, 1)
-    seed = sharestate.load(sharestate.dump(before.book, before.logins, (9, 0)))
+    before.charge(BOB, 3 << 16, 3, 1)
+    before.charge(ALICE, (3 << 16) + 1, 3, 1)
+    seed = sharestate.load(sharestate.dump(before.book, before.logins, (9, 100)))
     sizes = array("I", [3]) * len(mids)
-    segs = array("I", [8]) * len(mids)
-    assert seed.run_owner(mids, segs) == ALICE
-    assert seed.run_owner(mids, array("I", [9]) * len(mids)) is None
-    assert seed.run_owner(array("Q", [12, 5]), array("I", [1, 1])) is None
-    assert seed.run_owner(array("Q", [5, 1 << 20]), array("I", [1, 1])) is None
+    segs, offs = array("I", [8]) * len(mids), array("Q", range(len(mids)))
+    assert seed.covered(segs, offs, 0, len(mids)) == len(mids)
+    in_last = array("I", [9]) * 20
+    assert seed.covered(in_last, array("Q", range(0, 200, 10)), 0, 20) == 11  # 0..100
+    assert seed.covered(in_last, array("Q", range(0, 200, 10)), 12, 20) == 12
+    assert seed.covered(array("I", [8, 10, 8]), array("Q", [0, 0, 0]), 0, 3) == 1
+    assert seed.run_owner(mids) == ALICE
+    assert seed.run_owner(array("Q", [5, 1 << 20])) is None  # a block not in the snapshot
+    assert seed.run_owner(array("Q", [(3 << 16) + 1])) is None  # a block two users share
+    assert seed.owner((3 << 16) + 1, 9, 0) == ALICE  # (charged one by one)
+    assert not UserShares(1).charge_run(ALICE, array("Q", [12, 5]), array("I", [1, 1]))
 
     after = UserShares(1 << 40)
     assert after.charge_run(ALICE, mids, sizes)
-    assert after.used(ALICE) == before.used(ALICE) and after.by_user() == before.by_user()
+    assert after.by_user() == {"alice": {"bytes": 3 * len(mids), "messages": len(mids)}}
     assert not after.charge_run(ALICE, array("Q", [12]), array("I", [1]))  # not past the newest
     assert not after.charge_run(BOB, array("Q", [(1 << 16) + 600]), array("I", [1]))
     for mid in mids:

@@ -114,3 +114,46 @@ def test_the_user_share_is_counted_from_the_snapshot_without_reading_records(
         assert shares.used(b"") == 0 and not shares.book.blocks
     finally:
         node.close()
+
+
+def test_the_user_share_of_a_lane_of_many_blocks_is_counted_block_by_block(
+        tmp_path: Path) -> None:
+    """A lane longer than a block of slots (``spill.BLOCK``: packed ones, then the open
+    one), records in the snapshot's own segment, and records appended after the snapshot:
+    every message is charged, and only the senders of those after it are read."""
+    from dataclasses import replace
+
+    from sluicemq.app import STATE_PARTS
+    from sluicemq.config import JournalSettings, Limits
+    from sluicemq.core.paging.spill import BLOCK
+    from sluicemq.core.persistence.capture import save_snapshot
+
+    config = replace(config_for(tmp_path / "data"),
+                     limits=replace(Limits(), user_store_limit=1 << 40),
+                     journal=JournalSettings(segment_bytes=256 << 10, preallocate=False,
+                                             sync=False))  # (a clean restart: read back)
+    node = InProcessBroker(config)
+    producer = node.connect()
+    total, after = BLOCK + 1000, 40
+    send = {"destination": "/queue/long", "persistent": "true"}
+    for i in range(total):
+        if i in (total - after - 1, total - 1):  # a receipt: all before it are stored
+            producer.request("SEND", send, b"%05d" % i)
+        else:
+            producer.send_frame("SEND", send, b"%05d" % i)
+        if i == total - after - 1:
+            save_snapshot(node.broker, STATE_PARTS)
+    node = node.restart()
+    try:
+        shares = node.broker.shares
+        assert shares is not None
+        assert shares.by_user() == {"anonymous": {"bytes": 5 * total, "messages": total}}
+        assert node.core.counts["user_shares"] == total
+        assert node.core.counts["user_shares_read"] == after, node.core.counts
+        again = node.connect()
+        again.request("SUBSCRIBE", {"destination": "/queue/long", "id": "s"})
+        assert [m.body for m in again.messages(total)] == [b"%05d" % i for i in range(total)]
+        node.loop.run()
+        assert shares.used(b"") == 0 and not shares.book.blocks
+    finally:
+        node.close()

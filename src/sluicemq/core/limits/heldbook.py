@@ -141,12 +141,14 @@ class HeldBook:
         b.add(off, owner, size, holds)
         return True
 
-    def add_run(self, owner: int, mids: array, sizes: array) -> bool:
+    def add_run(self, owner: int, mids: array, sizes: array, *, ascending: bool = False
+                ) -> bool:
         """``add`` of ascending ``mids`` (array "Q") of one owner, each held once, column-wise
         (start-up's recount of a paged-out lane): done only when no block they fall in has
-        another owner or an id at or past theirs; False, nothing added, otherwise."""
+        another owner or an id at or past theirs; False, nothing added, otherwise.
+        ``ascending``: the caller checked the order (not walked again)."""
         n = len(mids)
-        if n > 1 and not all(map(lt, mids, mids[1:])):
+        if not ascending and n > 1 and not all(map(lt, mids, mids[1:])):
             return False
         chunks: list[tuple[int, int, int]] = []
         i = 0

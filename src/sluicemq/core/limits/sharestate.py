@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 from array import array
 from bisect import bisect_left
-from operator import lt
 from typing import Any
 
 from sluicemq.core.limits.heldbook import HOLE, MASK, SHIFT, HeldBook
@@ -29,12 +28,26 @@ class ShareSeed:
         self.owners = owners
         self.blocks = blocks
 
-    def run_owner(self, mids: array, segments: array) -> bytes | None:
-        """The one sender of every id of a lane's ``mids`` (ascending) whose records lie in
-        ``segments``, when the snapshot says so block by block; else None."""
+    def covered(self, segs: array, offs: array, lo: int, hi: int) -> int:
+        """The index of the first of slots ``[lo, hi)`` (a lane's ``segs``/``offs`` columns)
+        stored after ``at``, or ``hi``: from ``lo`` up to it the snapshot may name senders."""
+        seg0, off0 = self.at
+        if lo >= hi:
+            return hi
+        top = max(segs[lo:hi])
+        if top < seg0 or (top == seg0 == min(segs[lo:hi]) and max(offs[lo:hi]) <= off0):
+            return hi
+        for x in range(lo, hi):  # (a block astride the snapshot's position: one a lane)
+            seg = segs[x]
+            if seg > seg0 or (seg == seg0 and offs[x] > off0):
+                return x
+        return hi
+
+    def run_owner(self, mids: array) -> bytes | None:
+        """The one sender of every id of ``mids`` - ascending, each stored at or before
+        ``at`` (``covered``), as the caller checks - when the snapshot says so block by
+        block; else None."""
         n = len(mids)
-        if not n or max(segments) >= self.at[0] or not all(map(lt, mids, mids[1:])):
-            return None
         found, i = -1, 0
         while i < n:
             key = mids[i] >> SHIFT
@@ -43,7 +56,7 @@ class ShareSeed:
                 return None
             found = b
             i = bisect_left(mids, (key + 1) << SHIFT, i, n)
-        return self.owners[found]
+        return self.owners[found] if found >= 0 else None
 
     def owner(self, mid: int, segment: int, offset: int) -> bytes | None:
         """The sender of ``mid`` stored at ``segment``/``offset``, or None: not known here
