@@ -32,7 +32,7 @@ from sluicemq.protocol.frames import Frame
 
 COUNT = 3000  # ~3.5 MB: far more than a connection's output share and its socket hold
 # A connection may hold 32 KiB unsent (the floor), less than one pass's run of 64 messages
-# (broker.DISPATCH_BUDGET): runs stop part way at the room the connection has left
+# (dispatchpass.DISPATCH_BUDGET): runs stop part way at the room the connection has left
 SMALL_SHARE = '[limits]\noutput_buffer_bytes = "32 KiB"\n'
 
 

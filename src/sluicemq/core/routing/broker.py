@@ -2,8 +2,9 @@
 
 What it delegates, each in a module of this package: large streams (``streams.StreamTable``),
 who listens where (``subscriptions.Subscriptions``), durable subscriptions
-(``durables.Durables``), the receipt clock (``receipts.DurableWaits``),
-compaction's holders (``holders``). Several messages that change at once are stored through
+(``durables.Durables``), the receipt clock (``receipts.DurableWaits``), the dispatch pass
+(``dispatchpass.DispatchPass``), who holds journal records (``holders.JournalHolders``:
+compaction, start-up recounts). Several messages that change at once are stored through
 ``Store.transaction`` (COMMIT, dead-lettering).
 
 It owns no sockets and no threads: the transport calls it on the event-loop thread, time comes
@@ -16,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from functools import partial
 from operator import attrgetter
 from typing import Any
@@ -42,7 +43,7 @@ from sluicemq.core.persistence.storelater import StoreLater
 from sluicemq.core.routing import holders, keys, moves
 from sluicemq.core.routing.advisories import Advisories
 from sluicemq.core.routing.destinations import DestinationBudget
-from sluicemq.core.routing.dispatch import dispatch
+from sluicemq.core.routing.dispatchpass import DispatchPass
 from sluicemq.core.routing.durables import Durables
 from sluicemq.core.routing.message import Message
 from sluicemq.core.routing.names import QUEUE, TOPIC, destination_of
@@ -57,14 +58,11 @@ from sluicemq.core.routing.wildcards import MayRead, QueueWatch, WildcardIndex
 from sluicemq.core.staging.stager import Stager
 from sluicemq.core.streams.chunks import DISCARDED
 from sluicemq.storage import records
-from sluicemq.storage.compaction import Compactor, Holder
+from sluicemq.storage.compaction import Compactor
 from sluicemq.storage.store import Store, TicketLike
 from sluicemq.storage.tempstore import TempStore
 
 log = logging.getLogger("sluicemq.broker")
-
-DISPATCH_BUDGET = 64  # deliveries per queue per loop turn
-
 
 def _anything(topic: str) -> bool:
     return True
@@ -111,9 +109,6 @@ class Broker:
                            budget=config.limits.turn_budget_ms / 1000)
         self.destinations = DestinationBudget(self)  # creation caps, idle reclaiming
         self.next_mid = 1
-        self._dirty: dict[int, Queue] = {}
-        self._dispatch_scheduled = False
-        self._dispatching = False
         self.durable_waits = DurableWaits(store)  # receipts wait here
         self.started = clock()
         self.large_streams = StreamTable(self, store, clock)
@@ -145,8 +140,14 @@ class Broker:
                                 HeapTrimmer(trim_heap, free=free_heap),
                                 # asked on every persistent SEND: read in C, no lambda frame
                                 partial(attrgetter("unwritten_bytes"), store.journal))
-        self.compactor = Compactor(store, self._compaction_holders, self._compaction_relocate,
-                                   self._schedule)
+        # the dispatch pass (dispatchpass.py), its entry points bound here once: a queue asks
+        # for a pass per message (QueueOwner.schedule_dispatch), a frame with a receipt may
+        # settle it first, the idle sweep asks whether a queue waits for one
+        passes = self.dispatch_pass = DispatchPass(schedule, self.now_ms, self.turns,
+                                                   self.flow.poll)
+        self.schedule_dispatch = passes.schedule
+        self.settle_dispatch = passes.settle
+        self.is_dirty = passes.is_dirty
         self.stager = Stager(self)  # staged publishing (docs/replay-protocol.md, section 3)
         self.producers = Producers(store, config.limits.dedup_window)  # section 4
         store.reclaim_watchers += [self.stager.anchor.move_if_oldest,
@@ -158,6 +159,12 @@ class Broker:
                                 clock, delay=config.journal.store_delay_ms / 1000)
         store.pre_append = self.later.store_all
         store.deferred = self.later
+        # who holds journal records (holders.py): compaction's questions, start-up recounts
+        journal_holders = self.journal_holders = holders.JournalHolders(
+            self.queues, self.durables, self.sub_tickets, self.large_streams,
+            self.later.unwritten_of)
+        self.compactor = Compactor(store, journal_holders.holders, journal_holders.relocate,
+                                   self._schedule)
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -178,10 +185,6 @@ class Broker:
     def forget_policies(self) -> None:
         """Drop cached policies (destinations were reclaimed; their names need none)."""
         self._policies.clear()
-
-    def is_dirty(self, queue: Queue) -> bool:
-        """Is ``queue`` waiting for a dispatch pass?"""
-        return id(queue) in self._dirty
 
     def make_pending(self, destination: str, policy: Policy) -> PendingList:
         """A destination's cursor: paging (``store``) unless its policy says ``vm``."""
@@ -383,7 +386,7 @@ class Broker:
         snapshot names the others')."""
         if self.shares is None:
             return 0, 0
-        counted = recount(self.shares, self._journaled_queues(), self.large_streams,
+        counted = recount(self.shares, self.journal_holders.queues(), self.large_streams,
                           self.store.journal, self.stager.staged(), self.share_seed)
         self.share_seed = None
         self.store.shares = self.later.shares = self.shares
@@ -392,70 +395,9 @@ class Broker:
     def count_holders(self) -> int:
         """Start-up, once recovery is done: how many durable subscriptions hold each topic
         record several of them do (``Store.shared``); returns the records found shared."""
-        if len(self.durables) < 2:  # a record has one holder at most: no pass over the backlog
-            return self.store.shared.recount(())
-        streams = self.large_streams
-        return self.store.shared.recount(
-            mid for _, q in self.durables.values() for mid in holders.stored_mids(q, streams))
+        return self.store.shared.recount(self.journal_holders.shared_mids())
 
-    # -- journal compaction ------------------------------------------------------------------
-    def _journaled_queues(self) -> Iterator[Queue]:
-        yield from self.queues.values()
-        for _, q in self.durables.values():
-            yield q
-
-    def _compaction_holders(self, segment: int) -> list[Holder] | None:
-        return holders.holders(segment, self._journaled_queues(), self.sub_tickets,
-                               self.large_streams, self.later.unwritten_of())
-
-    def _compaction_relocate(self, plan: list[tuple[Holder, TicketLike]]) -> list[bool]:
-        return holders.relocate(plan, self._journaled_queues(), self.sub_tickets,
-                                self.large_streams, self.later.unwritten_of())
-
-    # -- QueueOwner --------------------------------------------------------------------------
-    def schedule_dispatch(self, queue: Queue) -> None:
-        self._dirty[id(queue)] = queue
-        if not self._dispatch_scheduled:
-            self._dispatch_scheduled = True
-            self._schedule(self.run_dispatch)
-
-    def run_dispatch(self) -> None:
-        """Dispatch every queue that changed. A queue that used its whole per-turn budget goes
-        round again on the next loop turn, after the sockets were read: a busy consumer cannot
-        starve producers (their receipts) or other connections."""
-        self._dispatch_scheduled = False
-        for q in self._dispatch_dirty():
-            self.schedule_dispatch(q)
-        self.flow.poll()
-
-    def settle_dispatch(self) -> None:
-        """Run the scheduled pass's dispatch now, before a frame that asks for a receipt
-        (``receipts.py``). The pass itself still runs later (what is left, resuming
-        producers); nothing happens from inside a pass."""
-        if self._dispatch_scheduled and not self._dispatching:
-            for q in self._dispatch_dirty():
-                self._dirty[id(q)] = q
-
-    def _dispatch_dirty(self) -> list[Queue]:
-        """Dispatch every changed queue; returns those that used their whole budget."""
-        now = self.now_ms()
-        again: list[Queue] = []
-        started, delivered = self.turns.clock(), 0
-        self._dispatching = True
-        try:
-            while self._dirty:
-                batch = list(self._dirty.values())
-                self._dirty.clear()
-                for q in batch:
-                    n = dispatch(q, now, max_deliveries=DISPATCH_BUDGET)
-                    delivered += n
-                    if n >= DISPATCH_BUDGET:
-                        again.append(q)
-        finally:
-            self._dispatching = False
-        self.turns.dispatched(self.turns.clock() - started, delivered)
-        return again
-
+    # -- QueueOwner (and ``schedule_dispatch``, bound in ``__init__``) ------------------------
     def record_removal(self, queue: Queue, msgs: Iterable[Message]) -> None:
         if not queue.durable:
             return

@@ -5,12 +5,13 @@ it asks who holds records of a segment (``holders``) and then points each holder
 (``relocate``). Holders are queue slots (in memory or paged out), in-flight and held-back
 messages, messages an ack:auto consumer took whose removal waits for their bytes to leave user
 space (``StoreLater.unwritten_of``), durable subscriptions' SUB records, and open streams' tail
-pins (which cannot move).
+pins (which cannot move). ``JournalHolders`` asks these of every queue that may hold journal
+records - a destination's or a durable subscription's - for compaction and start-up recounts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from sluicemq.core.paging.spill import JOURNAL
 from sluicemq.core.routing.message import Message
@@ -103,3 +104,39 @@ def relocate(plan: list[tuple[Holder, TicketLike]], queues: Iterable[Queue],
                     break
         result.append(ok)
     return result
+
+
+class JournalHolders:
+    """The broker's queues as holders of journal records: what compaction asks (``holders``,
+    ``relocate``) and the start-up recount of records several durable subscriptions hold."""
+
+    def __init__(self, queues: dict[str, Queue], durables: Mapping[str, tuple[object, Queue]],
+                 sub_tickets: dict[str, TicketLike], streams: StreamTable,
+                 unwritten_of: Callable[[], dict[str, list[Message]]]) -> None:
+        self._queues = queues
+        self._durables = durables  # subscription key -> (its SUB record, its queue)
+        self._sub_tickets = sub_tickets
+        self._streams = streams
+        self._unwritten_of = unwritten_of  # StoreLater's: removals waiting for their bytes
+
+    def queues(self) -> Iterator[Queue]:
+        """Every queue that may hold journal records."""
+        yield from self._queues.values()
+        for _, q in self._durables.values():
+            yield q
+
+    def holders(self, segment: int) -> list[Holder] | None:
+        return holders(segment, self.queues(), self._sub_tickets, self._streams,
+                       self._unwritten_of())
+
+    def relocate(self, plan: list[tuple[Holder, TicketLike]]) -> list[bool]:
+        return relocate(plan, self.queues(), self._sub_tickets, self._streams,
+                        self._unwritten_of())
+
+    def shared_mids(self) -> Iterator[int]:
+        """The id of each record a durable subscription holds, once per holder; nothing below
+        two subscriptions (a record has one holder at most: no pass over the backlog)."""
+        if len(self._durables) < 2:
+            return
+        for _, q in self._durables.values():
+            yield from stored_mids(q, self._streams)

@@ -70,7 +70,7 @@ LEFT = "sluice-scheduled-repeats-left"
 CRON_AT = "sluice-scheduled-cron-at"  # the cron entry's time the current round belongs to
 REDELIVERY = "sluice-scheduled-redelivery"  # a given-back message: its deliveries so far
 INTERNAL = (DESTINATION, AT, LEFT, CRON_AT, REDELIVERY)
-MAX_FIRES_PER_TURN = 64  # as many as one dispatch turn delivers (broker DISPATCH_BUDGET)
+MAX_FIRES_PER_TURN = 64  # as many as one dispatch turn delivers (dispatchpass.DISPATCH_BUDGET)
 MAX_READS_PER_TURN = 256  # messages read out of a bucket per loop turn
 _MAX_MS = 10 * 365 * 24 * 3600 * 1000  # ten years: anything longer is surely a mistake
 
