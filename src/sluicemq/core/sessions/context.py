@@ -2,7 +2,8 @@
 
 Why apart from ``session.py``: the handlers (``connect``, ``send``, ``subscribe``, ``acks``,
 ``transactions``) work on this state, and ``Session`` picks the handler for each frame; with
-the state here neither side has to import the other.
+the state here neither side has to import the other. The messages a session's consumers are
+sent go out through ``delivery.Delivering``, which the context is.
 
 Sans-IO: the transport feeds parsed frames and supplies an ``Outbound`` that buffers bytes
 and can close; nothing here touches a socket or a clock of its own.
@@ -21,15 +22,13 @@ from sluicemq.config import Policy
 from sluicemq.core.paging.flow import parse_size
 from sluicemq.core.routing import keys
 from sluicemq.core.routing.destinations import owner_of
-from sluicemq.core.routing.message import Message
 from sluicemq.core.routing.names import destination_of
-from sluicemq.core.routing.queue import AUTO, Consumer
+from sluicemq.core.routing.queue import Consumer
 from sluicemq.core.routing.temporary import is_temporary
 from sluicemq.core.security.policy import User
-from sluicemq.core.sessions.heads import message_head, message_head_12, run_frames_12
+from sluicemq.core.sessions.delivery import Delivering
 from sluicemq.core.sessions.peer import Outbound
 from sluicemq.core.sessions.services import Services
-from sluicemq.core.sessions.unwritten import Unwritten
 from sluicemq.core.streams.chunks import STREAM_ID
 from sluicemq.errors import ProtocolError
 from sluicemq.protocol.codec import FrameParser, encode_frame
@@ -42,9 +41,6 @@ log = logging.getLogger("sluicemq.session")
 MAX_HELD_FRAMES = 100  # frames pipelined behind a CONNECT whose login is still being checked
 MAX_HELD_BYTES = 16 << 20
 FRAMES_PER_TURN = 128  # frames of one connection handled per loop turn; the rest wait a turn
-LARGE_BODY = 65536  # a body this large is never copied into its frame (one write for the
-# head, one for the body); a transport that keeps what it is given by reference may ask for
-# smaller ``bytes`` bodies to go out that way too (``share_bodies_from``, see deliver)
 _session_ids = itertools.count(1)
 _BOOT = os.urandom(4).hex()
 
@@ -53,13 +49,12 @@ class Closable(Protocol):
     def close(self) -> None: ...
 
 
-class SessionContext:
+class SessionContext(Delivering):
     """State of one connection: version, subscriptions, open transactions, held frames."""
 
     def __init__(self, services: Services, out: Outbound, peer: str = "?") -> None:
         broker = self.broker = services.broker
         self.out = out
-        self._share_from: int = getattr(out, "share_bodies_from", LARGE_BODY)
         self.peer = peer
         self.id = f"{_BOOT}-{next(_session_ids)}"
         self.version = "1.0"
@@ -89,15 +84,7 @@ class SessionContext:
         # a transport that can send a frame at once gets the receipts of in-place commits
         # that way (a lone synchronous producer's receipt skips a loop iteration)
         self._write_now: Callable[[bytes], None] | None = getattr(out, "write_now", None)
-        # a transport that takes several frames at once, within the room it has left, gets
-        # a consumer's messages in runs (deliver_run)
-        self._write_frames: Callable[[list[bytes], int], None] | None = getattr(
-            out, "write_frames", None)
-        self._room: Callable[[], int] | None = getattr(out, "room", None)
-        # a transport that can tell how much of its output left user space holds back the
-        # journaled removal of stored messages an ack:auto consumer takes until then
-        self._written: Callable[[], int] | None = getattr(out, "bytes_written", None)
-        self.unwritten = Unwritten(broker.later)  # and gives back their messages if it ends
+        self._start_delivery(out, broker.later)
         self.parser = FrameParser(max_frame_bytes=limits.max_frame_bytes,
                                   max_headers=limits.max_headers,
                                   max_header_line=limits.max_header_line,
@@ -107,102 +94,13 @@ class SessionContext:
         self.received = 0
         # send.remember: plain queues (name, destination, policy)
         self.send_targets: dict[str, tuple[str, str, Policy]] = {}
-        self.delivered = 0
-        self._output_waiters: list[Callable[[], None]] = []
         self.turns = broker.turns
         # recent loop seconds of input, shared by the connections of one client address
         self.use = self.turns.use_of(peer.rpartition(":")[0] or peer)
         self._unparsed: list[bytes] | None = None  # input waiting for a turn, not yet parsed
         self._more = False  # the parser may hold complete frames not parsed yet
 
-    # -- delivery (called by dispatch) -------------------------------------------------------
-    @property
-    def writable(self) -> bool:
-        return self.out.writable and not self.closed
-
-    def deliver(self, consumer: Consumer, msg: Message) -> None:
-        self.delivered += 1
-        body = msg.body if msg.body is not None else self.broker.body_of(msg)
-        resumed = bool(consumer.resumed) and msg.group in consumer.resumed
-        if resumed:
-            consumer.resumed.discard(msg.group)
-        head = None
-        if self.version == "1.2":
-            try:
-                head = message_head_12(consumer, msg, len(body), resumed)
-            except ValueError:  # a NUL: the general path drops that header
-                head = None
-        if head is None:
-            head = message_head(consumer, msg, body, self.version, resumed)
-        if msg.group is not None and STREAM_ID in msg.headers:
-            self.broker.large_streams.delivered(msg)
-        # Why a body may go out uncopied below LARGE_BODY: a topic message fanned out to peers
-        # that stopped reading is then held once by their transports, not once per subscriber
-        # in a frame of its own (200 stuck subscribers of 16 KiB messages held ~64 MiB of
-        # copies of some twenty bodies). A memoryview is still copied: it may be a slice of a
-        # span read back from the journal, and a transport holding it would hold the whole span.
-        size = len(body)
-        if size < self._share_from or (size < LARGE_BODY and type(body) is not bytes):
-            self.out.write(b"".join((head, body, b"\x00")))
-        else:  # the body goes out without another copy
-            self.out.write(head)
-            self.out.write(body)
-            self.out.write(b"\x00")
-        if msg.ticket is None and msg.persistent and self.broker.later.entries:
-            # deferred (concurrent store and dispatch): ack:auto settles once the bytes are out,
-            # a large body's store delay counts from their arrival (storelater.py); a transport
-            # that cannot tell what its peer has (WebSocket) never settles an ack:auto one
-            acked = getattr(self.out, "bytes_acked", _unknown)
-            end = getattr(self.out, "bytes_out", 0)
-            self.broker.later.sent(msg, consumer, (acked, end), auto=consumer.ack_mode == AUTO)
-        if consumer.ack_mode == AUTO and self._written is not None and consumer.queue.durable:
-            self.unwritten.add(consumer, msg, getattr(self.out, "bytes_out", 0))
-
-    def deliver_run(self, consumer: Consumer, msgs: list[Message]) -> int:
-        """``Delivery.deliver_run``: to a transport that takes whole runs (TCP), as frames
-        built together (``run_frames_12``) and written with one call, until it has no room;
-        a message a run cannot carry goes through ``deliver``."""
-        write_frames, room = self._write_frames, self._room
-        deferring = bool(self.broker.later.entries)
-        done, count = 0, len(msgs)
-        while done < count and self.out.writable and not self.closed:
-            if write_frames is not None and room is not None and self.version == "1.2":
-                frames, nbytes = run_frames_12(consumer, msgs, done, room(), self._share_from,
-                                               deferring)
-                if frames:
-                    write_frames(frames, nbytes)
-                    if self._written is not None and consumer.queue.durable:
-                        self.unwritten.add_run(consumer, msgs[done:done + len(frames)],
-                                               frames, getattr(self.out, "bytes_out", 0))
-                    done += len(frames)
-                    self.delivered += len(frames)
-                    continue
-            msg = msgs[done]
-            msg.deliveries += 1
-            self.deliver(consumer, msg)
-            done += 1
-        return done
-
-    def written_mark(self) -> tuple[Callable[[], int], int] | None:
-        """``Delivery.written_mark``: how many bytes of this connection have left user space
-        (a function), and where its output ends now; None when the transport cannot say."""
-        written = self._written
-        if written is None:
-            return None
-        return written, getattr(self.out, "bytes_out", 0)
-
-    def when_writable(self, resume: Callable[[], None]) -> None:
-        """Call ``resume`` once the transport has drained (paced writers: range reads)."""
-        self._output_waiters.append(resume)
-
-    def output_ready(self) -> None:
-        """The transport drained below its low-water mark: feed consumers and writers again."""
-        for consumer in self.consumers.values():
-            self.broker.schedule_dispatch(consumer.queue)
-        waiting, self._output_waiters = self._output_waiters, []
-        for resume in waiting:
-            resume()
-
+    # -- replies to a consumer (``Delivering`` writes its messages) ---------------------------
     def stream_error(self, stream_id: str, text: str) -> None:
         """Tell a stream's consumer that the stream cannot complete; the connection stays."""
         self.out.write(encode_frame(Frame("ERROR", {
@@ -505,8 +403,3 @@ class SessionContext:
 def header_safe(text: str) -> str:
     """One printable line with no backslash: readable in any version, even before CONNECT."""
     return "".join(ch if ch.isprintable() and ch != "\\" else "?" for ch in text)[:1000]
-
-
-def _unknown() -> int:
-    """Bytes a transport's peer acknowledged, where the transport cannot know: none."""
-    return -1
