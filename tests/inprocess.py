@@ -212,11 +212,13 @@ def config_for(data_dir: Path, **changes: Any) -> BrokerConfig:
 class InProcessBroker:
     """The broker core on a manual loop and clock; ``restart`` reopens the same data dir."""
 
-    def __init__(self, config: BrokerConfig, clock: ManualClock | None = None) -> None:
+    def __init__(self, config: BrokerConfig, clock: ManualClock | None = None,
+                 trim_heap: Callable[[], object] | None = None) -> None:
         self.config = config
         self.clock = clock or ManualClock()
         self.loop = ManualLoop(self.clock)
-        self.core: Core = build_core(config, self.loop.as_loop(), clock=self.clock)
+        self.core: Core = build_core(config, self.loop.as_loop(), clock=self.clock,
+                                     trim_heap=trim_heap)
         self.loop.run()
 
     @property

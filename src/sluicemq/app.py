@@ -116,6 +116,7 @@ def build_core(config: BrokerConfig, loop: Loop, *, clock: Callable[[], float] =
     waiting = scheduler.recover()
     counts["user_shares"], counts["user_shares_read"] = broker.count_shares()
     counts["shared_records"] = broker.count_holders()
+    broker.flow.trimmer.after_recovery()
     store.start(loop.call_soon_threadsafe)
     return Core(journal, store, broker, scheduler, services, counts, waiting)
 

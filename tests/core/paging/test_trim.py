@@ -46,6 +46,16 @@ def test_a_drained_burst_is_collected_before_the_heap_is_trimmed() -> None:
     assert order == ["collect", "trim"]  # quiet ticks neither collect nor trim
 
 
+def test_the_end_of_recovery_is_collected_and_trimmed_once_where_the_c_library_trims() -> None:
+    order: list[str] = []
+    t = HeapTrimmer(lambda: order.append("trim"), collect=lambda: order.append("collect"))
+    assert t.after_recovery()
+    assert order == ["collect", "trim"] and t.trims == 1
+    without = HeapTrimmer(None, collect=lambda: order.append("collect"))
+    assert not without.after_recovery()
+    assert order == ["collect", "trim"]
+
+
 def test_a_small_burst_is_not_worth_a_trim() -> None:
     calls = Calls()
     t = HeapTrimmer(calls)

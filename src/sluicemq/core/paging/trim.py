@@ -104,6 +104,26 @@ class HeapTrimmer:
         log.info("heap trimmed: %d MiB freed since the last trim", (free - low) >> 20)
         return True
 
+    def after_recovery(self) -> bool:
+        """Once, when start-up recovery is done: collect and trim (and say so), where the C
+        library can trim.
+
+        Why: replay's bookkeeping of a deep backlog (columns of every message found, tens of
+        MiB) is garbage once the cursors took it, but some of it only a full collection frees
+        (the replay object refers to itself through its record handlers), and what it freed
+        in glibc's heap stays resident: neither rule above sees it, since the free heap's first
+        look comes after it. Measured with 1.5 M queued after a full scan: RssAnon 95 -> 26 MiB
+        (collection ~20 ms, trim ~2 ms)."""
+        if self._trim is None:
+            return False
+        started = time.perf_counter()
+        self._collect()
+        collected = time.perf_counter() - started
+        self._trimmed()
+        log.info("heap trimmed after recovery (collection %.1f ms, trim %.1f ms)",
+                 collected * 1e3, (time.perf_counter() - started - collected) * 1e3)
+        return True
+
     def _trimmed(self) -> None:
         assert self._trim is not None
         self._trim()
