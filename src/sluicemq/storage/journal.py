@@ -77,6 +77,7 @@ LOCK_NAME = "journal.lock"
 # Builds a named tuple from its fields in order without its generated Python ``__new__``:
 # ``append`` makes a Location and an Entry for every record (a persistent SEND).
 _new_tuple = tuple.__new__
+_new_object = object.__new__
 SMALL_BATCH = 4  # records: group commits averaging more mean the journal is loaded
 
 
@@ -301,7 +302,9 @@ class Journal(JournalReads, JournalRetention, JournalWriter):
                 self._segs[seg] += holds
                 self._horizon = tail_at  # nothing retained lies beyond it
             seq = self._seq = self._seq + 1
-            ticket = Ticket(seq, loc)
+            ticket = _new_object(Ticket)  # (``Ticket(seq, loc)``, without its Python frame)
+            ticket.seq = seq
+            ticket.loc = loc
             self._pending.append(_new_tuple(Entry, (ticket, seq, loc, rtype, data, rest, tail_crc)))
             self._unwritten[loc] = (data, rest) if rest else data
             self.unwritten_bytes += size

@@ -1,12 +1,15 @@
-"""Spec of the broker's message object (core/routing/message.py): what a copy keeps."""
+"""Spec of the broker's message object (core/routing/message.py): what a SEND's message
+holds, what a copy keeps."""
 
 from __future__ import annotations
 
 from sluicemq.core.routing.message import (
     HEADER_ENTRY_COST,
+    TRANSPORT_HEADERS,
     TYPICAL_HEADER_CHARS,
     TYPICAL_HEADERS,
     Message,
+    from_send,
     header_cost,
 )
 
@@ -47,3 +50,24 @@ def test_headers_cost_only_what_they_take_beyond_a_typical_message() -> None:
     chars = sum(len(k) + len(v) for k, v in wide.items())
     assert header_cost(wide) == chars - TYPICAL_HEADER_CHARS + HEADER_ENTRY_COST
     assert Message(1, "/queue/q", wide, b"", persistent=False).extra == header_cost(wide)
+
+
+def test_a_sends_message_keeps_the_users_headers_less_the_transports_own() -> None:
+    """Built once per SEND (``from_send``): the frame's headers are copied, never changed;
+    the transport's headers are dropped, the arrival time is its timestamp unless the sender
+    gave one, and the body of a kept input buffer is copied out."""
+    h = {header: "x" for header in TRANSPORT_HEADERS}
+    h.update({"destination": "/queue/q", "persistent": "true", "priority": "7",
+              "expires": "1700000000000", "color": "red"})
+    sent = dict(h)
+    msg = from_send(42, "/queue/q", h, memoryview(b"body"), 1234, b"owner")
+    assert h == sent
+    assert msg.headers == {"persistent": "true", "priority": "7", "expires": "1700000000000",
+                           "color": "red", "timestamp": "1234"}
+    assert (msg.mid, msg.destination, msg.persistent, msg.priority, msg.expires) == (
+        42, "/queue/q", True, 7, 1700000000000)
+    assert msg.timestamp == 1234 and msg.owner == b"owner"
+    assert type(msg.body) is bytes and msg.body == b"body" and msg.size == 4
+    plain = from_send(43, "/queue/q", {"timestamp": "5", "priority": "high"}, b"", 1234, b"")
+    assert plain.headers == {"timestamp": "5", "priority": "high"}
+    assert (plain.persistent, plain.priority, plain.expires) == (False, 4, 0)

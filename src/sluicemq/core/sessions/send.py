@@ -22,13 +22,7 @@ from sluicemq.config import Policy
 from sluicemq.core.dedup import producers as dedup
 from sluicemq.core.limits import txlimits
 from sluicemq.core.paging.flow import Pacing, TooLarge
-from sluicemq.core.routing.message import (
-    DEFAULT_PRIORITY,
-    TRANSPORT_HEADERS,
-    Message,
-    parse_expires,
-    parse_priority,
-)
+from sluicemq.core.routing.message import Message, from_send
 from sluicemq.core.routing.names import QUEUE, TOPIC, parse_composite, parse_destination
 from sluicemq.core.routing.temporary import PREFIX as TEMP_PREFIX
 from sluicemq.core.scheduling import scheduler as scheduled
@@ -355,30 +349,11 @@ def no_room(session: SessionContext, frame: Frame, kind: str, name: str,
 
 def message(session: SessionContext, kind: str, name: str, h: dict[str, str],
             body: bytes | memoryview, destination: str | None = None) -> Message:
-    headers = h.copy()  # the stored headers: the SEND's, less the transport's own
-    headers.pop("destination", None)  # on every SEND, as content-length on nearly every one
-    headers.pop("content-length", None)  # and receipt on every persistent one at full speed:
-    headers.pop("receipt", None)  # the rest are looked for in one C call, rarely found
-    if not _OTHER_TRANSPORT_HEADERS.isdisjoint(headers):
-        for key in _OTHER_TRANSPORT_HEADERS.intersection(headers):
-            del headers[key]
     broker = session.broker
-    now = broker.now_ms()
-    if "timestamp" not in headers:
-        headers["timestamp"] = str(now)  # as ActiveMQ: when the broker got it
-    priority = h.get("priority")
-    expires = h.get("expires")
     mid = broker.next_mid  # ``allocate_mid``, written out: once per SEND
     broker.next_mid = mid + 1
-    msg = Message(mid, destination or f"/{kind}/{name}", headers,
-                  body if type(body) is bytes else bytes(body), h.get("persistent") == "true",
-                  DEFAULT_PRIORITY if priority is None else parse_priority(priority),
-                  0 if expires is None else parse_expires(expires), now)
-    msg.owner = session.store_owner
-    return msg
-
-
-_OTHER_TRANSPORT_HEADERS = TRANSPORT_HEADERS - {"destination", "content-length", "receipt"}
+    return from_send(mid, destination or f"/{kind}/{name}", h, body, broker.now_ms(),
+                     session.store_owner)
 
 
 def _producer(frame: Frame) -> tuple[str, int] | None:
