@@ -105,6 +105,40 @@ def test_a_message_not_acknowledged_in_time_is_written_before_its_receipt(
     assert drain_until_marker(b) == ["1"]
 
 
+def test_a_receipt_waits_only_for_the_messages_its_own_connection_deferred(
+        broker_factory) -> None:
+    """One user's unacknowledged message (a live stream's chunk in flight, say) must not hold
+    another user's receipts: each connection's receipts wait for what it deferred itself."""
+    b = broker_factory(config_text=config(60_000))  # due only after a minute: the ACK decides
+    consumer = client(b)
+    subscribe(consumer, "client-individual")
+    streamer = client(b)
+    streamer.send("SEND", {"destination": "/queue/s", "persistent": "true", "n": "1",
+                           "receipt": "mine"}, BODY)
+    held = consumer.recv()  # deferred, delivered, not acknowledged
+    other = client(b)
+    other.send("SEND", {"destination": "/queue/elsewhere", "persistent": "true", "n": "2",
+                        "receipt": "theirs"}, b"small")
+    assert other.recv().headers.get("receipt-id") == "theirs"  # while "mine" still waits
+    other.send("SEND", {"destination": "/queue/s", "persistent": "true", "n": "3",
+                        "receipt": "theirs-too"}, b"small")  # deferred too, behind n=1
+    second = consumer.recv()
+    assert second.headers["n"] == "3"
+    consumer.send("ACK", {"id": second.headers["ack"]})
+    assert other.recv().headers.get("receipt-id") == "theirs-too"  # its own one settled
+    streamer.send("ABORT", {"transaction": "none", "receipt": "probe"})
+    answer = streamer.recv()  # "mine" was not written before this ERROR: it still waits
+    assert (answer.command, answer.headers.get("receipt-id")) == ("ERROR", "probe")
+    consumer.send("ACK", {"id": held.headers["ack"]})
+    assert streamer.recv().headers["receipt-id"] == "mine"
+    for c in (consumer, streamer, other):
+        c.close()
+    b.kill()
+    b.restart()
+    assert drain_until_marker(b) == []  # both acknowledged: neither needed a record
+    assert drain_until_marker(b, "/queue/elsewhere") == ["2"]
+
+
 def test_messages_whose_write_is_deferred_take_room_in_the_store_from_their_send(
         broker_factory: Any) -> None:
     """A consumer (client acks, prefetch 1000) that never acknowledges, writes deferred 5 s,

@@ -2,7 +2,8 @@
 injected clock and timer list (no loop, no sleeping).
 
 A deferred message is either acknowledged (and never written) or written when it is due; a
-receipt asked for while messages are deferred waits until every one of them has settled;
+receipt asked for while messages are deferred waits until every one of them has settled (of
+its own connection, when it names one);
 deferred messages are written oldest first and before any other record of their queue. The
 removal of a stored message an ack:auto consumer took is journaled only once its bytes left the
 broker's user space (or its connection is gone), and until then it is still its queue's."""
@@ -118,6 +119,23 @@ def test_a_receipt_waits_for_every_message_deferred_before_it() -> None:
     assert told == []
     later.removed(a)
     assert told == [None]
+
+
+def test_a_connection_s_receipt_waits_only_for_what_that_connection_deferred() -> None:
+    later, loop, written = make(delay=0.005)
+    theirs, mine, mine_later = msg(1), msg(2), msg(3)
+    later.add("q:q", theirs, sender="B")
+    later.add("q:q", mine, sender="A")
+    told: list[object] = []
+    assert not later.wait(told.append, sender="C")  # nothing of C's deferred: at once
+    assert later.wait(told.append, sender="A")
+    later.add("q:q", mine_later, sender="A")  # after the receipt was asked for: not waited on
+    later.removed(mine)  # acknowledged while B's older one is still out
+    assert told == [None]
+    told.clear()
+    assert later.wait(told.append, sender="A")
+    loop.advance(0.01)  # due: written oldest first, B's before A's, then the receipt
+    assert [mid for _, mid, _ in written] == [1, 3] and told == [None]
 
 
 def test_a_receipt_with_nothing_deferred_does_not_wait() -> None:

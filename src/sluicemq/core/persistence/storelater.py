@@ -5,10 +5,11 @@ Why: with a live consumer most messages are acknowledged within a millisecond or
 message acknowledged before its write need never be written at all - a stream with a consumer
 then moves at the speed of the sockets, not of the disk (ActiveMQ's concurrent store and
 dispatch and RabbitMQ do the same). The promise a receipt makes does not weaken: a receipt
-asked for while messages are deferred waits until each of them is durable or acknowledged by
-its consumer. For ``ack:auto`` "acknowledged" means its bytes have left the broker for good:
-the peer's TCP acknowledged every byte of the connection up to the message's end, so neither
-a kill -9 nor a reset can lose it any more; until then it counts as unacknowledged.
+asked for while its connection's messages are deferred waits until each of them is durable or
+acknowledged by its consumer (other connections' deferred messages do not hold it). For
+``ack:auto`` "acknowledged" means its bytes have left the broker for good: the peer's TCP
+acknowledged every byte of the connection up to the message's end, so neither a kill -9 nor a
+reset can lose it any more; until then it counts as unacknowledged.
 
 When a large message is due: ``delay`` after its consumer *has* it. A client-ack consumer can
 only ACK what reached it, and a large body reaches it behind everything sent before: with 8
@@ -67,13 +68,16 @@ MAX_BYTES = 16 << 20  # deferred bodies held at most; past it the oldest are wri
 
 
 class _Entry:
-    __slots__ = ("arriving", "consumer", "due", "index", "key", "msg", "removed", "unsent")
+    __slots__ = ("arriving", "consumer", "due", "index", "key", "msg", "removed", "sender",
+                 "settled", "unsent")
 
-    def __init__(self, key: str, msg: Message, index: int, due: float) -> None:
+    def __init__(self, key: str, msg: Message, index: int, due: float, sender: object) -> None:
         self.key = key
         self.msg = msg
         self.index = index
         self.due = due
+        self.sender = sender  # the connection that published it (None: not a connection)
+        self.settled = False  # written or acknowledged: it left ``entries``
         self.consumer: Consumer | None = None  # who it was last handed to
         self.unsent: Sent | None = None  # set when handed to an ack:auto consumer
         self.arriving: Sent | None = None  # a large body on its way to a client-ack consumer
@@ -119,6 +123,11 @@ class StoreLater:
         self._index = itertools.count(1)
         self._last = 0
         self._waiters: list[tuple[int, int, Waiter]] = []
+        # per sender (a connection): its deferred messages in publish order (settled ones
+        # leave from the front), and its receipts waiting, each for those up to an index
+        self._sent_by: dict[object, deque[_Entry]] = {}
+        self._sender_waits: dict[object, deque[tuple[int, Waiter]]] = {}
+        self._settled_for: set[object] = set()  # senders whose waits _release looks at
         self._order = itertools.count()
         self._timer: Any = None
         self._timer_at = 0.0  # when the armed timer runs _due
@@ -153,10 +162,17 @@ class StoreLater:
             return False
         return any(c.ready() for c in q.consumers)
 
-    def add(self, key: str, msg: Message) -> None:
-        """Defer ``msg`` (not yet journaled; its ticket stays None until it is)."""
+    def add(self, key: str, msg: Message, sender: object = None) -> None:
+        """Defer ``msg`` (not yet journaled; its ticket stays None until it is), published by
+        ``sender`` (its connection: a receipt it asks for waits for it, ``wait``)."""
         index = self._last = next(self._index)
-        self.entries[id(msg)] = _Entry(key, msg, index, self._clock() + self.delay)
+        entry = self.entries[id(msg)] = _Entry(key, msg, index, self._clock() + self.delay,
+                                               sender)
+        if sender is not None:
+            line = self._sent_by.get(sender)
+            if line is None:
+                line = self._sent_by[sender] = deque()
+            line.append(entry)
         self._keys[key] = self._keys.get(key, 0) + 1
         self.bytes += msg.size
         self.deferred += 1
@@ -296,12 +312,23 @@ class StoreLater:
                 found.setdefault(key, []).extend(msgs)
         return found
 
-    def wait(self, waiter: Waiter) -> bool:
-        """Hold ``waiter`` until every message deferred so far has settled; False (and nothing
-        held) when none is outstanding."""
+    def wait(self, waiter: Waiter, sender: object = None) -> bool:
+        """Hold ``waiter`` until every message deferred so far has settled - of ``sender``
+        only, when given; False (and nothing held) when none is outstanding.
+
+        Why per sender: a receipt promises what its own connection sent; waiting for every
+        deferred message held one user's receipts until another's consumer acknowledged
+        (``bench/fairness.py``). Journal order needs no more: deferred messages are written
+        oldest first, and before any other record of their queue (``store_all``)."""
         if not self.entries:
             return False
-        heapq.heappush(self._waiters, (self._last, next(self._order), waiter))
+        if sender is None:
+            heapq.heappush(self._waiters, (self._last, next(self._order), waiter))
+            return True
+        line = self._sent_by.get(sender)
+        if line is None:
+            return False
+        self._sender_waits.setdefault(sender, deque()).append((line[-1].index, waiter))
         return True
 
     def store_all(self, key: str | None = None) -> None:
@@ -403,6 +430,16 @@ class StoreLater:
     def _drop(self, entry: _Entry) -> None:
         msg = entry.msg
         del self.entries[id(msg)]
+        sender = entry.sender
+        if sender is not None:
+            entry.settled = True
+            line = self._sent_by[sender]
+            while line and line[0].settled:
+                line.popleft()
+            if not line:
+                del self._sent_by[sender]
+            if sender in self._sender_waits:  # released by _release, after any write
+                self._settled_for.add(sender)
         self.bytes -= msg.size
         shares = self.shares
         if shares is not None:
@@ -415,6 +452,8 @@ class StoreLater:
 
     def _release(self) -> None:
         """Hand every waiter whose deferred messages have all settled on to the journal."""
+        if self._settled_for:
+            self._release_senders()
         waiters = self._waiters
         if not waiters:
             return
@@ -422,6 +461,21 @@ class StoreLater:
         ready = []
         while waiters and waiters[0][0] < first:
             ready.append(heapq.heappop(waiters)[2])
+        for waiter in ready:
+            waiter(None)
+
+    def _release_senders(self) -> None:
+        """``_release`` for the senders whose deferred messages settled since the last."""
+        ready: list[Waiter] = []
+        for sender in self._settled_for:
+            line = self._sent_by.get(sender)
+            first = line[0].index if line else self._last + 1
+            waits = self._sender_waits[sender]
+            while waits and waits[0][0] < first:
+                ready.append(waits.popleft()[1])
+            if not waits:
+                del self._sender_waits[sender]
+        self._settled_for.clear()
         for waiter in ready:
             waiter(None)
 

@@ -286,8 +286,9 @@ class Broker:
         return first
 
     # -- publishing --------------------------------------------------------------------------
-    def publish(self, kind: str, name: str, msg: Message) -> None:
-        """Route one message; a persistent one is journaled before any consumer sees it."""
+    def publish(self, kind: str, name: str, msg: Message, sender: object = None) -> None:
+        """Route one message; a persistent one is journaled before any consumer sees it, or
+        its write deferred (``later``) for a ready consumer: ``sender``'s receipts wait."""
         streams = self.large_streams
         stream = None if msg.group is None else streams.of(kind, name, msg)  # chunks have one
         if stream is not None and stream.state == DISCARDED:
@@ -295,7 +296,7 @@ class Broker:
         if kind == QUEUE:
             q = self.queues.get(name) or self.queue(name)  # once per message
             if msg.persistent and stream is None and q.consumers and self.later.wants(q, msg):
-                self.later.add(q.key, msg)  # a consumer is ready: it may ack before the write
+                self.later.add(q.key, msg, sender)  # a consumer is ready: it may ack first
             elif msg.persistent:  # held by q from the start (``_append_msg``, written out)
                 msg.ticket = self.store.append_message(q.key, msg.mid, msg.timestamp,
                                                        msg.expires, msg.priority, msg.headers,
@@ -468,11 +469,13 @@ class Broker:
         moves.commit(self, txid, messages, acks, nacks)
 
     # -- durability --------------------------------------------------------------------------
-    def when_durable(self, callback: Waiter) -> None:
+    def when_durable(self, callback: Waiter, sender: object = None) -> None:
         """Call back once everything appended so far is on disk (receipts wait on this) and
-        every message deferred so far is on disk or acknowledged by its consumer."""
+        every message deferred so far - ``sender``'s, when given (a receipt's connection) -
+        is on disk or acknowledged by its consumer."""
         later = self.later
-        if not later.entries or not later.wait(lambda exc: self.durable_waits.add(callback)):
+        if not later.entries or not later.wait(lambda exc: self.durable_waits.add(callback),
+                                               sender):
             self.durable_waits.add(callback)
 
     def _on_durable(self, seq: int) -> None:

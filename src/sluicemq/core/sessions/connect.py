@@ -96,4 +96,4 @@ def disconnect(session: SessionContext, frame: Frame) -> None:
                                            session.version))
             session.close()
 
-    session.broker.when_durable(done)
+    session.broker.when_durable(done, session)

@@ -320,7 +320,7 @@ class SessionContext(Delivering):
             else:  # (not the frame: its body may be a view of a kept input buffer)
                 self.error(f"not stored: {exc}", fatal=False, extra={"receipt-id": receipt_id})
 
-        self.broker.when_durable(done)
+        self.broker.when_durable(done, self)  # (the messages this connection deferred)
 
     # -- rights and names --------------------------------------------------------------------
     def authorize(self, action: str, kind: str, name: str) -> None:

@@ -89,7 +89,7 @@ def send(session: SessionContext, frame: Frame) -> None:
             return  # (``no_room`` asks again and says why: only when there is no room)
         session.received += 1
         session.broker.publish(kind, name,
-                               message(session, kind, name, h, frame.body, destination))
+                               message(session, kind, name, h, frame.body, destination), session)
         if "receipt" in h:
             session.receipt(frame)
         return
@@ -243,7 +243,7 @@ def _publish(session: SessionContext, kind: str, name: str, frame: Frame,
     h = frame.headers
     msg = message(session, kind, name, h, frame.body)
     if not (session.scheduler.wants(h) and session.scheduler.schedule(kind, name, msg)):
-        session.broker.publish(kind, name, msg)
+        session.broker.publish(kind, name, msg, session)
     if producer is not None:
         session.broker.producers.accepted(*producer, msg.timestamp, msg.ticket)
     session.receipt(frame)
@@ -297,7 +297,7 @@ def send_composite(session: SessionContext, frame: Frame, targets: list[tuple[st
         broker.commit(f"{session.id}:composite:{next(_composite_ids)}", copies, [], [])
     else:
         for kind, name, msg in copies:
-            broker.publish(kind, name, msg)
+            broker.publish(kind, name, msg, session)
     if producer is not None:
         broker.producers.accepted(*producer, copies[-1][2].timestamp, copies[-1][2].ticket)
     session.receipt(frame)
