@@ -73,6 +73,9 @@ def test_back_off_stays_at_the_cap_however_long_the_outage() -> None:
     "failover:(stomp://a)?nosuch=1", "failover:(stomp://a)?randomize=maybe",
     "failover:(stomp://a)?initialReconnectDelay=soon",
     "failover:(stomp://a)?backOffMultiplier=0.5",
+    "failover:(stomp://a)?backOffMultiplier=nan",  # a NaN back-off: no pause between rounds
+    "failover:(stomp://a)?maxReconnectDelay=10000000000000",  # past what a thread can wait
+    "failover:(stomp://a)?initialReconnectDelay=10000000000000",
 ])
 def test_bad_failover_urls_are_rejected_with_a_reason(url: str) -> None:
     with pytest.raises(ValueError):

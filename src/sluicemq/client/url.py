@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import ssl
+import threading
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -45,6 +46,9 @@ def parse_url(url: str) -> tuple[str, str, int]:
 
 Address = tuple[str, str, int]  # (scheme, host, port)
 FAILOVER_PREFIX = "failover:"
+# The longest a reconnect delay may be (ms): what a thread can wait (``threading.TIMEOUT_MAX``,
+# ~292 years); a longer back-off raised OverflowError in the reader thread, whose failover ended.
+LONGEST_DELAY_MS = int(threading.TIMEOUT_MAX * 1000)
 _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off"})
 
@@ -131,9 +135,12 @@ def _failover_options(query: str, url: str) -> FailoverOptions:
         except ValueError:
             raise ValueError(f"bad value {raw!r} for failover option {key!r} in {url!r}") from None
     options = FailoverOptions(**values)
-    if options.initialReconnectDelay < 0 or options.maxReconnectDelay < 0 \
-            or options.backOffMultiplier < 1:
-        raise ValueError(f"reconnect delays must be >= 0 and backOffMultiplier >= 1 in {url!r}")
+    # (``not >= 1`` refuses NaN too: its back-off was NaN, no pause at all between rounds)
+    if not (0 <= options.initialReconnectDelay <= LONGEST_DELAY_MS
+            and 0 <= options.maxReconnectDelay <= LONGEST_DELAY_MS
+            and options.backOffMultiplier >= 1):
+        raise ValueError(f"reconnect delays must be 0..{LONGEST_DELAY_MS} ms and "
+                         f"backOffMultiplier >= 1 in {url!r}")
     return options
 
 
