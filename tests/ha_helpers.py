@@ -47,9 +47,12 @@ class Cluster:
         return b
 
     def close(self) -> None:
-        for b in self.brokers:
+        """Kill every broker; their logs go to the captured output, which pytest shows when
+        the spec failed (who held the lock, whether the standby took over and when)."""
+        for i, b in enumerate(self.brokers):
             if b.proc is not None:
                 b.kill()
+                print(f"--- broker {i} (pid {b.proc.pid}, port {b.port}) ---\n{b.log()[-6000:]}")
 
 
 def wait_lines(broker: BrokerProcess, pattern: re.Pattern[str], count: int,

@@ -15,6 +15,8 @@ import os
 import threading
 from pathlib import Path
 
+import pytest
+
 from ha_helpers import failover_url
 from sluicemq import Client
 from sluicemq.client import AsyncClient
@@ -102,9 +104,10 @@ def the_next_receiver_gets_the_third_stream_untouched(standby, blob: bytes) -> N
 
 
 # The second stream's final ACK is confirmed, or in doubt when its chunks had reached the client
-# before the failover (a window of 16 takes a small stream whole): the client then acknowledges
-# the copy the new master redelivers, and the next receiver's check shows it was not handed out
-# again. So either outcome of that ACK is fine here.
+# before the failover (a window of 16 takes a small stream whole): raised by `close()` if the
+# client knew of the failover by then, else by `final_ack`. The reader then acknowledges the
+# copies the new master redelivers before it unsubscribes, and the next receiver's check shows
+# that stream was not handed out again. So either outcome of that ACK is fine here.
 SECOND_ACK_MAY_BE_IN_DOUBT = AckInDoubt
 
 
@@ -122,13 +125,15 @@ def test_streams_with_a_count_ask_the_new_master_only_for_the_streams_not_yet_re
           c.streams("/queue/counted", window=16, timeout=60, count=2) as streams):
         for stream in streams:
             got.append(stream.read())
-            stream.close()
-            assert stream.final_ack is not None
             if len(got) == 1:
+                stream.close()
+                assert stream.final_ack is not None
                 stream.final_ack.result()  # the broker journaled it: that stream is read
                 master.kill()
             else:
                 with contextlib.suppress(SECOND_ACK_MAY_BE_IN_DOUBT):
+                    stream.close()
+                    assert stream.final_ack is not None
                     stream.final_ack.result()
     assert moved and got == blobs[:2]
     the_next_receiver_gets_the_third_stream_untouched(standby, blobs[2])
@@ -153,6 +158,68 @@ def test_async_streams_with_a_count_ask_the_new_master_only_for_the_streams_not_
                 else:
                     with contextlib.suppress(SECOND_ACK_MAY_BE_IN_DOUBT):
                         await stream.close()
+        return got
+
+    assert asyncio.run(asyncio.wait_for(receive(), 90)) == blobs[:2]
+    the_next_receiver_gets_the_third_stream_untouched(standby, blobs[2])
+
+
+def test_a_stream_read_before_the_failover_is_not_handed_out_again_when_its_ack_was_in_doubt(
+        cluster) -> None:
+    """The master dies after the second of two wanted streams was read to its end, before the
+    reader closed it: its final ACK is in doubt (the old master may have had it), the new master
+    redelivers what it holds of that stream (the replayed SUBSCRIBE asks for 1), and the reader
+    acknowledges those copies before it unsubscribes. So the next receiver gets the third
+    stream, untouched, and not the second again."""
+    master = cluster.master()
+    standby = cluster.standby()
+    blobs = write_streams(master.url, 3)
+    moved = threading.Event()
+    got: list[bytes] = []
+    with (Client(failover_url(master, standby), timeout=60,
+                 on_failover=lambda event: moved.set()) as c,
+          c.streams("/queue/counted", window=16, timeout=60, count=2) as streams):
+        for stream in streams:
+            got.append(stream.read())
+            if len(got) == 1:
+                stream.close()
+                assert stream.final_ack is not None
+                stream.final_ack.result()
+                continue
+            master.kill()
+            assert moved.wait(60)
+            c.transaction().abort()  # a round trip: the new master's copies came before it
+            with pytest.raises(AckInDoubt):
+                stream.close()
+    assert got == blobs[:2]
+    the_next_receiver_gets_the_third_stream_untouched(standby, blobs[2])
+
+
+def test_async_a_stream_read_before_the_failover_is_not_handed_out_again_when_its_ack_was_in_doubt(
+        cluster) -> None:
+    master = cluster.master()
+    standby = cluster.standby()
+    blobs = write_streams(master.url, 3)
+
+    async def receive() -> list[bytes]:
+        got: list[bytes] = []
+        moved = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        url = failover_url(master, standby)
+        async with (await AsyncClient.connect(
+                        url, timeout=60,
+                        on_failover=lambda event: loop.call_soon_threadsafe(moved.set)) as c,
+                    c.streams("/queue/counted", window=16, timeout=60, count=2) as streams):
+            async for stream in streams:
+                got.append(await stream.read())
+                if len(got) == 1:
+                    await stream.close()  # waits for the final ACK's receipt
+                    continue
+                await asyncio.to_thread(master.kill)
+                await asyncio.wait_for(moved.wait(), 60)
+                await (await c.transaction().begin()).abort()  # the copies came before it
+                with pytest.raises(AckInDoubt):
+                    await stream.close()
         return got
 
     assert asyncio.run(asyncio.wait_for(receive(), 90)) == blobs[:2]

@@ -28,7 +28,8 @@ class AsyncSubscription:
         self._queue: asyncio.Queue[object] = asyncio.Queue()
 
     async def get(self, timeout: float | None = None) -> AsyncMessage | None:
-        """The next message, or None on timeout or once the subscription has ended.
+        """The next message, or None on timeout or once the subscription has ended (a
+        ``timeout`` of 0: only what is queued already).
 
         Raises ClientError for a broker ERROR no call claimed (once) or a dead connection.
         """
@@ -37,8 +38,11 @@ class AsyncSubscription:
         while True:
             remaining = None if deadline is None else max(deadline - loop.time(), 0)
             try:
-                item = await asyncio.wait_for(self._queue.get(), remaining)
-            except TimeoutError:
+                if remaining == 0:  # wait_for(get(), 0) gives up before looking
+                    item = self._queue.get_nowait()
+                else:
+                    item = await asyncio.wait_for(self._queue.get(), remaining)
+            except (TimeoutError, asyncio.QueueEmpty):
                 return None
             message = take(item, self._queue.put_nowait, AsyncMessage)
             if message is None or not self.client._track.stale(message.epoch, message.ack_mode):

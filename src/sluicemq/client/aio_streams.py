@@ -224,12 +224,14 @@ class AsyncStreamSubscription:
         self._demux: StreamDemux[AsyncMessage] = StreamDemux(window, count)
         self._current: AsyncStreamReader | None = None
         self._sub: AsyncSubscription | None = None
+        self._epoch = 0  # the connection subscribed on; another one at close: a failover
 
     async def open(self) -> AsyncStreamSubscription:
         if self._sub is None:
             self._sub = await self.client.subscribe(
                 self.destination, ack="client-individual", prefetch=self.window,
                 headers=self._demux.subscribe_headers())
+            self._epoch = self.client._track.epoch
         return self
 
     def __aiter__(self) -> AsyncStreamSubscription:
@@ -256,7 +258,24 @@ class AsyncStreamSubscription:
                 await self._current.close()
         finally:
             if self._sub is not None and self.client.is_open:
-                await self._sub.unsubscribe()
+                try:
+                    await self._settle_late_copies(self._sub)
+                finally:
+                    await self._sub.unsubscribe()
+
+    async def _settle_late_copies(self, sub: AsyncSubscription) -> None:
+        """Acknowledge the copies a new master redelivered of streams read here to the end,
+        before the UNSUBSCRIBE gives them back unread (see StreamSubscription)."""
+        if self.client._track.epoch == self._epoch or not self._demux.finished_any:
+            return
+        try:
+            barrier = await self.client.transaction().begin()  # they came before its RECEIPT
+            await barrier.abort()
+            while (message := await sub.get(0)) is not None:
+                if self._demux.late_copy(wire.parse_chunk(message.headers)):
+                    await message.ack()
+        except ClientError:
+            return  # lost again, or an ERROR: what is left goes back to the broker, as before
 
     async def __aenter__(self) -> AsyncStreamSubscription:
         return await self.open()

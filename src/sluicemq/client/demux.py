@@ -83,6 +83,15 @@ class StreamDemux(Generic[M]):
         self._held.append((info, message))
         return Route.HELD
 
+    @property
+    def finished_any(self) -> bool:
+        """At least one stream was read to its end (a failover may bring copies of it back)."""
+        return bool(self._finished)
+
+    def late_copy(self, info: ChunkInfo) -> bool:
+        """Is this a chunk of a stream the reader finished (to acknowledge, not to read)?"""
+        return info.stream_id in self._finished
+
     def take(self) -> tuple[ChunkInfo, M] | None:
         """The oldest held chunk that belongs to the stream being read (or, between
         streams, the oldest of any stream), or None."""

@@ -266,6 +266,7 @@ class StreamSubscription:
         self._sub: Subscription = client.subscribe(
             destination, ack="client-individual", prefetch=window,
             headers=self._demux.subscribe_headers())
+        self._epoch = client._track.epoch  # another one at close: a failover came between
 
     def __iter__(self) -> Iterator[StreamReader]:
         return self
@@ -291,7 +292,27 @@ class StreamSubscription:
                 self._current.close()
         finally:
             if self.client.is_open:
-                self._sub.unsubscribe()
+                try:
+                    self._settle_late_copies()
+                finally:
+                    self._sub.unsubscribe()
+
+    def _settle_late_copies(self) -> None:
+        """After a failover the new master redelivers what the old one had not confirmed,
+        including chunks of streams read here to the end whose ACKs were in flight. Those are
+        acknowledged before the UNSUBSCRIBE, which would give them back unread (the next
+        receiver would get a stream this one read): first a round trip, since the broker
+        writes the MESSAGEs a replayed SUBSCRIBE made deliverable before a later RECEIPT.
+        Chunks of other streams are left to the UNSUBSCRIBE, which gives them back."""
+        if self.client._track.epoch == self._epoch or not self._demux.finished_any:
+            return
+        try:
+            self.client.transaction().abort()
+            while (message := self._sub.get(0)) is not None:
+                if self._demux.late_copy(wire.parse_chunk(message.headers)):
+                    message.ack()
+        except ClientError:
+            return  # lost again, or an ERROR: what is left goes back to the broker, as before
 
     def __enter__(self) -> StreamSubscription:
         return self
