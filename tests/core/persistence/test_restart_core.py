@@ -186,3 +186,43 @@ def test_what_replay_built_is_freed_and_the_heap_trimmed_before_the_broker_serve
         assert [m.body for m in consumer.messages(20)] == [b"%02d" % i for i in range(20)]
     finally:
         node.close()
+
+
+def test_records_two_durable_subscriptions_hold_are_counted_shared_after_a_restart(
+        tmp_path: Path) -> None:
+    """A topic's persistent messages held by two durable subscriptions, paged out over more
+    than a block of slots: the restart finds every record held twice (``Store.shared``, read
+    a block at a time), and each subscription still gets all of them."""
+    from dataclasses import replace
+
+    from sluicemq.app import STATE_PARTS
+    from sluicemq.config import JournalSettings
+    from sluicemq.core.paging.spill import BLOCK
+    from sluicemq.core.persistence.capture import save_snapshot
+
+    config = replace(config_for(tmp_path / "data"),
+                     journal=JournalSettings(segment_bytes=256 << 10, preallocate=False,
+                                             sync=False))  # (a clean restart: read back)
+    node = InProcessBroker(config)
+    durable = {"destination": "/topic/t", "id": "s", "activemq.subscriptionName": "d"}
+    for client_id in ("c1", "c2"):
+        sub = node.connect({"client-id": client_id}, peer=f"spec:{client_id}")
+        sub.request("SUBSCRIBE", durable)
+        sub.request("UNSUBSCRIBE", {"id": "s"})
+    producer = node.connect()
+    total = BLOCK + 500
+    send = {"destination": "/topic/t", "persistent": "true"}
+    for i in range(total - 1):
+        producer.send_frame("SEND", send, b"%05d" % i)
+    producer.request("SEND", send, b"%05d" % (total - 1))
+    save_snapshot(node.broker, STATE_PARTS)
+    node = node.restart()
+    try:
+        assert node.core.counts["shared_records"] == total
+        for client_id in ("c1", "c2"):
+            back = node.connect({"client-id": client_id}, peer=f"spec:{client_id}")
+            back.request("SUBSCRIBE", durable)
+            assert [m.body for m in back.messages(total)] == [b"%05d" % i
+                                                             for i in range(total)]
+    finally:
+        node.close()
