@@ -43,9 +43,10 @@ def unpack(packed: bytes) -> Fields:
     if rest:
         raise ValueError("a packed run of slots has a partial slot")
     fields = empty()
+    view = memoryview(raw)  # each column straight from the unpacked bytes, no slice copies
     pos = 0
     for col in fields:
         end = pos + n * col.itemsize
-        col.frombytes(raw[pos:end])
+        col.frombytes(view[pos:end])
         pos = end
     return fields

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from inprocess import InProcessBroker, config_for
 
 
@@ -155,6 +157,55 @@ def test_the_user_share_of_a_lane_of_many_blocks_is_counted_block_by_block(
         assert [m.body for m in again.messages(total)] == [b"%05d" % i for i in range(total)]
         node.loop.run()
         assert shares.used(b"") == 0 and not shares.book.blocks
+    finally:
+        node.close()
+
+
+def test_a_start_from_the_snapshot_unpacks_each_packed_block_of_a_backlog_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A paged-out backlog is in the index snapshot as the cursor's packed blocks. The start
+    unpacks each whole block once - the segment count that decides whether the snapshot is
+    usable learns what the cursor needs to take the block packed - and the queue comes back
+    whole and in order."""
+    from sluicemq.app import STATE_PARTS
+    from sluicemq.core.paging.spill import BLOCK
+    from sluicemq.core.persistence.capture import save_snapshot
+    from sluicemq.protocol.codec import encode_frame
+    from sluicemq.protocol.frames import Frame
+    from sluicemq.storage import slotpack, snapshot
+
+    count = 7 * BLOCK + 100  # the cursor seals blocks beyond the few it keeps open
+    node = InProcessBroker(config_for(tmp_path / "data"))
+    producer = node.connect()
+    for start in range(0, count, 1000):  # a thousand frames a read, as a fast producer's
+        producer.session.feed(b"".join(
+            encode_frame(Frame("SEND", {"destination": "/queue/backlog", "persistent": "true"},
+                               b"%05d" % i)) for i in range(start, min(count, start + 1000))))
+        node.loop.run()
+    producer.request("SEND", {"destination": "/queue/other", "persistent": "true"}, b"last")
+    save_snapshot(node.broker, STATE_PARTS)
+    node.close()
+    snap, why = snapshot.load(tmp_path / "data" / "journal")
+    assert snap is not None, why
+    blocks = [run for lane in snap.lanes for run in lane.packed]
+    assert len(blocks) >= 2 and all(run.skip == 0 for run in blocks)
+    real = slotpack.unpack
+    unpacked: list[bytes] = []
+
+    def counting(packed: bytes) -> slotpack.Fields:
+        unpacked.append(packed)
+        return real(packed)
+
+    monkeypatch.setattr(slotpack, "unpack", counting)
+    node = InProcessBroker(node.config, node.clock)
+    monkeypatch.setattr(slotpack, "unpack", real)
+    try:
+        assert node.core.counts["snapshot"] == 1
+        assert sorted(unpacked) == sorted(run.packed for run in blocks)  # each block once
+        consumer = node.connect()
+        consumer.request("SUBSCRIBE", {"destination": "/queue/backlog", "id": "s"})
+        assert [m.body for m in consumer.messages(count)] == [b"%05d" % i
+                                                              for i in range(count)]
     finally:
         node.close()
 

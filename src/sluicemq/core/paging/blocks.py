@@ -7,6 +7,9 @@ reads and compaction ask of most blocks.
 
 from __future__ import annotations
 
+from itertools import compress, count, islice
+from operator import lt
+
 from sluicemq.storage import slotpack
 from sluicemq.storage.slotpack import SLOT_BYTES, Fields
 
@@ -44,12 +47,16 @@ class Block:
             self.packed = slotpack.pack(fields)
         self.fields = None
 
-    def learn(self, fields: Fields) -> None:
-        """Note the facts a sealed block answers without unpacking."""
+    def learn(self, fields: Fields, segs: tuple[int, int] | None = None) -> None:
+        """Note the facts a sealed block answers without unpacking; ``segs``: the lowest and
+        highest segment, when the caller already knows them."""
         self.n = len(fields[0])
         self.first = fields[0][0] if self.n else 0
         seg = fields[2]
-        self.segs = (min(seg), max(seg)) if self.n else (0, -1)
+        if not self.n:
+            self.segs = (0, -1)
+        else:
+            self.segs = segs if segs is not None else (min(seg), max(seg))
         self.journal_only = fields[1].tobytes().count(JOURNAL) == self.n
 
     def changed(self) -> Fields:
@@ -68,3 +75,24 @@ class Block:
     def nbytes(self) -> int:
         packed = len(self.packed) if self.packed is not None else 0
         return packed + (self.n * SLOT_BYTES if self.fields is not None else 0)
+
+
+class Sealed:
+    """A whole packed block ready to be appended to a FIFO unopened, with what the FIFO notes
+    about its ids (``SpillFifo.adopt_sealed``). Why: an index snapshot's start unpacks each
+    block once, to count the segments it points into, and learns these facts in that pass;
+    the cursor then takes the block without unpacking it a second time."""
+
+    __slots__ = ("block", "descents", "last", "stored_bytes")
+
+    def __init__(self, packed: bytes, fields: Fields, segs: tuple[int, int] | None = None
+                 ) -> None:
+        block = Block(fields)
+        block.learn(fields, segs)
+        block.packed, block.fields = packed, None
+        self.block = block
+        ids = fields[0]
+        # offsets where an id is lower than the one before it: where new ascending runs start
+        self.descents: list[int] = list(compress(count(1), map(lt, islice(ids, 1, None), ids)))
+        self.last: int = ids[-1] if len(ids) else -1
+        self.stored_bytes: int = sum(fields[6])

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
+from sluicemq.core.paging.blocks import Sealed
 from sluicemq.core.paging.pager import Pager
 from sluicemq.core.paging.spill import JOURNAL, OBJ, SpillFifo
 from sluicemq.core.routing.message import MAX_PRIORITY, Message
@@ -188,20 +189,23 @@ class Lanes:
         self._size += len(mid)
         self.stored_bytes += sum(size)
 
+    def adopt_sealed(self, priority: int, sealed: Sealed) -> None:
+        """Index snapshot: a whole packed block whose facts replay learnt, kept packed."""
+        self._lane(priority).tail.adopt_sealed(sealed)
+        self._size += sealed.block.n
+        self.stored_bytes += sealed.stored_bytes
+
     def adopt_packed(self, priority: int, run: PackedRun) -> None:
         """Index snapshot: a packed block of slots, kept packed when the run is all of it."""
         fields = run.whole()
-        tail = self._lane(priority).tail
         if run.skip == 0 and len(run) == len(fields[0]):
-            tail.adopt_block(run.packed, fields)
-            sizes = fields[6]
-        else:
-            a, b = run.skip, run.skip + len(run)
-            mid, _src, *rest = (col[a:b] for col in fields)
-            sizes = rest[-1]
-            tail.extend(mid, *rest)
+            self.adopt_sealed(priority, Sealed(run.packed, fields))
+            return
+        a, b = run.skip, run.skip + len(run)
+        mid, _src, *rest = (col[a:b] for col in fields)
+        self._lane(priority).tail.extend(mid, *rest)
         self._size += len(run)
-        self.stored_bytes += sum(sizes)
+        self.stored_bytes += sum(rest[-1])
 
     # -- consumers -----------------------------------------------------------------------------
     def pop(self) -> Message | None:

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from itertools import compress, count, islice
 from operator import lt
 from typing import TYPE_CHECKING
 
-from sluicemq.core.paging.blocks import JOURNAL, OBJ, TEMP, Block
+from sluicemq.core.paging.blocks import JOURNAL, OBJ, TEMP, Block, Sealed
 from sluicemq.core.paging.chain import BlockChain
 from sluicemq.storage import slotpack
 from sluicemq.storage.slotpack import Fields
@@ -82,14 +82,20 @@ class SpillFifo(BlockChain):
 
     def _note_ids(self, ids: array, at: int) -> None:
         """Ids were appended at absolute position ``at``: note where ascending runs start."""
+        if ids and self._runs is not None:
+            self._note_runs(ids[0], len(ids), at,
+                            compress(count(at + 1), map(lt, islice(ids, 1, None), ids)))
+
+    def _note_runs(self, first: int, n: int, at: int, breaks: Iterable[int]) -> None:
+        """``n`` ids from ``first`` were appended at ``at``; ``breaks``: the absolute positions
+        among them where an id is lower than the one before."""
         runs = self._runs
-        if not ids or runs is None:
+        if runs is None:
             return
-        if self._end - len(ids) == self._start:  # they are the whole FIFO
+        if self._end - n == self._start:  # they are the whole FIFO
             runs[:] = [at]
-        elif ids[0] < self._last:
+        elif first < self._last:
             runs.append(at)
-        breaks = compress(count(at + 1), map(lt, islice(ids, 1, None), ids))
         runs.extend(breaks)
         if len(runs) > MAX_RUNS:
             self._runs = None
@@ -171,19 +177,21 @@ class SpillFifo(BlockChain):
     def adopt_block(self, packed: bytes, fields: Fields) -> None:
         """Append a whole packed block of journal slots as it is (index snapshot): ``fields``
         are its unpacked columns, read for the block's facts and then dropped."""
+        self.adopt_sealed(Sealed(packed, fields))
+
+    def adopt_sealed(self, sealed: Sealed) -> None:
+        """``adopt_block`` with the facts learnt already (``blocks.Sealed``): no unpacking."""
         if self._blocks:
             self._remember(self._blocks[-1])
-        block = Block(fields)
-        block.learn(fields)
-        block.packed, block.fields = packed, None
+        block = sealed.block
         if not block.n:
             return
         at = self.base + self._end - self._start
         self._blocks.append(block)
         self._starts.append(self._end)
         self._end += block.n
-        self._note_ids(fields[0], at)
-        self._last = fields[0][-1]
+        self._note_runs(block.first, block.n, at, [at + d for d in sealed.descents])
+        self._last = sealed.last
 
     def append_obj(self, msg: Message) -> int:
         self.objs[msg.mid] = msg

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sluicemq.config import match_destination
+from sluicemq.core.paging.blocks import Sealed
 from sluicemq.core.paging.spill import JOURNAL, SpillFifo
 from sluicemq.core.persistence import capture as capturing
 from sluicemq.core.persistence.live import BaseLanes, Entry, LiveSlots
@@ -97,6 +98,9 @@ class Replay:
         self._keys: dict[bytes, tuple[str, bool]] = {}  # key bytes -> (key, a topic's?)
         self._unknown: Counter[int] = Counter()
         self._counts: Counter[int] = Counter()
+        # whole packed runs unpacked once by ``settle``, by id() of the run (the snapshot's
+        # lanes keep each run alive until ``install`` takes it)
+        self._sealed: dict[int, Sealed] = {}
         if snap is not None:
             self._seed(snap)
 
@@ -303,7 +307,7 @@ class Replay:
                 for lane in base.lanes:
                     counts.update(lane.seg)
                     for run in lane.packed:
-                        capturing.count_runs(run.columns()[1], counts)
+                        self._count_run(run, counts)
                 counts.update(h["loc"][0] for h in base.held)
         for key in list(self.subs):
             counts[self.sub_locs[key].segment] += 1
@@ -313,6 +317,20 @@ class Replay:
             return f"entries in segments {missing}, which are gone"
         self._counts = counts
         return None
+
+    def _count_run(self, run: snapshot.PackedRun, counts: Counter[int]) -> None:
+        """Count the segments of a packed run's slots. A whole block (the usual run) is
+        unpacked here once: what the cursor needs to take it packed is learnt in the same pass
+        (``blocks.Sealed``, kept for ``install``)."""
+        fields = run.whole()
+        if run.skip or run.count != len(fields[0]):
+            capturing.count_runs(fields[2][run.skip:run.skip + run.count], counts)
+            return
+        mine: Counter[int] = Counter()
+        capturing.count_runs(fields[2], mine)
+        counts.update(mine)
+        self._sealed[id(run)] = Sealed(run.packed, fields, (min(mine), max(mine)) if mine
+                                       else None)
 
     def _wanted(self, key: str) -> bool:
         return keys.is_queue(key) or key in self.subs
@@ -334,7 +352,11 @@ class Replay:
                 for lane in base.lanes:
                     for piece in lane.pieces():
                         if isinstance(piece, snapshot.PackedRun):
-                            queue.pending.adopt_packed(lane.priority, piece)
+                            sealed = self._sealed.pop(id(piece), None)
+                            if sealed is not None:
+                                queue.pending.adopt_sealed(lane.priority, sealed)
+                            else:
+                                queue.pending.adopt_packed(lane.priority, piece)
                         else:
                             queue.pending.adopt_lane(lane.priority, *piece)
                     restored += len(lane)
