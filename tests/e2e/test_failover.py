@@ -273,6 +273,26 @@ def test_a_client_gives_up_after_max_reconnect_attempts(cluster) -> None:
         assert not c.is_open
 
 
+def test_a_reader_that_stops_ends_the_client_at_once_naming_why(cluster) -> None:
+    """Anything the client's reader cannot handle - here the on_failover callback raises -
+    ends the client: a call waiting on it, and every later one, gets a ClientError naming the
+    cause at once, not "no receipt" after its own timeout (nobody reads receipts any more)."""
+    master = cluster.master()
+    standby = cluster.standby()
+
+    def broken(event: FailoverEvent) -> None:
+        raise RuntimeError("a bug in the callback")
+
+    with Client(failover_url(master, standby), timeout=30, on_failover=broken) as c:
+        c.send("/queue/stops", "before")
+        master.kill()
+        with pytest.raises(ClientError, match="reader stopped: RuntimeError") as raised:
+            c.send("/queue/stops", "after")
+        assert isinstance(raised.value.__cause__, RuntimeError) and not c.is_open
+        with pytest.raises(ClientError, match="a bug in the callback"):
+            c.send("/queue/stops", "later")
+
+
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
 def test_a_stomps_failover_url_moves_to_the_standby_over_tls(cluster, tmp_path: Path) -> None:
     pki = tmp_path / "pki"

@@ -12,6 +12,7 @@ import pytest
 from ha_helpers import failover_url
 from sluicemq.client import AsyncClient
 from sluicemq.client.failover import FailoverEvent, TransactionRolledBack
+from sluicemq.errors import ClientError
 
 PRODUCERS = 4
 PER_PRODUCER = 300
@@ -111,5 +112,28 @@ def test_async_subscription_replay_and_rolled_back_transaction(cluster) -> None:
             msg = await sub.get(10)
             assert msg is not None and msg.text() == "after" and msg.subscription == "a-1"
             await msg.ack(receipt=True)
+
+    run(main())
+
+
+def test_a_reader_that_stops_ends_the_async_client_at_once_naming_why(cluster) -> None:
+    """As with the blocking client: the on_failover callback raising ends the client, and
+    calls get a ClientError naming the cause instead of waiting out their timeout."""
+    master = cluster.master()
+    standby = cluster.standby()
+
+    def broken(event: FailoverEvent) -> None:
+        raise RuntimeError("a bug in the callback")
+
+    async def main() -> None:
+        async with await AsyncClient.connect(failover_url(master, standby), timeout=30,
+                                             on_failover=broken) as c:
+            await c.send("/queue/astops", "before")
+            await asyncio.to_thread(master.kill)
+            with pytest.raises(ClientError, match="reader stopped: RuntimeError") as raised:
+                await c.send("/queue/astops", "after")
+            assert isinstance(raised.value.__cause__, RuntimeError) and not c.is_open
+            with pytest.raises(ClientError, match="a bug in the callback"):
+                await c.send("/queue/astops", "later")
 
     run(main())

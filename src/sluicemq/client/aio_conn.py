@@ -19,7 +19,7 @@ from typing import Self
 
 from sluicemq.client.aio_failover import READ_CHUNK, AsyncFailover, connect_first
 from sluicemq.client.aio_handles import AsyncReceipt, AsyncSubscription, AsyncTransaction
-from sluicemq.client.failover import FailoverCallback, PendingSend, resolve
+from sluicemq.client.failover import FailoverCallback, PendingSend, reader_stopped, resolve
 from sluicemq.client.inbox import AsyncReceiver, Ended
 from sluicemq.client.machine import (
     ClientMachine,
@@ -313,6 +313,12 @@ class AsyncConnection(AsyncFailover):
             sub._queue.put_nowait(Ended(error))
 
     async def _read_loop(self) -> None:
+        try:
+            await self._read_on()
+        except Exception as exc:  # nobody would read a receipt again: end the client now
+            self._fail(reader_stopped(exc))
+
+    async def _read_on(self) -> None:
         while True:
             try:
                 while True:

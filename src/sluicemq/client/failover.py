@@ -96,6 +96,15 @@ def range_read_lost(url: str) -> ClientError:
                        "read the range again")
 
 
+def reader_stopped(exc: Exception) -> ClientError:
+    """What ends a client whose reader met something it cannot handle (a bug, or the
+    ``on_failover`` callback raising): every waiter and every later call gets this at once,
+    instead of its own timeout - nobody reads their receipts any more."""
+    error = ClientError(f"the client's reader stopped: {exc!r}")
+    error.__cause__ = exc
+    return error
+
+
 class EarlyAcks:
     """Messages the caller acknowledged after (or while) the connection that delivered them
     was lost.

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from sluicemq.buffers import BufferPool
-from sluicemq.client.failover import FailoverCallback, PendingSend, resolve
+from sluicemq.client.failover import FailoverCallback, PendingSend, reader_stopped, resolve
 from sluicemq.client.inbox import Ended, Receiver
 from sluicemq.client.machine import (
     ClientMachine,
@@ -363,6 +363,8 @@ class Connection(SyncFailover):
                     if not self._fail_over(error):
                         self._fail(error)
                         return
+        except Exception as exc:  # nobody would read a receipt again: end the client now
+            self._fail(reader_stopped(exc))
         finally:
             with contextlib.suppress(OSError):
                 self._sock.close()
