@@ -239,7 +239,8 @@ class BrokerServer:
         assert self.broker is not None and services is not None
         host = self.config.host
         if self.config.ws_port is not None:
-            self._ws_listener = DeferredListener(functools.partial(self._serve_websocket, host))
+            self._ws_listener = DeferredListener(functools.partial(self._serve_websocket, host),
+                                                 ("sluicemq.transport.websocket",))
             ws_host, ws_port = self._ws_listener.bind(host, self.config.ws_port)
             print(f"sluice: websocket on ws://{ws_host}:{ws_port}", flush=True)
         if self.config.console_port is not None:
@@ -250,7 +251,8 @@ class BrokerServer:
             ctx.tick()  # the rates' baseline: what arrives from now on is counted
             self.admin = ctx
             self._console_listener = DeferredListener(functools.partial(self._serve_console,
-                                                                        host))
+                                                                        host),
+                                                      ("sluicemq.admin.console",))
             c_host, c_port = self._console_listener.bind(host, self.config.console_port)
             print(f"sluice: console on http://{c_host}:{c_port}", flush=True)
 

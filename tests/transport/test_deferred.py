@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -43,6 +44,33 @@ def test_the_port_is_bound_at_once_and_the_server_is_built_by_the_first_connecti
         await served[0].wait_closed()
 
     asyncio.run(main())
+
+
+def test_the_server_s_modules_are_imported_off_the_loop_s_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Imported on the loop, aiohttp and the console stopped every connection for ~0.13 s."""
+    (tmp_path / "deferred_probe_module.py").write_text(
+        "import threading\nIMPORTED_IN = threading.get_ident()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    async def main() -> int:
+        found: list[int] = []
+
+        async def serve(sockets: list[socket.socket]) -> None:
+            import deferred_probe_module  # (imported already: only looked up)
+            found.append(deferred_probe_module.IMPORTED_IN)
+            for sock in sockets:
+                sock.close()
+
+        listener = DeferredListener(serve, ("deferred_probe_module",))
+        host, port = listener.bind("127.0.0.1", 0)
+        _reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), SECONDS)
+        await asyncio.wait_for(_until(lambda: bool(found)), SECONDS)
+        writer.close()
+        await listener.stop()
+        return found[0]
+
+    assert asyncio.run(main()) != threading.get_ident()  # not the loop's (this) thread
 
 
 def test_a_taken_port_is_refused_as_asyncio_words_it_and_an_unused_one_is_freed_by_stop(

@@ -6,11 +6,16 @@ whether or not anyone ever browses the console or connects over WebSocket. Bindi
 at start and importing the server on the first connection keeps the port's behaviour (bound,
 printed, refused when taken) and makes the broker pay only for what is used. The first
 connection waits in the kernel's accept queue while the server is built; nothing is lost.
+The server's modules (``imports``) are imported in a worker thread first: imported on the loop,
+they stopped every STOMP connection for 124-145 ms at the first console request
+(``bench/fairness.py`` with a loop-lag probe, session 21); in a thread the loop takes the GIL
+back at each switch interval (5 ms) while the import runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import socket
 from collections.abc import Awaitable, Callable
@@ -22,10 +27,12 @@ Serve = Callable[[list[socket.socket]], Awaitable[None]]
 
 
 class DeferredListener:
-    """Listens now; calls ``serve(sockets)`` once, when a first connection is waiting."""
+    """Listens now; calls ``serve(sockets)`` once, when a first connection is waiting, after
+    importing ``imports`` (module names) off the loop."""
 
-    def __init__(self, serve: Serve) -> None:
+    def __init__(self, serve: Serve, imports: tuple[str, ...] = ()) -> None:
         self._serve = serve
+        self._imports = imports
         self._sockets: list[socket.socket] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
@@ -77,6 +84,8 @@ class DeferredListener:
 
     async def _run(self) -> None:
         try:
+            for name in self._imports:
+                await asyncio.to_thread(importlib.import_module, name)
             await self._serve(self._sockets)
         except Exception:
             log.exception("could not start the server on %s", self._sockets[0].getsockname())
