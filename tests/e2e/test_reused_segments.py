@@ -65,7 +65,8 @@ def record_of(journal: Path, segment: int, marker: bytes) -> tuple[int, int, int
     """(offset, body offset, end) of the record in ``segment`` whose body starts with
     ``marker``."""
     buf = (journal / segment_name(segment)).read_bytes()
-    for offset, _rtype, payload in scan(buf, segment, [], seeds=seeds_of(journal, segment)):
+    seeds = seeds_of(journal, segment)
+    for _rtype, payload, _segment, offset in scan(buf, segment, [], seeds=seeds):
         at = payload.find(marker)
         if at >= 0:
             return offset, offset + HEADER_SIZE + at, offset + HEADER_SIZE + len(payload)
@@ -93,7 +94,8 @@ def log_end(journal: Path, segment: int, before: int) -> int:
     """Where the segment's records end, counting only records that start before ``before``."""
     buf = (journal / segment_name(segment)).read_bytes()
     found = scan(buf, segment, [], seeds=seeds_of(journal, segment))
-    return max(off + HEADER_SIZE + len(payload) for off, _rtype, payload in found if off < before)
+    return max(off + HEADER_SIZE + len(payload) for _rtype, payload, _seg, off in found
+               if off < before)
 
 
 @pytest.mark.parametrize(("where", "stop"), [("beyond the log's end", "stop"),

@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING
 
 from sluicemq.storage.recycle import SPARE_SUFFIX, parse_spare_name
 from sluicemq.storage.segment import (
-    HEADER_SIZE,
     TMP_SUFFIX,
     Location,
     fsync_dir,
@@ -126,19 +125,20 @@ class Recovery:
             damage[number] = []
             start = first_off if number == first_seg else 0
             known = last[1] if last is not None and number == first_seg else -1
-            for offset, rtype, payload in self._scan_file(number, damage[number], start, known):
-                records += 1
-                last = (number, offset, offset + HEADER_SIZE + len(payload))
-                yield rtype, payload, number, offset
+            tally = [known, -1, 0]  # the last record's offset and end, records yielded
+            yield from self._scan_file(number, damage[number], start, tally)
+            if tally[2]:
+                records += tally[2]
+                last = (number, tally[0], tally[1])
         self.report.records = records
         self._repair(numbers, damage, last)
         self.report.elapsed_s = time.perf_counter() - started
 
     def _scan_file(
-        self, number: int, dropped: list[tuple[int, int, str]], start: int, known: int
-    ) -> Iterator[tuple[int, int, bytes]]:
-        """Scan one segment from ``start``; ``known``: the offset of an intact record before
-        ``start`` (the snapshot's anchor), or -1."""
+        self, number: int, dropped: list[tuple[int, int, str]], start: int, tally: list[int]
+    ) -> Iterator[tuple[int, bytes, int, int]]:
+        """Scan one segment from ``start``; ``tally``: ``segment.scan``'s, its offset at first
+        that of an intact record before ``start`` (the snapshot's anchor), or -1."""
         path = self.directory / segment_name(number)
         size = path.stat().st_size
         self._sizes[number] = size
@@ -148,18 +148,21 @@ class Recovery:
             return
         seeds = self.key.seeds(number)
         with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            last = known
+            known = tally[0]
             chain = not self.key.keyed(number) and (
                 stamped(mm, number, seeds=seeds) or (known >= 0 and reused_at(mm, known)))
+            records = scan(mm, number, dropped, start, seeds=seeds, tally=tally)
+            if not chain:
+                yield from records
             breaks = len(dropped)
-            for found in scan(mm, number, dropped, start, seeds=seeds):
-                if chain and len(dropped) > breaks:  # unkeyed, past a break: earlier contents
+            for found in records:  # (chain: each record looked at, the scan stopped at a break)
+                if len(dropped) > breaks:  # unkeyed, past a break: earlier contents
                     pos, _nbytes, reason = dropped[-1]
                     dropped[-1] = (pos, last_nonzero(mm, pos, size) + 1 - pos, reason)
                     break
-                last = found[0]
                 yield found
-            self._stale_end(mm, number, dropped, last)
+            records.close()  # (sets the tally now, not when the generator is collected)
+            self._stale_end(mm, number, dropped, tally[0])
 
     def _stale_end(self, mm: mmap.mmap, number: int, dropped: list[tuple[int, int, str]],
                    last: int) -> None:

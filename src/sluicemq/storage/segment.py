@@ -37,7 +37,7 @@ import errno
 import os
 import re
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
@@ -266,46 +266,58 @@ def _resync(buf: Buffer, segment: int, start: int,
 
 def scan(
     buf: Buffer, segment: int, dropped: list[tuple[int, int, str]], start: int = 0, *,
-    seeds: Seeds,
-) -> Iterator[tuple[int, int, bytes]]:
-    """Yield (offset, rtype, payload) for every intact record of one segment from ``start``
-    (a record boundary), in order.
+    seeds: Seeds, tally: list[int] | None = None,
+) -> Generator[tuple[int, bytes, int, int], None, None]:
+    """Yield (rtype, payload, segment, offset) for every intact record of one segment from
+    ``start`` (a record boundary), in order.
 
     Each damaged range is appended to `dropped` as (offset, nbytes, reason) and skipped by
     searching for the next magic whose record checks out, so one bad record costs only itself.
     Zeros up to the end of the buffer are the normal end of data, not damage.
+
+    ``tally`` ([offset, end, count]) is set, when the scan stops, to the offset and end of the
+    last record yielded and the count yielded added: a caller learns them without looking at
+    each record, so it can ``yield from`` the scan (start-up reads millions of records).
     """
     size = len(buf)
     pos = start
     unpack, crc, position = HEADER.unpack_from, crc32, _POSITION.pack
     hseed, pseed = seeds
-    while pos < size:
-        if size - pos >= HEADER_SIZE:  # fast path: an intact record (what check_record does)
-            magic, rtype, _flags, length, pcrc, hcrc = unpack(buf, pos)
-            start = pos + HEADER_SIZE
-            if (magic == MAGIC and rtype and start + length <= size
-                    and crc(buf[pos:pos + 12], crc(position(segment, pos), hseed)) == hcrc):
-                payload = buf[start:start + length]
-                if crc(payload, pseed) == pcrc:
-                    yield pos, rtype, payload
-                    pos = start + length
-                    continue
-        found = check_record(buf, segment, pos, seeds=seeds)
-        if not isinstance(found, str):
-            yield pos, found[0], found[1]
-            pos += HEADER_SIZE + len(found[1])
-            continue
-        nonzero = first_nonzero(buf, pos, size)
-        if nonzero < 0:
-            return
-        reason = found if nonzero == pos else "zero gap"
-        nxt = _resync(buf, segment, max(nonzero, pos + 1), seeds)
-        if nxt is None:
-            dropped.append((pos, last_nonzero(buf, pos, size) + 1 - pos, reason))
-            return
-        dropped.append((pos, nxt[0] - pos, reason))
-        yield nxt
-        pos = nxt[0] + HEADER_SIZE + len(nxt[2])
+    n, last, end = 0, -1, -1
+    try:
+        while pos < size:
+            if size - pos >= HEADER_SIZE:  # fast path: an intact record (what check_record does)
+                magic, rtype, _flags, length, pcrc, hcrc = unpack(buf, pos)
+                start = pos + HEADER_SIZE
+                if (magic == MAGIC and rtype and start + length <= size
+                        and crc(buf[pos:pos + 12], crc(position(segment, pos), hseed)) == hcrc):
+                    payload = buf[start:start + length]
+                    if crc(payload, pseed) == pcrc:
+                        yield rtype, payload, segment, pos
+                        n, last = n + 1, pos
+                        pos = end = start + length
+                        continue
+            found = check_record(buf, segment, pos, seeds=seeds)
+            if not isinstance(found, str):
+                yield found[0], found[1], segment, pos
+                n, last = n + 1, pos
+                pos = end = pos + HEADER_SIZE + len(found[1])
+                continue
+            nonzero = first_nonzero(buf, pos, size)
+            if nonzero < 0:
+                return
+            reason = found if nonzero == pos else "zero gap"
+            nxt = _resync(buf, segment, max(nonzero, pos + 1), seeds)
+            if nxt is None:
+                dropped.append((pos, last_nonzero(buf, pos, size) + 1 - pos, reason))
+                return
+            dropped.append((pos, nxt[0] - pos, reason))
+            yield nxt[1], nxt[2], segment, nxt[0]
+            n, last = n + 1, nxt[0]
+            pos = end = nxt[0] + HEADER_SIZE + len(nxt[2])
+    finally:
+        if tally is not None and n:
+            tally[:] = [last, end, tally[2] + n]
 
 
 def write_all(fd: int, buffers: Sequence[bytes | memoryview], offset: int) -> int:
